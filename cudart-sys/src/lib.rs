@@ -1,0 +1,102 @@
+//! The pieces of the CUDA runtime API that vramshare's hooks need, and a way to
+//! find the real runtime's functions inside the process.
+//!
+//! Names follow NVIDIA's headers (`driver_types.h`, `cuda_runtime_api.h`) so
+//! that `tests/layout.rs` can check every value against them. C enums are
+//! `int`-sized on every platform CUDA supports, so they are `c_int` here.
+#![allow(non_camel_case_types, non_upper_case_globals)]
+
+use std::os::raw::{c_int, c_uint, c_void};
+
+mod loader;
+pub use loader::{runtime_library, Symbol};
+
+pub type cudaError_t = c_int;
+pub const cudaSuccess: cudaError_t = 0;
+pub const cudaErrorInvalidValue: cudaError_t = 1;
+pub const cudaErrorMemoryAllocation: cudaError_t = 2;
+pub const cudaErrorInitializationError: cudaError_t = 3;
+pub const cudaErrorInsufficientDriver: cudaError_t = 35;
+pub const cudaErrorNoDevice: cudaError_t = 100;
+pub const cudaErrorNotSupported: cudaError_t = 801;
+
+/// Opaque handles.
+pub type cudaStream_t = *mut c_void;
+pub type cudaMemPool_t = *mut c_void;
+
+/// `enum cudaMemoryAdvise`.
+pub type cudaMemoryAdvise = c_int;
+pub const cudaMemAdviseSetPreferredLocation: cudaMemoryAdvise = 3;
+pub const cudaMemAdviseSetAccessedBy: cudaMemoryAdvise = 5;
+
+/// `enum cudaMemLocationType`.
+pub type cudaMemLocationType = c_int;
+pub const cudaMemLocationTypeDevice: cudaMemLocationType = 1;
+pub const cudaMemLocationTypeHost: cudaMemLocationType = 2;
+pub const cudaMemLocationTypeHostNuma: cudaMemLocationType = 3;
+
+/// `struct cudaMemLocation`, passed by value to the CUDA 13 forms of
+/// `cudaMemAdvise` and `cudaMemPrefetchAsync` (and the CUDA 12 `_v2` forms).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct cudaMemLocation {
+    pub type_: cudaMemLocationType,
+    pub id: c_int,
+}
+
+impl cudaMemLocation {
+    pub const fn device(ordinal: c_int) -> Self {
+        Self { type_: cudaMemLocationTypeDevice, id: ordinal }
+    }
+    pub const fn host() -> Self {
+        Self { type_: cudaMemLocationTypeHost, id: 0 }
+    }
+}
+
+/// The device id that names the host in the CUDA 12 `int device` forms.
+pub const cudaCpuDeviceId: c_int = -1;
+
+/// `cudaMallocManaged` flags.
+pub const cudaMemAttachGlobal: c_uint = 0x01;
+pub const cudaMemAttachHost: c_uint = 0x02;
+
+/// `cudaStreamCreateWithFlags` flag: no implicit synchronisation with stream 0.
+pub const cudaStreamNonBlocking: c_uint = 0x01;
+
+/// `struct cudaExtent`: width in bytes, height and depth in elements.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct cudaExtent {
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+}
+
+/// `struct cudaPitchedPtr`, filled in by `cudaMalloc3D`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct cudaPitchedPtr {
+    pub ptr: *mut c_void,
+    pub pitch: usize,
+    pub xsize: usize,
+    pub ysize: usize,
+}
+
+/// CUDA 13 (and CUDA 12 `_v2`): `cudaMemAdvise(ptr, count, advice, struct cudaMemLocation)`.
+pub type cudaMemAdvise_loc_fn =
+    unsafe extern "C" fn(*const c_void, usize, cudaMemoryAdvise, cudaMemLocation) -> cudaError_t;
+/// CUDA 12: `cudaMemAdvise(ptr, count, advice, int device)`, host = `cudaCpuDeviceId`.
+pub type cudaMemAdvise_int_fn =
+    unsafe extern "C" fn(*const c_void, usize, cudaMemoryAdvise, c_int) -> cudaError_t;
+/// CUDA 13 (and CUDA 12 `_v2`):
+/// `cudaMemPrefetchAsync(ptr, count, struct cudaMemLocation, unsigned flags, stream)`.
+pub type cudaMemPrefetchAsync_loc_fn = unsafe extern "C" fn(
+    *const c_void,
+    usize,
+    cudaMemLocation,
+    c_uint,
+    cudaStream_t,
+) -> cudaError_t;
+/// CUDA 12: `cudaMemPrefetchAsync(ptr, count, int dstDevice, stream)`.
+pub type cudaMemPrefetchAsync_int_fn =
+    unsafe extern "C" fn(*const c_void, usize, c_int, cudaStream_t) -> cudaError_t;

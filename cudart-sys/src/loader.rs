@@ -1,0 +1,132 @@
+//! Finding the real CUDA runtime inside the process.
+//!
+//! When the first hook runs, the caller's `libcudart` is already loaded: the
+//! caller linked against it. It may not be on the library path at all
+//! (PyTorch's lives in site-packages and is found through an RPATH), so it is
+//! found among the loaded objects rather than by name. The order:
+//! 1. a loaded object whose file name starts with `libcudart.so`, reopened
+//!    with `RTLD_NOLOAD` (this never loads anything new);
+//! 2. `RTLD_NEXT`, the next definition after the shim in lookup order;
+//! 3. `libcudart.so.13`, then `libcudart.so.12`, opened by name.
+//!
+//! Symbols are resolved one at a time on first use and cached. A symbol that
+//! is missing is an answer (`None`), never a panic: an older runtime lacks
+//! newer functions, and the caller decides what to do without them.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use libloading::os::unix::{Library, RTLD_LAZY, RTLD_LOCAL};
+
+/// The runtime library that was found, if any, and how.
+pub struct RuntimeLibrary {
+    /// Path or name it was found under; empty when only `RTLD_NEXT` is used.
+    pub name: String,
+    library: Option<Library>,
+}
+
+const NOT_RESOLVED: usize = 0;
+const MISSING: usize = 1;
+
+/// One function of the real runtime, resolved on first use.
+pub struct Symbol {
+    name: &'static CStr,
+    address: AtomicUsize,
+}
+
+impl Symbol {
+    pub const fn new(name: &'static CStr) -> Self {
+        Self { name, address: AtomicUsize::new(NOT_RESOLVED) }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name.to_str().unwrap_or("?")
+    }
+
+    /// The function's address, or `None` when the runtime does not have it.
+    pub fn get(&self) -> Option<*mut c_void> {
+        let mut address = self.address.load(Ordering::Acquire);
+        if address == NOT_RESOLVED {
+            // Two threads may both resolve; they find the same address.
+            address = resolve(self.name).map_or(MISSING, |p| p as usize);
+            self.address.store(address, Ordering::Release);
+        }
+        (address != MISSING).then_some(address as *mut c_void)
+    }
+}
+
+fn resolve(name: &CStr) -> Option<*mut c_void> {
+    let runtime = runtime_library();
+    if let Some(library) = &runtime.library {
+        // SAFETY: looking up an address; nothing is called here.
+        if let Ok(symbol) = unsafe { library.get::<*mut c_void>(name.to_bytes_with_nul()) } {
+            let address = *symbol;
+            if !address.is_null() {
+                return Some(address);
+            }
+        }
+    }
+    // SAFETY: dlsym with a NUL-terminated name.
+    let next = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+    (!next.is_null()).then_some(next)
+}
+
+/// The real runtime, found once per process.
+pub fn runtime_library() -> &'static RuntimeLibrary {
+    static RUNTIME: OnceLock<RuntimeLibrary> = OnceLock::new();
+    RUNTIME.get_or_init(find_runtime)
+}
+
+fn find_runtime() -> RuntimeLibrary {
+    if let Some(path) = loaded_object_named("libcudart.so") {
+        // SAFETY: RTLD_NOLOAD only takes a reference to an object already
+        // loaded, so no initialiser runs.
+        if let Ok(library) = unsafe { Library::open(Some(&path), RTLD_LAZY | libc::RTLD_NOLOAD) } {
+            return RuntimeLibrary { name: path, library: Some(library) };
+        }
+    }
+    // SAFETY: dlsym with a NUL-terminated name.
+    if !unsafe { libc::dlsym(libc::RTLD_NEXT, c"cudaMalloc".as_ptr()) }.is_null() {
+        return RuntimeLibrary { name: String::new(), library: None };
+    }
+    for name in ["libcudart.so.13", "libcudart.so.12"] {
+        // SAFETY: loading NVIDIA's runtime runs its initialisers, which is
+        // what the caller's own first CUDA call would do.
+        if let Ok(library) = unsafe { Library::open(Some(name), RTLD_LAZY | RTLD_LOCAL) } {
+            return RuntimeLibrary { name: name.to_string(), library: Some(library) };
+        }
+    }
+    RuntimeLibrary { name: String::new(), library: None }
+}
+
+/// The path of the first loaded object whose file name starts with `prefix`.
+pub fn loaded_object_named(prefix: &str) -> Option<String> {
+    struct Search<'a> {
+        prefix: &'a str,
+        found: Option<String>,
+    }
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: `data` is the `Search` passed below; `info` is valid for the call.
+        let search = unsafe { &mut *(data as *mut Search) };
+        let name: *const c_char = unsafe { (*info).dlpi_name };
+        if name.is_null() {
+            return 0;
+        }
+        let path = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+        let file = path.rsplit('/').next().unwrap_or("");
+        if file.starts_with(search.prefix) {
+            search.found = Some(path.into_owned());
+            return 1;
+        }
+        0
+    }
+    let mut search = Search { prefix, found: None };
+    // SAFETY: the callback only reads the entries and writes into `search`.
+    unsafe { libc::dl_iterate_phdr(Some(visit), &mut search as *mut Search as *mut c_void) };
+    search.found
+}

@@ -1,0 +1,265 @@
+//! Who holds what: every pointer the shim handed out, with its size, device
+//! and placement, and per device the bytes in use, their peaks and the
+//! spilled blocks waiting to be promoted.
+//!
+//! Device bytes are reserved *before* the real allocation is made
+//! ([`Ledger::try_reserve`]), so that two threads can never both squeeze
+//! under the quota; spilled bytes are counted when the block is recorded.
+//! [`Ledger::take`] releases whichever the block held. No lock here is ever
+//! held across a call into CUDA.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use dashmap::mapref::entry::Entry;
+use dashmap::DashMap;
+
+use crate::config::MAX_DEVICES;
+use crate::hooks::Api;
+use crate::trace::Placement;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block {
+    pub size: u64,
+    pub device: u32,
+    pub placement: Placement,
+    pub api: Api,
+    /// A promotion is changing this block's placement: a free waits for it,
+    /// so that the address is not reused while CUDA is still advising it.
+    pub moving: bool,
+}
+
+/// Counters of one device, all cheap atomics.
+#[derive(Default)]
+pub struct DeviceUsage {
+    pub device_bytes: AtomicU64,
+    pub spilled_bytes: AtomicU64,
+    pub peak_device: AtomicU64,
+    pub peak_spilled: AtomicU64,
+    pub allocations: AtomicU64,
+    pub spills: AtomicU64,
+    pub promotions: AtomicU64,
+    pub rejections: AtomicU64,
+    /// Spilled blocks by (size, address), so the largest come first.
+    spilled: Mutex<BTreeSet<(u64, usize)>>,
+}
+
+pub enum Taken {
+    Block(Block),
+    /// A promotion is in flight; try again in a moment.
+    Moving,
+    /// Not a pointer the shim handed out (or already freed).
+    Unknown,
+}
+
+pub struct Ledger {
+    blocks: DashMap<usize, Block>,
+    devices: Vec<DeviceUsage>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic elsewhere never makes the ledger unusable.
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Default for Ledger {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Ledger {
+    pub fn new() -> Self {
+        Self {
+            blocks: DashMap::new(),
+            devices: (0..MAX_DEVICES).map(|_| DeviceUsage::default()).collect(),
+        }
+    }
+
+    pub fn device(&self, device: u32) -> &DeviceUsage {
+        &self.devices[device as usize]
+    }
+
+    /// Reserves `size` device bytes if they fit under `quota` (atomically
+    /// against every other thread).
+    pub fn try_reserve(&self, device: u32, size: u64, quota: u64) -> bool {
+        let usage = self.device(device);
+        let reserved = usage.device_bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+            used.checked_add(size).filter(|total| *total <= quota)
+        });
+        match reserved {
+            Ok(before) => {
+                usage.peak_device.fetch_max(before + size, Ordering::Relaxed);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Reserves `size` device bytes with no limit (no quota on this device).
+    pub fn reserve(&self, device: u32, size: u64) {
+        let usage = self.device(device);
+        let before = usage.device_bytes.fetch_add(size, Ordering::AcqRel);
+        usage.peak_device.fetch_max(before.saturating_add(size), Ordering::Relaxed);
+    }
+
+    pub fn unreserve(&self, device: u32, size: u64) {
+        let usage = self.device(device);
+        let _ = usage.device_bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+            Some(used.saturating_sub(size))
+        });
+    }
+
+    /// Records a block the real runtime handed out. Device bytes must already
+    /// be reserved; spilled bytes are counted here. If the address was still
+    /// recorded (freed behind the shim's back), the stale block is released
+    /// and returned.
+    pub fn insert(&self, ptr: usize, block: Block) -> Option<Block> {
+        let stale = self.blocks.insert(ptr, block);
+        if let Some(old) = stale {
+            self.release(ptr, &old);
+        }
+        if block.placement == Placement::Host {
+            let usage = self.device(block.device);
+            let before = usage.spilled_bytes.fetch_add(block.size, Ordering::AcqRel);
+            usage.peak_spilled.fetch_max(before + block.size, Ordering::Relaxed);
+            lock(&usage.spilled).insert((block.size, ptr));
+        }
+        stale
+    }
+
+    /// Removes a block and releases the bytes it held.
+    pub fn take(&self, ptr: usize) -> Taken {
+        match self.blocks.entry(ptr) {
+            Entry::Vacant(_) => Taken::Unknown,
+            Entry::Occupied(entry) if entry.get().moving => Taken::Moving,
+            Entry::Occupied(entry) => {
+                let block = entry.remove();
+                self.release(ptr, &block);
+                Taken::Block(block)
+            }
+        }
+    }
+
+    fn release(&self, ptr: usize, block: &Block) {
+        let usage = self.device(block.device);
+        match block.placement {
+            Placement::Device => self.unreserve(block.device, block.size),
+            Placement::Host => {
+                lock(&usage.spilled).remove(&(block.size, ptr));
+                let _ = usage.spilled_bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                    Some(s.saturating_sub(block.size))
+                });
+            }
+            Placement::Unknown => {}
+        }
+    }
+
+    /// Spilled blocks of `device` that would fit in `room` bytes together,
+    /// largest first.
+    pub fn promotion_candidates(&self, device: u32, mut room: u64) -> Vec<(u64, usize)> {
+        let spilled = lock(&self.device(device).spilled);
+        let mut picked = Vec::new();
+        for &(size, ptr) in spilled.range(..=(room, usize::MAX)).rev() {
+            if size <= room {
+                picked.push((size, ptr));
+                room -= size;
+            }
+        }
+        picked
+    }
+
+    /// Marks a spilled block as moving onto its device, whose bytes the caller
+    /// has reserved; it stops counting as spilled. False if it is gone, already
+    /// moving, or not spilled.
+    pub fn begin_promotion(&self, ptr: usize) -> bool {
+        let Some(mut block) = self.blocks.get_mut(&ptr) else { return false };
+        if block.moving || block.placement != Placement::Host {
+            return false;
+        }
+        block.moving = true;
+        block.placement = Placement::Device;
+        let usage = self.device(block.device);
+        lock(&usage.spilled).remove(&(block.size, ptr));
+        let _ = usage.spilled_bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+            Some(s.saturating_sub(block.size))
+        });
+        usage.promotions.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    pub fn end_move(&self, ptr: usize) {
+        if let Some(mut block) = self.blocks.get_mut(&ptr) {
+            block.moving = false;
+        }
+    }
+
+    /// Every block still recorded, by address.
+    pub fn live_blocks(&self) -> Vec<(usize, Block)> {
+        let mut live: Vec<(usize, Block)> = self.blocks.iter().map(|e| (*e.key(), *e.value())).collect();
+        live.sort_by_key(|(ptr, _)| *ptr);
+        live
+    }
+
+    /// Devices that have seen any activity, for the summary.
+    pub fn active_devices(&self) -> impl Iterator<Item = (u32, &DeviceUsage)> {
+        self.devices.iter().enumerate().map(|(d, u)| (d as u32, u)).filter(|(_, u)| {
+            u.peak_device.load(Ordering::Relaxed) > 0
+                || u.peak_spilled.load(Ordering::Relaxed) > 0
+                || u.allocations.load(Ordering::Relaxed) > 0
+                || u.rejections.load(Ordering::Relaxed) > 0
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(size: u64, placement: Placement) -> Block {
+        Block { size, device: 0, placement, api: Api::cudaMalloc, moving: false }
+    }
+
+    #[test]
+    fn reservations_never_pass_the_quota() {
+        let ledger = Ledger::new();
+        assert!(ledger.try_reserve(0, 60, 100));
+        assert!(!ledger.try_reserve(0, 41, 100));
+        assert!(ledger.try_reserve(0, 40, 100));
+        assert!(!ledger.try_reserve(0, u64::MAX, u64::MAX));
+        ledger.unreserve(0, 1000);
+        assert_eq!(ledger.device(0).device_bytes.load(Ordering::Relaxed), 0, "saturates at zero");
+        assert_eq!(ledger.device(0).peak_device.load(Ordering::Relaxed), 100);
+    }
+
+    #[test]
+    fn take_releases_what_was_recorded() {
+        let ledger = Ledger::new();
+        ledger.reserve(0, 10);
+        ledger.insert(0x1000, block(10, Placement::Device));
+        ledger.insert(0x2000, block(30, Placement::Host));
+        assert_eq!(ledger.device(0).spilled_bytes.load(Ordering::Relaxed), 30);
+        assert!(matches!(ledger.take(0x1000), Taken::Block(b) if b.size == 10));
+        assert!(matches!(ledger.take(0x1000), Taken::Unknown));
+        assert!(matches!(ledger.take(0x2000), Taken::Block(b) if b.placement == Placement::Host));
+        assert_eq!(ledger.device(0).device_bytes.load(Ordering::Relaxed), 0);
+        assert_eq!(ledger.device(0).spilled_bytes.load(Ordering::Relaxed), 0);
+        assert!(ledger.promotion_candidates(0, u64::MAX).is_empty());
+    }
+
+    #[test]
+    fn promotion_picks_largest_blocks_that_fit() {
+        let ledger = Ledger::new();
+        for (ptr, size) in [(0x1, 50), (0x2, 30), (0x3, 20), (0x4, 80)] {
+            ledger.insert(ptr, block(size, Placement::Host));
+        }
+        assert_eq!(ledger.promotion_candidates(0, 75), vec![(50, 0x1), (20, 0x3)]);
+        assert!(ledger.begin_promotion(0x1));
+        assert!(!ledger.begin_promotion(0x1), "already moving");
+        assert!(matches!(ledger.take(0x1), Taken::Moving));
+        ledger.end_move(0x1);
+        assert_eq!(ledger.device(0).spilled_bytes.load(Ordering::Relaxed), 130);
+        assert!(matches!(ledger.take(0x1), Taken::Block(b) if b.placement == Placement::Device));
+    }
+}

@@ -1,0 +1,370 @@
+//! The decisions: whether an allocation fits the quota, where it goes when it
+//! does not, what `cudaMemGetInfo` answers, and when spilled blocks come back.
+//!
+//! Order of work for an allocation: reserve device bytes against the quota
+//! (atomic, no lock), then call CUDA with no lock held, then record the block
+//! and the event. A failure of the real call gives the reservation back.
+
+use std::ffi::{c_uint, c_void};
+use std::sync::atomic::Ordering;
+
+use cudart_sys::*;
+
+use crate::config::{human_bytes, Limit, Spill};
+use crate::hooks::{real, Api};
+use crate::ledger::{Block, Taken};
+use crate::placement::{self, current_device};
+use crate::state::{config, state, State, QUOTA_NONE, QUOTA_UNRESOLVED};
+use crate::trace::{Op, Placement};
+
+/// A real function the loaded runtime does not have.
+pub fn missing(name: &str) -> cudaError_t {
+    warn!("{name} is not available in the loaded CUDA runtime");
+    cudaErrorNotSupported
+}
+
+/// The device's quota in bytes, `None` for no limit. A percentage is resolved
+/// against the device's total on first use; `device` must be current.
+pub fn device_quota(state: &State, device: u32) -> Option<u64> {
+    match state.cached_quota(device) {
+        QUOTA_NONE => return None,
+        QUOTA_UNRESOLVED => {}
+        quota => return Some(quota),
+    }
+    let quota = match config().quota.for_device(device) {
+        None => QUOTA_NONE,
+        Some(Limit::Bytes(bytes)) => bytes.min(QUOTA_NONE - 1),
+        Some(Limit::Percent(share)) => {
+            let (mut free, mut total) = (0usize, 0usize);
+            // SAFETY: writes two integers we own.
+            let rc = unsafe { real::cudaMemGetInfo(&mut free, &mut total) };
+            if rc != cudaSuccess {
+                warn!("cannot read device {device}'s memory size (CUDA error {rc}); its {share}% quota applies once it can");
+                return None;
+            }
+            let bytes = (total as f64 * share / 100.0) as u64;
+            info!("device {device}: quota {share}% of {} = {}", human_bytes(total as u64), human_bytes(bytes));
+            bytes
+        }
+    };
+    state.cache_quota(device, quota);
+    (quota != QUOTA_NONE).then_some(quota)
+}
+
+/// How the real allocation is made and its result handed to the caller.
+struct Request<D, H> {
+    api: Api,
+    size: u64,
+    /// Makes the allocation on the device; returns (rc, pointer, bytes taken).
+    on_device: D,
+    /// Writes a spilled block's pointer (and pitch) where the caller wants it.
+    on_host: H,
+    /// Flags for `cudaMallocManaged` when the block is spilled.
+    managed_flags: c_uint,
+    /// Spill even with spill `off` (the caller asked for managed memory).
+    always_spill: bool,
+}
+
+fn allocate<D, H>(request: Request<D, H>) -> cudaError_t
+where
+    D: FnOnce() -> (cudaError_t, *mut c_void, u64),
+    H: FnOnce(*mut c_void),
+{
+    let Request { api, size, on_device, on_host, managed_flags, always_spill } = request;
+    let state = state();
+    let device = match current_device() {
+        Ok(device) => device,
+        Err(rc) => {
+            // No usable device (no driver, say): CUDA answers for itself.
+            let (real_rc, _, _) = on_device();
+            debug!("{} of {size} bytes with no current device (CUDA error {rc}): passed through, rc {real_rc}", api.name());
+            return real_rc;
+        }
+    };
+    let quota = device_quota(state, device);
+    let usage = state.ledger.device(device);
+    let fits = match quota {
+        None => {
+            state.ledger.reserve(device, size);
+            true
+        }
+        Some(quota) => state.ledger.try_reserve(device, size, quota),
+    };
+    if fits {
+        let (rc, ptr, taken) = on_device();
+        if rc != cudaSuccess || ptr.is_null() {
+            state.ledger.unreserve(device, size);
+            if rc != cudaSuccess {
+                usage.rejections.fetch_add(1, Ordering::Relaxed);
+                state.record(Op::Reject, api, device as i32, 0, size, Placement::Device, rc);
+            }
+            return rc;
+        }
+        // A pitched allocation can take a little more or less than estimated.
+        if taken > size {
+            state.ledger.reserve(device, taken - size);
+        } else if taken < size {
+            state.ledger.unreserve(device, size - taken);
+        }
+        let block = Block { size: taken, device, placement: Placement::Device, api, moving: false };
+        forget_stale(state.ledger.insert(ptr as usize, block), ptr);
+        usage.allocations.fetch_add(1, Ordering::Relaxed);
+        state.record(Op::Alloc, api, device as i32, ptr as usize, taken, Placement::Device, rc);
+        return rc;
+    }
+    let quota = quota.unwrap_or(0);
+    if config().spill == Spill::Off && !always_spill {
+        usage.rejections.fetch_add(1, Ordering::Relaxed);
+        state.record(Op::Reject, api, device as i32, 0, size, Placement::Device, cudaErrorMemoryAllocation);
+        info!(
+            "{} of {} refused: device {device} holds {} of its {} quota (VRAMSHARE_SPILL=off)",
+            api.name(),
+            human_bytes(size),
+            human_bytes(usage.device_bytes.load(Ordering::Relaxed)),
+            human_bytes(quota)
+        );
+        return cudaErrorMemoryAllocation;
+    }
+    spill(state, api, device, size, managed_flags, on_host)
+}
+
+/// An allocation over quota: managed memory that lives on the host and is
+/// mapped for the device.
+fn spill(state: &State, api: Api, device: u32, size: u64, flags: c_uint, on_host: impl FnOnce(*mut c_void)) -> cudaError_t {
+    let usage = state.ledger.device(device);
+    let reject = |rc: cudaError_t| {
+        usage.rejections.fetch_add(1, Ordering::Relaxed);
+        state.record(Op::Reject, api, device as i32, 0, size, Placement::Host, rc);
+        rc
+    };
+    if size > host_memory_bytes() {
+        warn!("{} of {} is larger than this machine's memory: refused", api.name(), human_bytes(size));
+        return reject(cudaErrorMemoryAllocation);
+    }
+    let mut ptr: *mut c_void = std::ptr::null_mut();
+    // SAFETY: writes a pointer we own.
+    let rc = unsafe { real::cudaMallocManaged(&mut ptr, size as usize, flags) };
+    if rc != cudaSuccess || ptr.is_null() {
+        return reject(if rc == cudaSuccess { cudaErrorMemoryAllocation } else { rc });
+    }
+    let advised = placement::place_on_host(state, ptr, size as usize, device);
+    if advised != cudaSuccess {
+        warn!("advising a spilled block of {} failed (CUDA error {advised}); it stays usable", human_bytes(size));
+    }
+    if usage.spills.fetch_add(1, Ordering::Relaxed) == 0 {
+        warn!("device {device} is at its quota: allocations now spill to host memory (the job slows down instead of failing)");
+    }
+    let block = Block { size, device, placement: Placement::Host, api, moving: false };
+    forget_stale(state.ledger.insert(ptr as usize, block), ptr);
+    usage.allocations.fetch_add(1, Ordering::Relaxed);
+    state.record(Op::Alloc, api, device as i32, ptr as usize, size, Placement::Host, cudaSuccess);
+    on_host(ptr);
+    cudaSuccess
+}
+
+fn forget_stale(stale: Option<Block>, ptr: *mut c_void) {
+    if let Some(stale) = stale {
+        info!("{ptr:p} was handed out again while still recorded ({} from {}); the old record is dropped", human_bytes(stale.size), stale.api.name());
+    }
+}
+
+fn host_memory_bytes() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    if pages <= 0 || page <= 0 {
+        return u64::MAX;
+    }
+    pages as u64 * page as u64
+}
+
+/// `cudaMalloc`, `cudaMallocAsync`, `cudaMallocFromPoolAsync` and their kin.
+///
+/// # Safety
+/// `out` is the caller's pointer, as CUDA would receive it.
+pub unsafe fn malloc(api: Api, out: *mut *mut c_void, size: usize, real_alloc: impl FnOnce(*mut *mut c_void) -> cudaError_t) -> cudaError_t {
+    if out.is_null() {
+        return real_alloc(out);
+    }
+    allocate(Request {
+        api,
+        size: size as u64,
+        on_device: || {
+            let rc = real_alloc(out);
+            (rc, if rc == cudaSuccess { unsafe { *out } } else { std::ptr::null_mut() }, size as u64)
+        },
+        on_host: |ptr| unsafe { *out = ptr },
+        managed_flags: cudaMemAttachGlobal,
+        always_spill: false,
+    })
+}
+
+/// The caller's own managed memory counts against the quota while it fits;
+/// beyond, it is advised to live on the host (spill mode or not: managed
+/// memory may live there by nature).
+///
+/// # Safety
+/// `out` is the caller's pointer, as CUDA would receive it.
+pub unsafe fn malloc_managed(out: *mut *mut c_void, size: usize, flags: c_uint) -> cudaError_t {
+    if out.is_null() {
+        return unsafe { real::cudaMallocManaged(out, size, flags) };
+    }
+    allocate(Request {
+        api: Api::cudaMallocManaged,
+        size: size as u64,
+        on_device: || {
+            let rc = unsafe { real::cudaMallocManaged(out, size, flags) };
+            (rc, if rc == cudaSuccess { unsafe { *out } } else { std::ptr::null_mut() }, size as u64)
+        },
+        on_host: |ptr| unsafe { *out = ptr },
+        managed_flags: flags,
+        always_spill: true,
+    })
+}
+
+/// The pitch CUDA picks for a row of `width` bytes, for reserving before the
+/// call; corrected from the real pitch after it.
+const PITCH_ALIGN: usize = 512;
+
+fn estimated_pitch(width: usize) -> Option<usize> {
+    width.checked_next_multiple_of(PITCH_ALIGN)
+}
+
+/// # Safety
+/// The pointers are the caller's, as CUDA would receive them.
+pub unsafe fn malloc_pitch(out: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize) -> cudaError_t {
+    let estimate = estimated_pitch(width).and_then(|p| Some((p, p.checked_mul(height)?)));
+    let (Some((est_pitch, size)), false, false) = (estimate, out.is_null(), pitch.is_null()) else {
+        return unsafe { real::cudaMallocPitch(out, pitch, width, height) };
+    };
+    allocate(Request {
+        api: Api::cudaMallocPitch,
+        size: size as u64,
+        on_device: || unsafe {
+            let rc = real::cudaMallocPitch(out, pitch, width, height);
+            if rc == cudaSuccess {
+                (rc, *out, (*pitch as u64).saturating_mul(height as u64))
+            } else {
+                (rc, std::ptr::null_mut(), 0)
+            }
+        },
+        on_host: |ptr| unsafe {
+            *out = ptr;
+            *pitch = est_pitch;
+        },
+        managed_flags: cudaMemAttachGlobal,
+        always_spill: false,
+    })
+}
+
+/// # Safety
+/// `pitched` is the caller's pointer, as CUDA would receive it.
+pub unsafe fn malloc_3d(pitched: *mut cudaPitchedPtr, extent: cudaExtent) -> cudaError_t {
+    let estimate = estimated_pitch(extent.width)
+        .and_then(|p| Some((p, p.checked_mul(extent.height)?.checked_mul(extent.depth)?)));
+    let (Some((est_pitch, size)), false) = (estimate, pitched.is_null()) else {
+        return unsafe { real::cudaMalloc3D(pitched, extent) };
+    };
+    allocate(Request {
+        api: Api::cudaMalloc3D,
+        size: size as u64,
+        on_device: || unsafe {
+            let rc = real::cudaMalloc3D(pitched, extent);
+            if rc == cudaSuccess {
+                let p = *pitched;
+                (rc, p.ptr, (p.pitch as u64).saturating_mul((extent.height * extent.depth) as u64))
+            } else {
+                (rc, std::ptr::null_mut(), 0)
+            }
+        },
+        on_host: |ptr| unsafe {
+            *pitched = cudaPitchedPtr { ptr, pitch: est_pitch, xsize: extent.width, ysize: extent.height };
+        },
+        managed_flags: cudaMemAttachGlobal,
+        always_spill: false,
+    })
+}
+
+/// `cudaFree` and `cudaFreeAsync`. A spilled block is managed memory and is
+/// always given back with `cudaFree` (which waits for the device first, as
+/// the stream order of `cudaFreeAsync` requires). A pointer the shim did not
+/// hand out goes to the real function, which answers for it.
+///
+/// # Safety
+/// `ptr` is the caller's pointer, as CUDA would receive it.
+pub unsafe fn free(api: Api, ptr: *mut c_void, real_free: impl FnOnce(*mut c_void) -> cudaError_t) -> cudaError_t {
+    if ptr.is_null() {
+        // cudaFree(0) is how programs make the context: nothing to account.
+        return real_free(ptr);
+    }
+    let state = state();
+    let block = loop {
+        match state.ledger.take(ptr as usize) {
+            Taken::Block(block) => break block,
+            Taken::Moving => std::thread::yield_now(),
+            Taken::Unknown => {
+                let rc = real_free(ptr);
+                state.record(Op::Free, api, -1, ptr as usize, 0, Placement::Unknown, rc);
+                info!("{} of {ptr:p}, which vramshare did not hand out (or was freed already): CUDA answered {rc}", api.name());
+                return rc;
+            }
+        }
+    };
+    let rc = if block.placement == Placement::Host && api != Api::cudaFree {
+        unsafe { real::cudaFree(ptr) }
+    } else {
+        real_free(ptr)
+    };
+    state.record(Op::Free, api, block.device as i32, ptr as usize, block.size, block.placement, rc);
+    if block.placement == Placement::Device {
+        promote(state, block.device);
+    }
+    rc
+}
+
+/// Brings spilled blocks back onto `device`, largest first, while they fit
+/// under its quota.
+fn promote(state: &State, device: u32) {
+    let usage = state.ledger.device(device);
+    if usage.spilled_bytes.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let Some(quota) = device_quota(state, device) else { return };
+    let room = quota.saturating_sub(usage.device_bytes.load(Ordering::Acquire));
+    for (size, ptr) in state.ledger.promotion_candidates(device, room) {
+        if !state.ledger.try_reserve(device, size, quota) {
+            continue;
+        }
+        if !state.ledger.begin_promotion(ptr) {
+            state.ledger.unreserve(device, size);
+            continue;
+        }
+        let rc = placement::move_to_device(state, ptr as *mut c_void, size as usize, device);
+        state.ledger.end_move(ptr);
+        state.record(Op::Promote, Api::cudaMemPrefetchAsync, device as i32, ptr, size, Placement::Device, rc);
+        debug!("promoted {} at {ptr:#x} to device {device} (rc {rc})", human_bytes(size));
+    }
+}
+
+/// `cudaMemGetInfo` as the quota sees it: total = min(quota, physical),
+/// free = min(quota - in use, physical free), never below zero.
+///
+/// # Safety
+/// The pointers are the caller's, as CUDA would receive them.
+pub unsafe fn mem_get_info(free: *mut usize, total: *mut usize) -> cudaError_t {
+    let rc = unsafe { real::cudaMemGetInfo(free, total) };
+    if rc != cudaSuccess || free.is_null() || total.is_null() {
+        return rc;
+    }
+    let state = state();
+    let Ok(device) = current_device() else { return rc };
+    if let Some(quota) = device_quota(state, device) {
+        let used = state.ledger.device(device).device_bytes.load(Ordering::Acquire);
+        let quota = usize::try_from(quota).unwrap_or(usize::MAX);
+        let used = usize::try_from(used).unwrap_or(usize::MAX);
+        unsafe {
+            *total = (*total).min(quota);
+            *free = (*free).min(quota.saturating_sub(used));
+        }
+    }
+    rc
+}

@@ -1,0 +1,144 @@
+//! The process's state: configuration, ledger, trace and per-device caches.
+//!
+//! The configuration is read when the library is loaded (so that a malformed
+//! variable stops the job before it starts); everything else is made on the
+//! first hooked call, so a process that never calls CUDA pays nothing more.
+//! After `fork` the child gets a fresh state of its own: it is a new process
+//! with its own quota, and whatever locks the parent's other threads held at
+//! the moment of the fork stay behind in the parent's copy, never touched.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use crate::config::{Config, MAX_DEVICES};
+use crate::hooks::Api;
+use crate::ledger::Ledger;
+use crate::trace::{Op, Placement, TraceLog};
+
+pub struct State {
+    pub pid: u32,
+    pub ledger: Ledger,
+    pub trace: TraceLog,
+    /// Resolved quota per device: `QUOTA_UNRESOLVED` until first use,
+    /// `QUOTA_NONE` for no limit.
+    quotas: Vec<AtomicU64>,
+    /// The shim's own non-blocking stream per device, made on first promotion.
+    pub streams: Vec<AtomicPtr<c_void>>,
+    /// The runtime's major version (12, 13), 0 until asked.
+    pub runtime_major: AtomicI32,
+    pub runtime_version: AtomicI32,
+}
+
+pub const QUOTA_UNRESOLVED: u64 = u64::MAX;
+pub const QUOTA_NONE: u64 = u64::MAX - 1;
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
+static PROCESS_HOOKS: std::sync::Once = std::sync::Once::new();
+
+/// Reads and checks the variables; on a malformed one, says so and exits 2.
+pub fn load_config() -> &'static Config {
+    CONFIG.get_or_init(|| match Config::from_env() {
+        Ok(config) => config,
+        Err(error) => {
+            let line = format!("{error}\n");
+            // SAFETY: write to stderr, then leave before the job runs.
+            unsafe {
+                libc::write(2, line.as_ptr().cast(), line.len());
+                libc::_exit(2);
+            }
+        }
+    })
+}
+
+pub fn config() -> &'static Config {
+    load_config()
+}
+
+/// The state, made on first use.
+pub fn state() -> &'static State {
+    let current = STATE.load(Ordering::Acquire);
+    if !current.is_null() {
+        // SAFETY: states are leaked, never freed.
+        return unsafe { &*current };
+    }
+    let fresh = Box::into_raw(Box::new(State::new()));
+    match STATE.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {
+            PROCESS_HOOKS.call_once(install_process_hooks);
+            // SAFETY: just stored; leaked for the life of the process.
+            unsafe { &*fresh }
+        }
+        Err(winner) => {
+            // SAFETY: ours was never shared.
+            drop(unsafe { Box::from_raw(fresh) });
+            // SAFETY: leaked, never freed.
+            unsafe { &*winner }
+        }
+    }
+}
+
+/// Whether this process has called CUDA through the shim (and so has a trace).
+pub fn started() -> Option<&'static State> {
+    let current = STATE.load(Ordering::Acquire);
+    // SAFETY: states are leaked, never freed.
+    (!current.is_null()).then(|| unsafe { &*current })
+}
+
+extern "C" fn after_fork_in_child() {
+    // The parent's state is left as it is (it may hold locks of threads that
+    // do not exist here); the child starts empty on its next CUDA call.
+    STATE.store(std::ptr::null_mut(), Ordering::Release);
+}
+
+extern "C" fn at_exit() {
+    if let Some(state) = started() {
+        crate::report::write_trace_at_exit(state);
+    }
+}
+
+fn install_process_hooks() {
+    // SAFETY: registering plain extern "C" functions that never unwind.
+    unsafe {
+        libc::pthread_atfork(None, None, Some(after_fork_in_child));
+        libc::atexit(at_exit);
+    }
+    // A panic inside the shim is reported through the shim's log, once, in
+    // one line; `guard::hooked` then passes the call through.
+    std::panic::set_hook(Box::new(|info| error!("{info}")));
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl State {
+    pub fn new() -> State {
+        State {
+            // SAFETY: getpid cannot fail.
+            pid: unsafe { libc::getpid() } as u32,
+            ledger: Ledger::new(),
+            trace: TraceLog::default(),
+            quotas: (0..MAX_DEVICES).map(|_| AtomicU64::new(QUOTA_UNRESOLVED)).collect(),
+            streams: (0..MAX_DEVICES).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            runtime_major: AtomicI32::new(0),
+            runtime_version: AtomicI32::new(0),
+        }
+    }
+
+    pub fn cached_quota(&self, device: u32) -> u64 {
+        self.quotas[device as usize].load(Ordering::Acquire)
+    }
+
+    pub fn cache_quota(&self, device: u32, quota: u64) {
+        self.quotas[device as usize].store(quota, Ordering::Release);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn record(&self, op: Op, api: Api, device: i32, ptr: usize, size: u64, placement: Placement, rc: i32) {
+        self.trace.record(self.pid, op, api, device, ptr, size, placement, rc);
+    }
+}
