@@ -25,6 +25,9 @@ pub struct Block {
     pub device: u32,
     pub placement: Placement,
     pub api: Api,
+    /// Managed memory (spilled by the shim, or the caller's own): given back
+    /// with `cudaFree` whatever its placement now.
+    pub managed: bool,
     /// A promotion is changing this block's placement: a free waits for it,
     /// so that the address is not reused while CUDA is still advising it.
     pub moving: bool,
@@ -170,12 +173,13 @@ impl Ledger {
         picked
     }
 
-    /// Marks a spilled block as moving onto its device, whose bytes the caller
-    /// has reserved; it stops counting as spilled. False if it is gone, already
-    /// moving, or not spilled.
-    pub fn begin_promotion(&self, ptr: usize) -> bool {
+    /// Marks a spilled block of `size` bytes as moving onto its device, whose
+    /// bytes the caller has reserved; it stops counting as spilled. False if
+    /// it is gone, already moving, or not spilled, or if its address now
+    /// holds another block (freed and handed out again since it was picked).
+    pub fn begin_promotion(&self, ptr: usize, size: u64) -> bool {
         let Some(mut block) = self.blocks.get_mut(&ptr) else { return false };
-        if block.moving || block.placement != Placement::Host {
+        if block.moving || block.placement != Placement::Host || block.size != size {
             return false;
         }
         block.moving = true;
@@ -218,7 +222,7 @@ mod tests {
     use super::*;
 
     fn block(size: u64, placement: Placement) -> Block {
-        Block { size, device: 0, placement, api: Api::cudaMalloc, moving: false }
+        Block { size, device: 0, placement, api: Api::cudaMalloc, managed: placement == Placement::Host, moving: false }
     }
 
     #[test]
@@ -255,8 +259,9 @@ mod tests {
             ledger.insert(ptr, block(size, Placement::Host));
         }
         assert_eq!(ledger.promotion_candidates(0, 75), vec![(50, 0x1), (20, 0x3)]);
-        assert!(ledger.begin_promotion(0x1));
-        assert!(!ledger.begin_promotion(0x1), "already moving");
+        assert!(!ledger.begin_promotion(0x1, 49), "another block at that address");
+        assert!(ledger.begin_promotion(0x1, 50));
+        assert!(!ledger.begin_promotion(0x1, 50), "already moving");
         assert!(matches!(ledger.take(0x1), Taken::Moving));
         ledger.end_move(0x1);
         assert_eq!(ledger.device(0).spilled_bytes.load(Ordering::Relaxed), 130);

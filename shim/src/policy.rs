@@ -106,7 +106,8 @@ where
         } else if taken < size {
             state.ledger.unreserve(device, size - taken);
         }
-        let block = Block { size: taken, device, placement: Placement::Device, api, moving: false };
+        let managed = api == Api::cudaMallocManaged;
+        let block = Block { size: taken, device, placement: Placement::Device, api, managed, moving: false };
         forget_stale(state.ledger.insert(ptr as usize, block), ptr);
         usage.allocations.fetch_add(1, Ordering::Relaxed);
         state.record(Op::Alloc, api, device as i32, ptr as usize, taken, Placement::Device, rc);
@@ -154,7 +155,7 @@ fn spill(state: &State, api: Api, device: u32, size: u64, flags: c_uint, on_host
     if usage.spills.fetch_add(1, Ordering::Relaxed) == 0 {
         warn!("device {device} is at its quota: allocations now spill to host memory (the job slows down instead of failing)");
     }
-    let block = Block { size, device, placement: Placement::Host, api, moving: false };
+    let block = Block { size, device, placement: Placement::Host, api, managed: true, moving: false };
     forget_stale(state.ledger.insert(ptr as usize, block), ptr);
     usage.allocations.fetch_add(1, Ordering::Relaxed);
     state.record(Op::Alloc, api, device as i32, ptr as usize, size, Placement::Host, cudaSuccess);
@@ -284,8 +285,8 @@ pub unsafe fn malloc_3d(pitched: *mut cudaPitchedPtr, extent: cudaExtent) -> cud
     })
 }
 
-/// `cudaFree` and `cudaFreeAsync`. A spilled block is managed memory and is
-/// always given back with `cudaFree` (which waits for the device first, as
+/// `cudaFree` and `cudaFreeAsync`. A spilled block is managed memory (also
+/// once promoted) and is always given back with `cudaFree` (which waits for the device first, as
 /// the stream order of `cudaFreeAsync` requires). A pointer the shim did not
 /// hand out goes to the real function, which answers for it.
 ///
@@ -309,7 +310,7 @@ pub unsafe fn free(api: Api, ptr: *mut c_void, real_free: impl FnOnce(*mut c_voi
             }
         }
     };
-    let rc = if block.placement == Placement::Host && api != Api::cudaFree {
+    let rc = if block.managed && api != Api::cudaFree {
         unsafe { real::cudaFree(ptr) }
     } else {
         real_free(ptr)
@@ -334,7 +335,7 @@ fn promote(state: &State, device: u32) {
         if !state.ledger.try_reserve(device, size, quota) {
             continue;
         }
-        if !state.ledger.begin_promotion(ptr) {
+        if !state.ledger.begin_promotion(ptr, size) {
             state.ledger.unreserve(device, size);
             continue;
         }

@@ -1,0 +1,24 @@
+/* The CUDA runtime declarations the test clients use, written out so that
+ * the clients build without NVIDIA's headers (against the fake runtime or
+ * the real libcudart.so.13 alike). */
+#include <stddef.h>
+
+typedef int cudaError_t;
+typedef void *cudaStream_t;
+typedef void *cudaMemPool_t;
+struct cudaExtent { size_t width, height, depth; };
+struct cudaPitchedPtr { void *ptr; size_t pitch, xsize, ysize; };
+
+cudaError_t cudaMalloc(void **p, size_t size);
+cudaError_t cudaMallocManaged(void **p, size_t size, unsigned flags);
+cudaError_t cudaMallocPitch(void **p, size_t *pitch, size_t width, size_t height);
+cudaError_t cudaMalloc3D(struct cudaPitchedPtr *p, struct cudaExtent extent);
+cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s);
+cudaError_t cudaMallocAsync_ptsz(void **p, size_t size, cudaStream_t s);
+cudaError_t cudaMallocFromPoolAsync(void **p, size_t size, cudaMemPool_t pool, cudaStream_t s);
+cudaError_t cudaMallocFromPoolAsync_ptsz(void **p, size_t size, cudaMemPool_t pool, cudaStream_t s);
+cudaError_t cudaFree(void *p);
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
+cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s);
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total);
+cudaError_t cudaSetDevice(int device);

@@ -1,0 +1,237 @@
+//! Test harness: builds the fake CUDA runtimes and the C clients, and runs a
+//! client under `LD_PRELOAD=libvramshare.so` the way a user runs a job.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+pub const MIB: u64 = 1 << 20;
+
+/// The repository's `tests/` folder.
+pub fn tests_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests")
+}
+
+/// The shim under test: cargo builds the package's cdylib next to the test
+/// binaries before it runs them.
+pub fn shim_library() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let path = exe.parent().unwrap().join("libvramshare.so");
+    assert!(path.exists(), "{} is missing: build with cargo test from the workspace", path.display());
+    path
+}
+
+pub fn cc(args: &[&str]) {
+    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+    let output = Command::new(&compiler).args(args).output().unwrap_or_else(|e| panic!("cannot run {compiler}: {e}"));
+    assert!(
+        output.status.success(),
+        "{compiler} {args:?} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A CUDA runtime for the clients: one of the fakes, or NVIDIA's real one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runtime {
+    Fake13,
+    Fake12,
+}
+
+/// Where this test binary keeps what it compiled (one folder per binary, so
+/// that binaries running at once never build into each other's files).
+fn build_root() -> PathBuf {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("c-{}", env!("CARGO_CRATE_NAME")));
+    std::fs::create_dir_all(&root).unwrap();
+    root
+}
+
+/// Builds the clients in `dir` against the `libcudart.so` found there.
+pub fn build_clients(dir: &Path) {
+    let include = format!("-I{}", tests_dir().join("clients").display());
+    let lib_dir = format!("-L{}", dir.display());
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    for client in ["client", "stress"] {
+        let source = tests_dir().join(format!("clients/{client}.c"));
+        let out = dir.join(client);
+        cc(&["-O1", "-o", out.to_str().unwrap(), source.to_str().unwrap(), &include, &lib_dir, &rpath, "-lcudart", "-lpthread"]);
+    }
+}
+
+/// Builds a fake runtime (with NVIDIA's symbol version node) and the clients
+/// linked against it, once per test binary.
+pub fn fake_dir(runtime: Runtime) -> &'static Path {
+    static BUILT: OnceLock<HashMap<u32, PathBuf>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let mut dirs = HashMap::new();
+        for major in [12u32, 13] {
+            let dir = build_root().join(format!("fake{major}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let soname = format!("libcudart.so.{major}");
+            let script = dir.join("cudart.map");
+            std::fs::write(&script, format!("{soname} {{ global: cuda*; local: *; }};\n")).unwrap();
+            let library = dir.join(&soname);
+            cc(&[
+                "-O1",
+                "-shared",
+                "-fPIC",
+                &format!("-DFAKE_CUDA_MAJOR={major}"),
+                "-o",
+                library.to_str().unwrap(),
+                tests_dir().join("fake/cudart.c").to_str().unwrap(),
+                &format!("-Wl,-soname,{soname}"),
+                &format!("-Wl,--version-script,{}", script.display()),
+                "-lpthread",
+            ]);
+            let link = dir.join("libcudart.so");
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&soname, &link).unwrap();
+            build_clients(&dir);
+            dirs.insert(major, dir);
+        }
+        dirs
+    });
+    match runtime {
+        Runtime::Fake13 => &built[&13],
+        Runtime::Fake12 => &built[&12],
+    }
+}
+
+/// What one run of a client left behind.
+pub struct Run {
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    /// The fake runtime's log of every call it received.
+    pub calls: Vec<String>,
+    /// Trace files written, by pid.
+    pub traces: HashMap<u32, Value>,
+    pub dir: tempfile::TempDir,
+}
+
+impl Run {
+    /// The line the client printed for step `prefix` (for example "malloc a").
+    pub fn line(&self, prefix: &str) -> &str {
+        let wanted = format!("{prefix} ");
+        self.stdout
+            .lines()
+            .find(|l| l.starts_with(&wanted))
+            .unwrap_or_else(|| panic!("no line {prefix:?} in:\n{}\nstderr:\n{}", self.stdout, self.stderr))
+    }
+
+    /// A `key=value` field of that line.
+    pub fn field(&self, prefix: &str, key: &str) -> String {
+        let line = self.line(prefix);
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
+            .to_string()
+    }
+
+    pub fn rc(&self, prefix: &str) -> i32 {
+        self.field(prefix, "rc").parse().unwrap()
+    }
+
+    pub fn number(&self, prefix: &str, key: &str) -> u64 {
+        self.field(prefix, key).parse().unwrap()
+    }
+
+    /// The only trace written (panics if there is not exactly one).
+    pub fn trace(&self) -> &Value {
+        assert_eq!(self.traces.len(), 1, "traces: {:?}\nstderr:\n{}", self.traces.keys(), self.stderr);
+        self.traces.values().next().unwrap()
+    }
+
+    /// Calls the fake runtime received whose line contains every word given.
+    pub fn calls_with(&self, words: &[&str]) -> Vec<&String> {
+        self.calls.iter().filter(|c| words.iter().all(|w| c.split_whitespace().any(|x| x == *w))).collect()
+    }
+
+    /// The trace's events of `op` in order.
+    pub fn events(&self, op: &str) -> Vec<Value> {
+        self.trace()["events"].as_array().unwrap().iter().filter(|e| e["op"] == op).cloned().collect()
+    }
+
+    pub fn assert_ok(&self) {
+        assert!(self.status.success(), "client failed: {:?}\nstdout:\n{}\nstderr:\n{}", self.status, self.stdout, self.stderr);
+    }
+}
+
+/// Runs `program` (a file in `dir`) with `args` under the shim, with the
+/// given variables on top of a clean environment (no VRAMSHARE_* inherited).
+pub fn run_in(dir: &Path, program: &str, args: &[&str], env: &[(&str, &str)], preload: bool) -> Run {
+    let work = tempfile::tempdir().unwrap();
+    let log = work.path().join("calls.log");
+    let mut command = Command::new(dir.join(program));
+    command.args(args);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("VRAMSHARE_") || key.starts_with("FAKE_CUDA_") || key == "LD_PRELOAD" {
+            command.env_remove(key);
+        }
+    }
+    command.env("FAKE_CUDA_LOG", &log);
+    command.env("VRAMSHARE_TRACE", work.path().join("trace-%p.json"));
+    if preload {
+        command.env("LD_PRELOAD", shim_library());
+    }
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command.output().expect("run client");
+    collect(output, work, &log)
+}
+
+pub fn collect(output: std::process::Output, work: tempfile::TempDir, log: &Path) -> Run {
+    let calls = std::fs::read_to_string(log).unwrap_or_default().lines().map(str::to_string).collect();
+    let mut traces = HashMap::new();
+    for entry in std::fs::read_dir(work.path()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if let Some(pid) = name.strip_prefix("trace-").and_then(|n| n.strip_suffix(".json")) {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let value: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name} is not JSON ({e}):\n{text}"));
+            traces.insert(pid.parse().unwrap(), value);
+        }
+    }
+    Run {
+        status: output.status,
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        calls,
+        traces,
+        dir: work,
+    }
+}
+
+/// Runs the test client on a fake runtime under the shim.
+pub fn client(runtime: Runtime, env: &[(&str, &str)], steps: &[&str]) -> Run {
+    run_in(fake_dir(runtime), "client", steps, env, true)
+}
+
+pub fn hex(ptr: &str) -> u64 {
+    u64::from_str_radix(ptr.trim_start_matches("0x"), 16).unwrap()
+}
+
+/// NVIDIA's runtime from PyPI's `nvidia-cuda-runtime` wheel, unpacked by
+/// `scripts/fetch-cuda-runtime` (or where `VRAMSHARE_CUDA_RUNTIME` points).
+/// Missing: the test is skipped with a notice, unless
+/// `VRAMSHARE_REQUIRE_REAL_CUDART` is set (as in CI), where it fails.
+pub fn nvidia_runtime() -> Option<PathBuf> {
+    let root = std::env::var_os("VRAMSHARE_CUDA_RUNTIME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/nvidia-cuda-runtime"));
+    let cu13 = root.join("nvidia/cu13");
+    if cu13.join("lib/libcudart.so.13").exists() {
+        return Some(cu13);
+    }
+    let message = format!("NVIDIA's libcudart.so.13 is not at {}: run scripts/fetch-cuda-runtime", cu13.display());
+    if std::env::var_os("VRAMSHARE_REQUIRE_REAL_CUDART").is_some() {
+        panic!("{message}");
+    }
+    eprintln!("skipped: {message}");
+    None
+}
