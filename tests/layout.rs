@@ -38,41 +38,101 @@ int main(void) {
     )
     .unwrap();
     let exe = dir.join("layout");
-    cc(&["-std=c11", "-include", "stddef.h", "-o", exe.to_str().unwrap(), source.to_str().unwrap(), &format!("-I{}", cu13.join("include").display())]);
+    cc(&[
+        "-std=c11",
+        "-include",
+        "stddef.h",
+        "-o",
+        exe.to_str().unwrap(),
+        source.to_str().unwrap(),
+        &format!("-I{}", cu13.join("include").display()),
+    ]);
     let output = std::process::Command::new(&exe).output().unwrap();
     let text = String::from_utf8(output.stdout).unwrap();
-    let nvidia: std::collections::HashMap<&str, i64> =
-        text.lines().map(|l| l.rsplit_once(' ').unwrap()).map(|(k, v)| (k, v.parse().unwrap())).collect();
+    let nvidia: std::collections::HashMap<&str, i64> = text
+        .lines()
+        .map(|l| l.rsplit_once(' ').unwrap())
+        .map(|(k, v)| (k, v.parse().unwrap()))
+        .collect();
     let ours: [(&str, i64); 27] = [
         ("cudaSuccess", cudaSuccess as i64),
         ("cudaErrorInvalidValue", cudaErrorInvalidValue as i64),
-        ("cudaErrorMemoryAllocation", cudaErrorMemoryAllocation as i64),
-        ("cudaErrorInitializationError", cudaErrorInitializationError as i64),
-        ("cudaErrorInsufficientDriver", cudaErrorInsufficientDriver as i64),
+        (
+            "cudaErrorMemoryAllocation",
+            cudaErrorMemoryAllocation as i64,
+        ),
+        (
+            "cudaErrorInitializationError",
+            cudaErrorInitializationError as i64,
+        ),
+        (
+            "cudaErrorInsufficientDriver",
+            cudaErrorInsufficientDriver as i64,
+        ),
         ("cudaErrorNoDevice", cudaErrorNoDevice as i64),
         ("cudaErrorNotSupported", cudaErrorNotSupported as i64),
-        ("cudaMemAdviseSetPreferredLocation", cudaMemAdviseSetPreferredLocation as i64),
-        ("cudaMemAdviseSetAccessedBy", cudaMemAdviseSetAccessedBy as i64),
-        ("cudaMemLocationTypeDevice", cudaMemLocationTypeDevice as i64),
+        (
+            "cudaMemAdviseSetPreferredLocation",
+            cudaMemAdviseSetPreferredLocation as i64,
+        ),
+        (
+            "cudaMemAdviseSetAccessedBy",
+            cudaMemAdviseSetAccessedBy as i64,
+        ),
+        (
+            "cudaMemLocationTypeDevice",
+            cudaMemLocationTypeDevice as i64,
+        ),
         ("cudaMemLocationTypeHost", cudaMemLocationTypeHost as i64),
-        ("cudaMemLocationTypeHostNuma", cudaMemLocationTypeHostNuma as i64),
+        (
+            "cudaMemLocationTypeHostNuma",
+            cudaMemLocationTypeHostNuma as i64,
+        ),
         ("cudaCpuDeviceId", cudaCpuDeviceId as i64),
         ("cudaMemAttachGlobal", cudaMemAttachGlobal as i64),
         ("cudaMemAttachHost", cudaMemAttachHost as i64),
         ("cudaStreamNonBlocking", cudaStreamNonBlocking as i64),
         ("sizeof(cudaError_t)", size_of::<cudaError_t>() as i64),
-        ("sizeof(enum cudaMemoryAdvise)", size_of::<cudaMemoryAdvise>() as i64),
+        (
+            "sizeof(enum cudaMemoryAdvise)",
+            size_of::<cudaMemoryAdvise>() as i64,
+        ),
         ("sizeof(cudaStream_t)", size_of::<cudaStream_t>() as i64),
-        ("sizeof(struct cudaMemLocation)", size_of::<cudaMemLocation>() as i64),
-        ("_Alignof(struct cudaMemLocation)", align_of::<cudaMemLocation>() as i64),
+        (
+            "sizeof(struct cudaMemLocation)",
+            size_of::<cudaMemLocation>() as i64,
+        ),
+        (
+            "_Alignof(struct cudaMemLocation)",
+            align_of::<cudaMemLocation>() as i64,
+        ),
         ("sizeof(struct cudaExtent)", size_of::<cudaExtent>() as i64),
-        ("sizeof(struct cudaPitchedPtr)", size_of::<cudaPitchedPtr>() as i64),
-        ("offsetof(struct cudaMemLocation, id)", std::mem::offset_of!(cudaMemLocation, id) as i64),
-        ("offsetof(struct cudaPitchedPtr, pitch)", std::mem::offset_of!(cudaPitchedPtr, pitch) as i64),
-        ("offsetof(struct cudaPitchedPtr, ysize)", std::mem::offset_of!(cudaPitchedPtr, ysize) as i64),
-        ("offsetof(struct cudaExtent, depth)", std::mem::offset_of!(cudaExtent, depth) as i64),
+        (
+            "sizeof(struct cudaPitchedPtr)",
+            size_of::<cudaPitchedPtr>() as i64,
+        ),
+        (
+            "offsetof(struct cudaMemLocation, id)",
+            std::mem::offset_of!(cudaMemLocation, id) as i64,
+        ),
+        (
+            "offsetof(struct cudaPitchedPtr, pitch)",
+            std::mem::offset_of!(cudaPitchedPtr, pitch) as i64,
+        ),
+        (
+            "offsetof(struct cudaPitchedPtr, ysize)",
+            std::mem::offset_of!(cudaPitchedPtr, ysize) as i64,
+        ),
+        (
+            "offsetof(struct cudaExtent, depth)",
+            std::mem::offset_of!(cudaExtent, depth) as i64,
+        ),
     ];
     for (name, value) in ours {
-        assert_eq!(nvidia.get(name), Some(&value), "{name}: NVIDIA's header against cudart-sys\n{text}");
+        assert_eq!(
+            nvidia.get(name),
+            Some(&value),
+            "{name}: NVIDIA's header against cudart-sys\n{text}"
+        );
     }
 }

@@ -10,22 +10,28 @@ use serde_json::Value;
 
 const Q32: &str = "32MiB";
 
-fn quota(q: &str) -> [(&'static str, String); 1] {
-    [("VRAMSHARE_QUOTA", q.to_string())]
-}
-
-fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> &'a [(&'a str, &'a str)] {
-    pairs
-}
-
 #[test]
 fn under_quota_allocations_stay_on_the_device() {
-    let run = client(Runtime::Fake13, env(&[("VRAMSHARE_QUOTA", "64MiB")]), &["malloc:a:16M", "malloc:b:16M", "touch:a", "free:a", "free:b"]);
+    let run = client(
+        Runtime::Fake13,
+        &[("VRAMSHARE_QUOTA", "64MiB")],
+        &[
+            "malloc:a:16M",
+            "malloc:b:16M",
+            "touch:a",
+            "free:a",
+            "free:b",
+        ],
+    );
     run.assert_ok();
     assert_eq!(run.rc("malloc a"), 0);
     assert_eq!(run.rc("malloc b"), 0);
     assert_eq!(run.calls_with(&["cudaMalloc"]).len(), 2);
-    assert!(run.calls_with(&["cudaMallocManaged"]).is_empty(), "{:#?}", run.calls);
+    assert!(
+        run.calls_with(&["cudaMallocManaged"]).is_empty(),
+        "{:#?}",
+        run.calls
+    );
     let trace = run.trace();
     assert_eq!(trace["schema"], "vramshare-trace/1");
     let process = &trace["processes"][0];
@@ -35,24 +41,71 @@ fn under_quota_allocations_stay_on_the_device() {
     assert_eq!(process["leaked"], Value::Array(vec![]));
     let allocs = run.events("alloc");
     assert_eq!(allocs.len(), 2);
-    assert!(allocs.iter().all(|e| e["placement"] == "device" && e["api"] == "cudaMalloc" && e["size"] == 16 * MIB));
-    assert_eq!(allocs[0]["ptr"].as_str().map(hex), Some(hex(&run.field("malloc a", "ptr"))));
+    assert!(allocs
+        .iter()
+        .all(|e| e["placement"] == "device" && e["api"] == "cudaMalloc" && e["size"] == 16 * MIB));
+    assert_eq!(
+        allocs[0]["ptr"].as_str().map(hex),
+        Some(hex(&run.field("malloc a", "ptr")))
+    );
     assert_eq!(run.events("free").len(), 2);
 }
 
 fn assert_spilled_with_advice(run: &Run, abi: &str) {
     run.assert_ok();
     assert_eq!(run.rc("malloc a"), 0);
-    assert_eq!(run.rc("malloc b"), 0, "over quota with spill host still succeeds");
-    assert_eq!(run.line("touch b"), "touch b ok", "the spilled block is usable memory");
+    assert_eq!(
+        run.rc("malloc b"),
+        0,
+        "over quota with spill host still succeeds"
+    );
+    assert_eq!(
+        run.line("touch b"),
+        "touch b ok",
+        "the spilled block is usable memory"
+    );
     let ptr = run.field("malloc b", "ptr");
-    let managed = run.calls_with(&["cudaMallocManaged", &format!("size={}", 16 * MIB), "flags=1"]);
+    let managed = run.calls_with(&[
+        "cudaMallocManaged",
+        &format!("size={}", 16 * MIB),
+        "flags=1",
+    ]);
     assert_eq!(managed.len(), 1, "{:#?}", run.calls);
     let abi = format!("abi={abi}");
     let ptr_word = format!("ptr={ptr}");
-    assert_eq!(run.calls_with(&["cudaMemAdvise", &abi, &ptr_word, "advice=3", "loc=host", "rc=0"]).len(), 1, "{:#?}", run.calls);
-    assert_eq!(run.calls_with(&["cudaMemAdvise", &abi, &ptr_word, "advice=5", "loc=device:0", "rc=0"]).len(), 1, "{:#?}", run.calls);
-    let spilled: Vec<Value> = run.events("alloc").into_iter().filter(|e| e["placement"] == "host").collect();
+    assert_eq!(
+        run.calls_with(&[
+            "cudaMemAdvise",
+            &abi,
+            &ptr_word,
+            "advice=3",
+            "loc=host",
+            "rc=0"
+        ])
+        .len(),
+        1,
+        "{:#?}",
+        run.calls
+    );
+    assert_eq!(
+        run.calls_with(&[
+            "cudaMemAdvise",
+            &abi,
+            &ptr_word,
+            "advice=5",
+            "loc=device:0",
+            "rc=0"
+        ])
+        .len(),
+        1,
+        "{:#?}",
+        run.calls
+    );
+    let spilled: Vec<Value> = run
+        .events("alloc")
+        .into_iter()
+        .filter(|e| e["placement"] == "host")
+        .collect();
     assert_eq!(spilled.len(), 1);
     assert_eq!(spilled[0]["size"], 16 * MIB);
     let process = &run.trace()["processes"][0];
@@ -63,26 +116,54 @@ fn assert_spilled_with_advice(run: &Run, abi: &str) {
 
 #[test]
 fn over_quota_spills_to_host_with_cuda13_advice() {
-    let run = client(Runtime::Fake13, env(&[("VRAMSHARE_QUOTA", Q32)]), &["malloc:a:24M", "malloc:b:16M", "touch:b", "free:b", "free:a"]);
+    let run = client(
+        Runtime::Fake13,
+        &[("VRAMSHARE_QUOTA", Q32)],
+        &[
+            "malloc:a:24M",
+            "malloc:b:16M",
+            "touch:b",
+            "free:b",
+            "free:a",
+        ],
+    );
     assert_spilled_with_advice(&run, "13");
     assert_eq!(run.trace()["processes"][0]["runtime_version"], 13000);
 }
 
 #[test]
 fn over_quota_spills_to_host_with_cuda12_advice() {
-    let run = client(Runtime::Fake12, env(&[("VRAMSHARE_QUOTA", Q32)]), &["malloc:a:24M", "malloc:b:16M", "touch:b", "free:b", "free:a"]);
+    let run = client(
+        Runtime::Fake12,
+        &[("VRAMSHARE_QUOTA", Q32)],
+        &[
+            "malloc:a:24M",
+            "malloc:b:16M",
+            "touch:b",
+            "free:b",
+            "free:a",
+        ],
+    );
     assert_spilled_with_advice(&run, "12");
     assert_eq!(run.trace()["processes"][0]["runtime_version"], 12080);
 }
 
 #[test]
 fn spill_off_answers_out_of_memory() {
-    let run = client(Runtime::Fake13, env(&[("VRAMSHARE_QUOTA", Q32), ("VRAMSHARE_SPILL", "off")]), &["malloc:a:24M", "malloc:b:16M", "malloc:c:8M", "meminfo"]);
+    let run = client(
+        Runtime::Fake13,
+        &[("VRAMSHARE_QUOTA", Q32), ("VRAMSHARE_SPILL", "off")],
+        &["malloc:a:24M", "malloc:b:16M", "malloc:c:8M", "meminfo"],
+    );
     run.assert_ok();
     assert_eq!(run.rc("malloc b"), 2, "cudaErrorMemoryAllocation");
     assert_eq!(run.rc("malloc c"), 0, "what still fits is allocated");
     assert!(run.calls_with(&["cudaMallocManaged"]).is_empty());
-    assert_eq!(run.calls_with(&["cudaMalloc"]).len(), 2, "the refused call never reached CUDA");
+    assert_eq!(
+        run.calls_with(&["cudaMalloc"]).len(),
+        2,
+        "the refused call never reached CUDA"
+    );
     let rejects = run.events("reject");
     assert_eq!(rejects.len(), 1);
     assert_eq!(rejects[0]["rc"], 2);
@@ -97,23 +178,62 @@ fn spill_off_answers_out_of_memory() {
 fn mem_get_info_reports_the_quota() {
     let run = client(
         Runtime::Fake13,
-        env(&[("VRAMSHARE_QUOTA", "64MiB"), ("FAKE_CUDA_CAPACITY", "1073741824")]),
-        &["meminfo", "malloc:a:16M", "meminfo", "malloc:b:60M", "meminfo"],
+        &[
+            ("VRAMSHARE_QUOTA", "64MiB"),
+            ("FAKE_CUDA_CAPACITY", "1073741824"),
+        ],
+        &[
+            "meminfo",
+            "malloc:a:16M",
+            "meminfo",
+            "malloc:b:60M",
+            "meminfo",
+        ],
     );
     run.assert_ok();
-    let lines: Vec<&str> = run.stdout.lines().filter(|l| l.starts_with("meminfo")).collect();
-    assert_eq!(lines[0], format!("meminfo rc=0 free={} total={}", 64 * MIB, 64 * MIB));
-    assert_eq!(lines[1], format!("meminfo rc=0 free={} total={}", 48 * MIB, 64 * MIB));
+    let lines: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("meminfo"))
+        .collect();
+    assert_eq!(
+        lines[0],
+        format!("meminfo rc=0 free={} total={}", 64 * MIB, 64 * MIB)
+    );
+    assert_eq!(
+        lines[1],
+        format!("meminfo rc=0 free={} total={}", 48 * MIB, 64 * MIB)
+    );
     // b spilled: the device still holds only a.
-    assert_eq!(lines[2], format!("meminfo rc=0 free={} total={}", 48 * MIB, 64 * MIB));
+    assert_eq!(
+        lines[2],
+        format!("meminfo rc=0 free={} total={}", 48 * MIB, 64 * MIB)
+    );
 
     // A quota above the device: the physical numbers stand.
-    let run = client(Runtime::Fake13, env(&[("VRAMSHARE_QUOTA", "4GiB"), ("FAKE_CUDA_CAPACITY", "1073741824")]), &["malloc:a:100M", "meminfo"]);
-    assert_eq!(run.line("meminfo"), format!("meminfo rc=0 free={} total={}", 924 * MIB, 1024 * MIB));
+    let run = client(
+        Runtime::Fake13,
+        &[
+            ("VRAMSHARE_QUOTA", "4GiB"),
+            ("FAKE_CUDA_CAPACITY", "1073741824"),
+        ],
+        &["malloc:a:100M", "meminfo"],
+    );
+    assert_eq!(
+        run.line("meminfo"),
+        format!("meminfo rc=0 free={} total={}", 924 * MIB, 1024 * MIB)
+    );
 
     // No quota: passed through untouched.
-    let run = client(Runtime::Fake13, env(&[("FAKE_CUDA_CAPACITY", "1073741824")]), &["malloc:a:100M", "meminfo"]);
-    assert_eq!(run.line("meminfo"), format!("meminfo rc=0 free={} total={}", 924 * MIB, 1024 * MIB));
+    let run = client(
+        Runtime::Fake13,
+        &[("FAKE_CUDA_CAPACITY", "1073741824")],
+        &["malloc:a:100M", "meminfo"],
+    );
+    assert_eq!(
+        run.line("meminfo"),
+        format!("meminfo rc=0 free={} total={}", 924 * MIB, 1024 * MIB)
+    );
     assert_eq!(run.events("alloc").len(), 1, "still traced");
 }
 
@@ -121,8 +241,18 @@ fn mem_get_info_reports_the_quota() {
 fn freed_room_promotes_spilled_blocks_largest_first() {
     let run = client(
         Runtime::Fake13,
-        env(&[("VRAMSHARE_QUOTA", Q32)]),
-        &["malloc:a:30M", "malloc:b:16M", "malloc:d:8M", "free:a", "malloc:c:10M", "meminfo", "free:b", "free:d", "free:c"],
+        &[("VRAMSHARE_QUOTA", Q32)],
+        &[
+            "malloc:a:30M",
+            "malloc:b:16M",
+            "malloc:d:8M",
+            "free:a",
+            "malloc:c:10M",
+            "meminfo",
+            "free:b",
+            "free:d",
+            "free:c",
+        ],
     );
     run.assert_ok();
     // a (30M) leaves 2M: b and d spill. Freeing a makes 32M of room: b (16M)
@@ -132,20 +262,53 @@ fn freed_room_promotes_spilled_blocks_largest_first() {
     let b = run.field("malloc b", "ptr");
     let c = run.field("malloc c", "ptr");
     let d = run.field("malloc d", "ptr");
-    let promoted: Vec<u64> = run.events("promote").iter().map(|p| hex(p["ptr"].as_str().unwrap())).collect();
+    let promoted: Vec<u64> = run
+        .events("promote")
+        .iter()
+        .map(|p| hex(p["ptr"].as_str().unwrap()))
+        .collect();
     assert_eq!(promoted, vec![hex(&b), hex(&d), hex(&c)]);
-    assert!(run.events("promote").iter().all(|p| p["placement"] == "device" && p["rc"] == 0));
-    assert_eq!(run.calls_with(&["cudaStreamCreateWithFlags", "flags=1"]).len(), 1, "one non-blocking stream of the shim's own");
+    assert!(run
+        .events("promote")
+        .iter()
+        .all(|p| p["placement"] == "device" && p["rc"] == 0));
+    assert_eq!(
+        run.calls_with(&["cudaStreamCreateWithFlags", "flags=1"])
+            .len(),
+        1,
+        "one non-blocking stream of the shim's own"
+    );
     for ptr in [&b, &d, &c] {
         let ptr = format!("ptr={ptr}");
-        assert_eq!(run.calls_with(&["cudaMemAdvise", &ptr, "advice=3", "loc=device:0"]).len(), 1);
-        assert_eq!(run.calls_with(&["cudaMemPrefetchAsync", &ptr, "loc=device:0", "stream=own"]).len(), 1, "{:#?}", run.calls);
+        assert_eq!(
+            run.calls_with(&["cudaMemAdvise", &ptr, "advice=3", "loc=device:0"])
+                .len(),
+            1
+        );
+        assert_eq!(
+            run.calls_with(&["cudaMemPrefetchAsync", &ptr, "loc=device:0", "stream=own"])
+                .len(),
+            1,
+            "{:#?}",
+            run.calls
+        );
     }
-    let c_alloc = run.events("alloc").into_iter().find(|e| hex(e["ptr"].as_str().unwrap()) == hex(&c)).unwrap();
+    let c_alloc = run
+        .events("alloc")
+        .into_iter()
+        .find(|e| hex(e["ptr"].as_str().unwrap()) == hex(&c))
+        .unwrap();
     assert_eq!(c_alloc["placement"], "host");
-    assert_eq!(run.line("meminfo"), format!("meminfo rc=0 free={} total={}", 8 * MIB, 32 * MIB));
+    assert_eq!(
+        run.line("meminfo"),
+        format!("meminfo rc=0 free={} total={}", 8 * MIB, 32 * MIB)
+    );
     assert_eq!(run.rc("free b"), 0);
-    assert_eq!(run.rc("free c"), 0, "a promoted block is freed like any other");
+    assert_eq!(
+        run.rc("free c"),
+        0,
+        "a promoted block is freed like any other"
+    );
     let process = &run.trace()["processes"][0];
     assert_eq!(process["leaked"], Value::Array(vec![]));
     assert_eq!(process["device_in_use"]["0"], 0);
@@ -154,12 +317,25 @@ fn freed_room_promotes_spilled_blocks_largest_first() {
 
 #[test]
 fn only_blocks_that_fit_are_promoted() {
-    let run = client(Runtime::Fake13, env(&[("VRAMSHARE_QUOTA", Q32)]), &["malloc:a:20M", "malloc:k:10M", "malloc:b:16M", "malloc:d:8M", "free:a"]);
+    let run = client(
+        Runtime::Fake13,
+        &[("VRAMSHARE_QUOTA", Q32)],
+        &[
+            "malloc:a:20M",
+            "malloc:k:10M",
+            "malloc:b:16M",
+            "malloc:d:8M",
+            "free:a",
+        ],
+    );
     run.assert_ok();
     // After a is freed, 22M of room: b (16M) fits, then d (8M) no longer does.
     let promotions = run.events("promote");
     assert_eq!(promotions.len(), 1);
-    assert_eq!(hex(promotions[0]["ptr"].as_str().unwrap()), hex(&run.field("malloc b", "ptr")));
+    assert_eq!(
+        hex(promotions[0]["ptr"].as_str().unwrap()),
+        hex(&run.field("malloc b", "ptr"))
+    );
     let process = &run.trace()["processes"][0];
     assert_eq!(process["device_in_use"]["0"], 26 * MIB);
     assert_eq!(process["spilled_in_use"]["0"], 8 * MIB);
@@ -167,16 +343,39 @@ fn only_blocks_that_fit_are_promoted() {
 
 #[test]
 fn unknown_pointers_and_double_frees_get_cudas_answer() {
-    let steps = ["free:0xdeadbeef", "malloc:a:1M", "free:a", "free:a", "meminfo"];
+    let steps = [
+        "free:0xdeadbeef",
+        "malloc:a:1M",
+        "free:a",
+        "free:a",
+        "meminfo",
+    ];
     let bare = run_in(fake_dir(Runtime::Fake13), "client", &steps, &[], false);
-    let run = client(Runtime::Fake13, env(&[("VRAMSHARE_QUOTA", Q32)]), &steps);
+    let run = client(Runtime::Fake13, &[("VRAMSHARE_QUOTA", Q32)], &steps);
     run.assert_ok();
-    assert_eq!(run.rc("free 0xdeadbeef"), 1, "cudaErrorInvalidValue from the runtime");
+    assert_eq!(
+        run.rc("free 0xdeadbeef"),
+        1,
+        "cudaErrorInvalidValue from the runtime"
+    );
     assert_eq!(run.rc("free 0xdeadbeef"), bare.rc("free 0xdeadbeef"));
-    let frees: Vec<i32> = run.stdout.lines().filter(|l| l.starts_with("free a")).map(|l| l.rsplit('=').next().unwrap().parse().unwrap()).collect();
+    let frees: Vec<i32> = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("free a"))
+        .map(|l| l.rsplit('=').next().unwrap().parse().unwrap())
+        .collect();
     assert_eq!(frees, vec![0, 1]);
-    assert_eq!(run.number("meminfo", "free"), 32 * MIB, "the double free released nothing twice");
-    let unknown: Vec<Value> = run.events("free").into_iter().filter(|e| e["placement"].is_null()).collect();
+    assert_eq!(
+        run.number("meminfo", "free"),
+        32 * MIB,
+        "the double free released nothing twice"
+    );
+    let unknown: Vec<Value> = run
+        .events("free")
+        .into_iter()
+        .filter(|e| e["placement"].is_null())
+        .collect();
     assert_eq!(unknown.len(), 2);
     assert!(unknown.iter().all(|e| e["rc"] == 1));
 }
@@ -185,18 +384,29 @@ fn unknown_pointers_and_double_frees_get_cudas_answer() {
 fn zero_and_absurd_sizes() {
     let absurd = (1u64 << 62).to_string();
     let huge = format!("malloc:h:{absurd}");
-    let run = client(Runtime::Fake13, env(&[("VRAMSHARE_QUOTA", Q32)]), &["malloc:z:0", &huge, "meminfo", "free:z"]);
+    let run = client(
+        Runtime::Fake13,
+        &[("VRAMSHARE_QUOTA", Q32)],
+        &["malloc:z:0", &huge, "meminfo", "free:z"],
+    );
     run.assert_ok();
     assert_eq!(run.line("malloc z"), "malloc z rc=0 ptr=(nil)");
     assert_eq!(run.rc("malloc h"), 2);
-    assert!(run.calls_with(&["cudaMallocManaged"]).is_empty(), "never asks for more managed memory than the machine has");
+    assert!(
+        run.calls_with(&["cudaMallocManaged"]).is_empty(),
+        "never asks for more managed memory than the machine has"
+    );
     assert_eq!(run.number("meminfo", "free"), 32 * MIB);
     assert_eq!(run.rc("free z"), 0);
 
     for extra in [("VRAMSHARE_SPILL", "off"), ("VRAMSHARE_LOG", "error")] {
-        let run = client(Runtime::Fake13, env(&[extra]), &[&huge, "meminfo"]);
+        let run = client(Runtime::Fake13, &[extra], &[&huge, "meminfo"]);
         run.assert_ok();
-        assert_eq!(run.rc("malloc h"), 2, "with no quota, the runtime's own answer");
+        assert_eq!(
+            run.rc("malloc h"),
+            2,
+            "with no quota, the runtime's own answer"
+        );
         assert_eq!(run.events("reject").len(), 1);
     }
 }
@@ -204,15 +414,37 @@ fn zero_and_absurd_sizes() {
 #[test]
 fn percent_and_per_device_quotas() {
     let gib = [("FAKE_CUDA_CAPACITY", "1073741824")];
-    let run = client(Runtime::Fake13, &[gib[0], ("VRAMSHARE_QUOTA", "25%")], &["meminfo", "device:1", "meminfo"]);
+    let run = client(
+        Runtime::Fake13,
+        &[gib[0], ("VRAMSHARE_QUOTA", "25%")],
+        &["meminfo", "device:1", "meminfo"],
+    );
     run.assert_ok();
     for line in run.stdout.lines().filter(|l| l.starts_with("meminfo")) {
-        assert_eq!(line, format!("meminfo rc=0 free={} total={}", 256 * MIB, 256 * MIB));
+        assert_eq!(
+            line,
+            format!("meminfo rc=0 free={} total={}", 256 * MIB, 256 * MIB)
+        );
     }
-    let run = client(Runtime::Fake13, &[gib[0], ("VRAMSHARE_QUOTA", "0=64MiB,1=32MiB")], &["meminfo", "device:1", "malloc:a:40M", "meminfo"]);
-    let lines: Vec<&str> = run.stdout.lines().filter(|l| l.starts_with("meminfo")).collect();
-    assert_eq!(lines[0], format!("meminfo rc=0 free={} total={}", 64 * MIB, 64 * MIB));
-    assert_eq!(lines[1], format!("meminfo rc=0 free={} total={}", 32 * MIB, 32 * MIB), "40M spilled on device 1");
+    let run = client(
+        Runtime::Fake13,
+        &[gib[0], ("VRAMSHARE_QUOTA", "0=64MiB,1=32MiB")],
+        &["meminfo", "device:1", "malloc:a:40M", "meminfo"],
+    );
+    let lines: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("meminfo"))
+        .collect();
+    assert_eq!(
+        lines[0],
+        format!("meminfo rc=0 free={} total={}", 64 * MIB, 64 * MIB)
+    );
+    assert_eq!(
+        lines[1],
+        format!("meminfo rc=0 free={} total={}", 32 * MIB, 32 * MIB),
+        "40M spilled on device 1"
+    );
     let spilled = run.events("alloc");
     assert_eq!(spilled[0]["device"], 1);
     assert_eq!(spilled[0]["placement"], "host");
@@ -221,8 +453,15 @@ fn percent_and_per_device_quotas() {
     assert_eq!(quota["1"], 32 * MIB);
 
     // Devices not listed have no limit.
-    let run = client(Runtime::Fake13, &[gib[0], ("VRAMSHARE_QUOTA", "1=32MiB")], &["malloc:a:40M", "meminfo"]);
-    assert_eq!(run.line("meminfo"), format!("meminfo rc=0 free={} total={}", 984 * MIB, 1024 * MIB));
+    let run = client(
+        Runtime::Fake13,
+        &[gib[0], ("VRAMSHARE_QUOTA", "1=32MiB")],
+        &["malloc:a:40M", "meminfo"],
+    );
+    assert_eq!(
+        run.line("meminfo"),
+        format!("meminfo rc=0 free={} total={}", 984 * MIB, 1024 * MIB)
+    );
     assert_eq!(run.events("alloc")[0]["placement"], "device");
 }
 
@@ -243,12 +482,25 @@ fn malformed_variables_stop_the_job_with_status_2() {
     ];
     for (variable, value) in cases {
         let run = client(Runtime::Fake13, &[(variable, value)], &["malloc:a:1M"]);
-        assert_eq!(run.status.code(), Some(2), "{variable}={value}: {}", run.stderr);
-        assert!(run.stdout.is_empty(), "the job must not start: {}", run.stdout);
+        assert_eq!(
+            run.status.code(),
+            Some(2),
+            "{variable}={value}: {}",
+            run.stderr
+        );
+        assert!(
+            run.stdout.is_empty(),
+            "the job must not start: {}",
+            run.stdout
+        );
         assert!(run.calls.is_empty());
         let lines: Vec<&str> = run.stderr.lines().collect();
         assert_eq!(lines.len(), 1, "one line: {:?}", run.stderr);
-        assert!(lines[0].starts_with(&format!("vramshare: {variable}={value:?} is not valid (")), "{}", lines[0]);
+        assert!(
+            lines[0].starts_with(&format!("vramshare: {variable}={value:?} is not valid (")),
+            "{}",
+            lines[0]
+        );
         assert!(lines[0].contains("accepted forms: "), "{}", lines[0]);
     }
 }
@@ -256,7 +508,16 @@ fn malformed_variables_stop_the_job_with_status_2() {
 #[test]
 fn eight_threads_of_random_allocations_leave_the_ledger_exact() {
     let dir = fake_dir(Runtime::Fake13);
-    let run = run_in(dir, "stress", &["8", "10000", "1048576", "7"], &[("VRAMSHARE_QUOTA", "64MiB"), ("FAKE_CUDA_CAPACITY", "4294967296")], true);
+    let run = run_in(
+        dir,
+        "stress",
+        &["8", "10000", "1048576", "7"],
+        &[
+            ("VRAMSHARE_QUOTA", "64MiB"),
+            ("FAKE_CUDA_CAPACITY", "4294967296"),
+        ],
+        true,
+    );
     run.assert_ok();
     let mut live: Vec<(u64, u64)> = run
         .stdout
@@ -282,16 +543,33 @@ fn eight_threads_of_random_allocations_leave_the_ledger_exact() {
     let device = process["device_in_use"]["0"].as_u64().unwrap();
     let spilled = process["spilled_in_use"]["0"].as_u64().unwrap();
     assert_eq!(device + spilled, live_bytes);
-    assert_eq!(run.number("total", "free"), 64 * MIB - device, "cudaMemGetInfo agrees with the ledger");
+    assert_eq!(
+        run.number("total", "free"),
+        64 * MIB - device,
+        "cudaMemGetInfo agrees with the ledger"
+    );
     assert!(process["peak_device"]["0"].as_u64().unwrap() <= 64 * MIB);
-    assert!(process["counts"]["0"]["spills"].as_u64().unwrap() > 0, "the quota was reached");
-    assert!(process["counts"]["0"]["promotions"].as_u64().unwrap() > 0, "room freed was reused");
-    assert_eq!(run.events("alloc").len() as u64, process["counts"]["0"]["allocations"].as_u64().unwrap());
+    assert!(
+        process["counts"]["0"]["spills"].as_u64().unwrap() > 0,
+        "the quota was reached"
+    );
+    assert!(
+        process["counts"]["0"]["promotions"].as_u64().unwrap() > 0,
+        "room freed was reused"
+    );
+    assert_eq!(
+        run.events("alloc").len() as u64,
+        process["counts"]["0"]["allocations"].as_u64().unwrap()
+    );
 }
 
 #[test]
 fn a_forked_child_has_its_own_ledger_and_trace() {
-    let run = client(Runtime::Fake13, env(&[("VRAMSHARE_QUOTA", Q32)]), &["malloc:a:24M", "fork", "meminfo", "free:a"]);
+    let run = client(
+        Runtime::Fake13,
+        &[("VRAMSHARE_QUOTA", Q32)],
+        &["malloc:a:24M", "fork", "meminfo", "free:a"],
+    );
     run.assert_ok();
     assert_eq!(run.field("fork", "status"), "0");
     let child: u32 = run.field("fork", "child").parse().unwrap();
@@ -299,21 +577,36 @@ fn a_forked_child_has_its_own_ledger_and_trace() {
     let child_trace = &run.traces[&child];
     let child_process = &child_trace["processes"][0];
     assert_eq!(child_process["pid"], child);
-    assert_eq!(child_process["leaked"], Value::Array(vec![]), "the parent's blocks are not the child's");
+    assert_eq!(
+        child_process["leaked"],
+        Value::Array(vec![]),
+        "the parent's blocks are not the child's"
+    );
     assert_eq!(child_process["peak_device"]["0"], MIB);
-    assert!(child_trace["events"].as_array().unwrap().iter().all(|e| e["pid"] == child));
+    assert!(child_trace["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|e| e["pid"] == child));
     // The child sees its own quota: 32M, of which its 1M block.
-    assert_eq!(run.line("meminfo").to_string(), format!("meminfo rc=0 free={} total={}", 31 * MIB, 32 * MIB));
+    assert_eq!(
+        run.line("meminfo").to_string(),
+        format!("meminfo rc=0 free={} total={}", 31 * MIB, 32 * MIB)
+    );
     let parent = run.traces.iter().find(|(pid, _)| **pid != child).unwrap().1;
     assert_eq!(parent["processes"][0]["peak_device"]["0"], 24 * MIB);
-    assert_eq!(parent["events"].as_array().unwrap().len(), 2, "a's alloc and free only");
+    assert_eq!(
+        parent["events"].as_array().unwrap().len(),
+        2,
+        "a's alloc and free only"
+    );
 }
 
 #[test]
 fn pitched_async_and_pool_allocations() {
     let run = client(
         Runtime::Fake13,
-        env(&[("VRAMSHARE_QUOTA", Q32)]),
+        &[("VRAMSHARE_QUOTA", Q32)],
         &[
             "pitch:p:1000:1024", // 1024 * 1024: 1M on the device
             "m3d:q:100:64:64",   // 512 * 64 * 64: 2M
@@ -332,16 +625,29 @@ fn pitched_async_and_pool_allocations() {
     );
     run.assert_ok();
     for name in ["p", "q", "r", "s", "t", "u", "v", "w"] {
-        let line = run.stdout.lines().find(|l| l.split_whitespace().nth(1) == Some(name)).unwrap();
+        let line = run
+            .stdout
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(name))
+            .unwrap();
         assert!(line.contains("rc=0"), "{line}");
     }
-    assert_eq!(run.field("pitched v", "pitch"), "3072", "spilled pitched rows keep CUDA's alignment");
+    assert_eq!(
+        run.field("pitched v", "pitch"),
+        "3072",
+        "spilled pitched rows keep CUDA's alignment"
+    );
     assert_eq!(run.field("pitched w", "pitch"), "3072");
     assert_eq!(run.field("pitched w", "xsize"), "3000");
     let placements: Vec<(String, String)> = run
         .events("alloc")
         .iter()
-        .map(|e| (e["api"].as_str().unwrap().to_string(), e["placement"].as_str().unwrap().to_string()))
+        .map(|e| {
+            (
+                e["api"].as_str().unwrap().to_string(),
+                e["placement"].as_str().unwrap().to_string(),
+            )
+        })
         .collect();
     let expect = [
         ("cudaMallocPitch", "device"),
@@ -353,32 +659,80 @@ fn pitched_async_and_pool_allocations() {
         ("cudaMallocPitch", "host"),
         ("cudaMalloc3D", "host"),
     ];
-    assert_eq!(placements, expect.map(|(a, p)| (a.to_string(), p.to_string())));
+    assert_eq!(
+        placements,
+        expect.map(|(a, p)| (a.to_string(), p.to_string()))
+    );
     // The spilled block freed with cudaFreeAsync went to cudaFree (managed
     // memory), the device ones to cudaFreeAsync.
     let u = run.field("pool_ptsz u", "ptr");
-    assert_eq!(run.calls_with(&["cudaFree", &format!("ptr={u}"), "rc=0"]).len(), 1, "{:#?}", run.calls);
+    assert_eq!(
+        run.calls_with(&["cudaFree", &format!("ptr={u}"), "rc=0"])
+            .len(),
+        1,
+        "{:#?}",
+        run.calls
+    );
     assert_eq!(run.calls_with(&["cudaFreeAsync_ptsz", "rc=0"]).len(), 1);
     assert_eq!(run.calls_with(&["cudaFreeAsync", "rc=0"]).len(), 1);
 }
 
 #[test]
 fn callers_managed_memory_counts_while_it_fits_then_lives_on_the_host() {
-    let run = client(Runtime::Fake13, env(&[("VRAMSHARE_QUOTA", Q32), ("VRAMSHARE_SPILL", "off")]), &["managed:a:24M", "meminfo", "managed:b:16M", "touch:b", "free:b", "free:a"]);
+    let run = client(
+        Runtime::Fake13,
+        &[("VRAMSHARE_QUOTA", Q32), ("VRAMSHARE_SPILL", "off")],
+        &[
+            "managed:a:24M",
+            "meminfo",
+            "managed:b:16M",
+            "touch:b",
+            "free:b",
+            "free:a",
+        ],
+    );
     run.assert_ok();
     assert_eq!(run.number("meminfo", "free"), 8 * MIB);
-    assert_eq!(run.rc("managed b"), 0, "managed memory may live on the host even with spill off");
+    assert_eq!(
+        run.rc("managed b"),
+        0,
+        "managed memory may live on the host even with spill off"
+    );
     let b = format!("ptr={}", run.field("managed b", "ptr"));
-    assert_eq!(run.calls_with(&["cudaMemAdvise", &b, "advice=3", "loc=host"]).len(), 1);
-    let placements: Vec<Value> = run.events("alloc").iter().map(|e| e["placement"].clone()).collect();
+    assert_eq!(
+        run.calls_with(&["cudaMemAdvise", &b, "advice=3", "loc=host"])
+            .len(),
+        1
+    );
+    let placements: Vec<Value> = run
+        .events("alloc")
+        .iter()
+        .map(|e| e["placement"].clone())
+        .collect();
     assert_eq!(placements, vec!["device", "host"]);
 }
 
 #[test]
 fn no_device_errors_pass_through_untouched() {
-    let steps = ["malloc:a:1M", "managed:b:1M", "async:c:1M", "meminfo", "free:0x1000"];
-    let bare = run_in(fake_dir(Runtime::Fake13), "client", &steps, &[("FAKE_CUDA_NO_DEVICE", "1")], false);
-    let run = client(Runtime::Fake13, &[("FAKE_CUDA_NO_DEVICE", "1"), ("VRAMSHARE_QUOTA", Q32)], &steps);
+    let steps = [
+        "malloc:a:1M",
+        "managed:b:1M",
+        "async:c:1M",
+        "meminfo",
+        "free:0x1000",
+    ];
+    let bare = run_in(
+        fake_dir(Runtime::Fake13),
+        "client",
+        &steps,
+        &[("FAKE_CUDA_NO_DEVICE", "1")],
+        false,
+    );
+    let run = client(
+        Runtime::Fake13,
+        &[("FAKE_CUDA_NO_DEVICE", "1"), ("VRAMSHARE_QUOTA", Q32)],
+        &steps,
+    );
     run.assert_ok();
     assert_eq!(run.stdout, bare.stdout);
     assert_eq!(run.rc("malloc a"), 100);
@@ -404,7 +758,10 @@ fn processes_of_one_job_share_a_trace_file_without_pid() {
     let work = tempfile::tempdir().unwrap();
     let trace = work.path().join("job.json");
     let client = dir.join("client");
-    let script = format!("{c} malloc:a:1M && {c} malloc:b:2M free:b", c = client.display());
+    let script = format!(
+        "{c} malloc:a:1M && {c} malloc:b:2M free:b",
+        c = client.display()
+    );
     let job = |expect_processes: usize| {
         let status = std::process::Command::new("sh")
             .args(["-c", &script])
@@ -415,7 +772,11 @@ fn processes_of_one_job_share_a_trace_file_without_pid() {
             .unwrap();
         assert!(status.success());
         let value: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
-        assert_eq!(value["processes"].as_array().unwrap().len(), expect_processes, "{value:#}");
+        assert_eq!(
+            value["processes"].as_array().unwrap().len(),
+            expect_processes,
+            "{value:#}"
+        );
         value
     };
     let first = job(2);

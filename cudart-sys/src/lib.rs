@@ -46,10 +46,16 @@ pub struct cudaMemLocation {
 
 impl cudaMemLocation {
     pub const fn device(ordinal: c_int) -> Self {
-        Self { type_: cudaMemLocationTypeDevice, id: ordinal }
+        Self {
+            type_: cudaMemLocationTypeDevice,
+            id: ordinal,
+        }
     }
     pub const fn host() -> Self {
-        Self { type_: cudaMemLocationTypeHost, id: 0 }
+        Self {
+            type_: cudaMemLocationTypeHost,
+            id: 0,
+        }
     }
 }
 

@@ -37,7 +37,10 @@ pub struct Symbol {
 
 impl Symbol {
     pub const fn new(name: &'static CStr) -> Self {
-        Self { name, address: AtomicUsize::new(NOT_RESOLVED) }
+        Self {
+            name,
+            address: AtomicUsize::new(NOT_RESOLVED),
+        }
     }
 
     pub fn name(&self) -> &'static str {
@@ -83,21 +86,33 @@ fn find_runtime() -> RuntimeLibrary {
         // SAFETY: RTLD_NOLOAD only takes a reference to an object already
         // loaded, so no initialiser runs.
         if let Ok(library) = unsafe { Library::open(Some(&path), RTLD_LAZY | libc::RTLD_NOLOAD) } {
-            return RuntimeLibrary { name: path, library: Some(library) };
+            return RuntimeLibrary {
+                name: path,
+                library: Some(library),
+            };
         }
     }
     // SAFETY: dlsym with a NUL-terminated name.
     if !unsafe { libc::dlsym(libc::RTLD_NEXT, c"cudaMalloc".as_ptr()) }.is_null() {
-        return RuntimeLibrary { name: String::new(), library: None };
+        return RuntimeLibrary {
+            name: String::new(),
+            library: None,
+        };
     }
     for name in ["libcudart.so.13", "libcudart.so.12"] {
         // SAFETY: loading NVIDIA's runtime runs its initialisers, which is
         // what the caller's own first CUDA call would do.
         if let Ok(library) = unsafe { Library::open(Some(name), RTLD_LAZY | RTLD_LOCAL) } {
-            return RuntimeLibrary { name: name.to_string(), library: Some(library) };
+            return RuntimeLibrary {
+                name: name.to_string(),
+                library: Some(library),
+            };
         }
     }
-    RuntimeLibrary { name: String::new(), library: None }
+    RuntimeLibrary {
+        name: String::new(),
+        library: None,
+    }
 }
 
 /// The path of the first loaded object whose file name starts with `prefix`.
@@ -125,7 +140,10 @@ pub fn loaded_object_named(prefix: &str) -> Option<String> {
         }
         0
     }
-    let mut search = Search { prefix, found: None };
+    let mut search = Search {
+        prefix,
+        found: None,
+    };
     // SAFETY: the callback only reads the entries and writes into `search`.
     unsafe { libc::dl_iterate_phdr(Some(visit), &mut search as *mut Search as *mut c_void) };
     search.found

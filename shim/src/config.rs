@@ -105,7 +105,14 @@ impl Config {
             config.spill = match value.trim().to_ascii_lowercase().as_str() {
                 "host" => Spill::Host,
                 "off" => Spill::Off,
-                _ => return Err(invalid("VRAMSHARE_SPILL", value, "unknown mode", SPILL_FORMS)),
+                _ => {
+                    return Err(invalid(
+                        "VRAMSHARE_SPILL",
+                        value,
+                        "unknown mode",
+                        SPILL_FORMS,
+                    ))
+                }
             };
         }
         if let Some(value) = var("VRAMSHARE_LOG") {
@@ -126,8 +133,18 @@ impl Config {
     }
 }
 
-fn invalid(variable: &'static str, value: String, reason: &str, forms: &'static str) -> ConfigError {
-    ConfigError { variable, value, reason: reason.to_string(), forms }
+fn invalid(
+    variable: &'static str,
+    value: String,
+    reason: &str,
+    forms: &'static str,
+) -> ConfigError {
+    ConfigError {
+        variable,
+        value,
+        reason: reason.to_string(),
+        forms,
+    }
 }
 
 pub fn parse_quota(text: &str) -> Result<Quota, String> {
@@ -146,7 +163,9 @@ pub fn parse_quota(text: &str) -> Result<Quota, String> {
             .parse()
             .map_err(|_| format!("device {:?} is not a device number", device.trim()))?;
         if device as usize >= MAX_DEVICES {
-            return Err(format!("device {device} is beyond the {MAX_DEVICES} supported"));
+            return Err(format!(
+                "device {device} is beyond the {MAX_DEVICES} supported"
+            ));
         }
         if list.iter().any(|(d, _)| *d == device) {
             return Err(format!("device {device} is listed twice"));
@@ -175,7 +194,9 @@ pub fn parse_limit(text: &str) -> Result<Limit, String> {
         }
         return Ok(Limit::Percent(share));
     }
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
@@ -198,7 +219,9 @@ pub fn parse_limit(text: &str) -> Result<Limit, String> {
             .map(Limit::Bytes)
             .ok_or_else(|| format!("{text} does not fit in 64 bits"));
     }
-    let value: f64 = number.parse().map_err(|_| format!("{number:?} is not a number"))?;
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{number:?} is not a number"))?;
     let bytes = value * multiplier as f64;
     if !bytes.is_finite() || bytes >= u64::MAX as f64 {
         return Err(format!("{text} does not fit in 64 bits"));
@@ -227,9 +250,16 @@ mod tests {
     use super::*;
 
     fn vars(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        let pairs: Vec<(String, String)> =
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Config::from_vars(|name| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_vars(|name| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        })
     }
 
     #[test]
@@ -267,15 +297,27 @@ mod tests {
     fn per_device_quotas() {
         assert_eq!(
             parse_quota("0=8GiB,1=4GiB"),
-            Ok(Quota::PerDevice(vec![(0, Limit::Bytes(8 << 30)), (1, Limit::Bytes(4 << 30))]))
+            Ok(Quota::PerDevice(vec![
+                (0, Limit::Bytes(8 << 30)),
+                (1, Limit::Bytes(4 << 30))
+            ]))
         );
         let quota = parse_quota("1=25%").unwrap();
         assert_eq!(quota.for_device(1), Some(Limit::Percent(25.0)));
         assert_eq!(quota.for_device(0), None);
-        assert_eq!(parse_quota("8G").unwrap().for_device(7), Some(Limit::Bytes(8 << 30)));
-        assert!(parse_quota("0=1G,0=2G").unwrap_err().contains("listed twice"));
-        assert!(parse_quota("x=1G").unwrap_err().contains("not a device number"));
-        assert!(parse_quota("0=1G,,1=2G").unwrap_err().contains("not DEVICE=SIZE"));
+        assert_eq!(
+            parse_quota("8G").unwrap().for_device(7),
+            Some(Limit::Bytes(8 << 30))
+        );
+        assert!(parse_quota("0=1G,0=2G")
+            .unwrap_err()
+            .contains("listed twice"));
+        assert!(parse_quota("x=1G")
+            .unwrap_err()
+            .contains("not a device number"));
+        assert!(parse_quota("0=1G,,1=2G")
+            .unwrap_err()
+            .contains("not DEVICE=SIZE"));
         assert!(parse_quota("64=1G").unwrap_err().contains("beyond"));
         assert!(parse_quota("0=").unwrap_err().contains("empty size"));
     }
@@ -294,7 +336,10 @@ mod tests {
         assert_eq!(config.log, Level::Debug);
         assert_eq!(config.trace.as_deref(), Some("/tmp/t-%p.json"));
         assert_eq!(vars(&[]).unwrap(), Config::default());
-        assert_eq!(vars(&[("VRAMSHARE_QUOTA", "  ")]).unwrap().quota, Quota::Unlimited);
+        assert_eq!(
+            vars(&[("VRAMSHARE_QUOTA", "  ")]).unwrap().quota,
+            Quota::Unlimited
+        );
     }
 
     #[test]
@@ -305,9 +350,14 @@ mod tests {
             "vramshare: VRAMSHARE_SPILL=\"disk\" is not valid (unknown mode); accepted forms: host, off"
         );
         let error = vars(&[("VRAMSHARE_QUOTA", "8XB")]).unwrap_err();
-        assert!(error.to_string().starts_with("vramshare: VRAMSHARE_QUOTA=\"8XB\" is not valid"));
+        assert!(error
+            .to_string()
+            .starts_with("vramshare: VRAMSHARE_QUOTA=\"8XB\" is not valid"));
         assert!(error.to_string().contains("0=8GiB,1=4GiB"));
-        assert_eq!(vars(&[("VRAMSHARE_LOG", "loud")]).unwrap_err().variable, "VRAMSHARE_LOG");
+        assert_eq!(
+            vars(&[("VRAMSHARE_LOG", "loud")]).unwrap_err().variable,
+            "VRAMSHARE_LOG"
+        );
     }
 
     #[test]

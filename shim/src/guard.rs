@@ -25,7 +25,9 @@ impl Drop for Leave {
 /// function) otherwise, or when `body` panics.
 pub fn hooked<R>(name: &str, body: impl FnOnce() -> R, passthrough: impl FnOnce() -> R) -> R {
     // During thread teardown the thread-local may be gone: pass through then.
-    let entered = INSIDE.try_with(|inside| !inside.replace(true)).unwrap_or(false);
+    let entered = INSIDE
+        .try_with(|inside| !inside.replace(true))
+        .unwrap_or(false);
     if !entered {
         return passthrough();
     }
@@ -45,7 +47,11 @@ mod tests {
 
     #[test]
     fn nested_calls_pass_through() {
-        let outer = hooked("outer", || hooked("inner", || "inner body", || "inner passthrough"), || "outer passthrough");
+        let outer = hooked(
+            "outer",
+            || hooked("inner", || "inner body", || "inner passthrough"),
+            || "outer passthrough",
+        );
         assert_eq!(outer, "inner passthrough");
         // The guard is released afterwards.
         assert_eq!(hooked("again", || 1, || 2), 1);

@@ -14,6 +14,7 @@ use std::sync::Mutex;
 
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
+use rustc_hash::FxBuildHasher;
 
 use crate::config::MAX_DEVICES;
 use crate::hooks::Api;
@@ -57,13 +58,25 @@ pub enum Taken {
 }
 
 pub struct Ledger {
-    blocks: DashMap<usize, Block>,
+    /// Keyed by address; Fx hashing, since addresses are not chosen by an
+    /// adversary and SipHash would double the cost of a lookup.
+    blocks: DashMap<usize, Block, FxBuildHasher>,
     devices: Vec<DeviceUsage>,
+}
+
+/// Raises a peak; reads first, so that threads below the peak do not write
+/// (and bounce) its cache line on every allocation.
+fn raise_peak(peak: &AtomicU64, value: u64) {
+    if value > peak.load(Ordering::Relaxed) {
+        peak.fetch_max(value, Ordering::Relaxed);
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic elsewhere never makes the ledger unusable.
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Default for Ledger {
@@ -75,7 +88,7 @@ impl Default for Ledger {
 impl Ledger {
     pub fn new() -> Self {
         Self {
-            blocks: DashMap::new(),
+            blocks: DashMap::with_hasher(FxBuildHasher),
             devices: (0..MAX_DEVICES).map(|_| DeviceUsage::default()).collect(),
         }
     }
@@ -88,12 +101,15 @@ impl Ledger {
     /// against every other thread).
     pub fn try_reserve(&self, device: u32, size: u64, quota: u64) -> bool {
         let usage = self.device(device);
-        let reserved = usage.device_bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-            used.checked_add(size).filter(|total| *total <= quota)
-        });
+        let reserved =
+            usage
+                .device_bytes
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                    used.checked_add(size).filter(|total| *total <= quota)
+                });
         match reserved {
             Ok(before) => {
-                usage.peak_device.fetch_max(before + size, Ordering::Relaxed);
+                raise_peak(&usage.peak_device, before + size);
                 true
             }
             Err(_) => false,
@@ -104,14 +120,16 @@ impl Ledger {
     pub fn reserve(&self, device: u32, size: u64) {
         let usage = self.device(device);
         let before = usage.device_bytes.fetch_add(size, Ordering::AcqRel);
-        usage.peak_device.fetch_max(before.saturating_add(size), Ordering::Relaxed);
+        raise_peak(&usage.peak_device, before.saturating_add(size));
     }
 
     pub fn unreserve(&self, device: u32, size: u64) {
         let usage = self.device(device);
-        let _ = usage.device_bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-            Some(used.saturating_sub(size))
-        });
+        let _ = usage
+            .device_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                Some(used.saturating_sub(size))
+            });
     }
 
     /// Records a block the real runtime handed out. Device bytes must already
@@ -126,7 +144,7 @@ impl Ledger {
         if block.placement == Placement::Host {
             let usage = self.device(block.device);
             let before = usage.spilled_bytes.fetch_add(block.size, Ordering::AcqRel);
-            usage.peak_spilled.fetch_max(before + block.size, Ordering::Relaxed);
+            raise_peak(&usage.peak_spilled, before + block.size);
             lock(&usage.spilled).insert((block.size, ptr));
         }
         stale
@@ -151,9 +169,12 @@ impl Ledger {
             Placement::Device => self.unreserve(block.device, block.size),
             Placement::Host => {
                 lock(&usage.spilled).remove(&(block.size, ptr));
-                let _ = usage.spilled_bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
-                    Some(s.saturating_sub(block.size))
-                });
+                let _ =
+                    usage
+                        .spilled_bytes
+                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                            Some(s.saturating_sub(block.size))
+                        });
             }
             Placement::Unknown => {}
         }
@@ -178,7 +199,9 @@ impl Ledger {
     /// it is gone, already moving, or not spilled, or if its address now
     /// holds another block (freed and handed out again since it was picked).
     pub fn begin_promotion(&self, ptr: usize, size: u64) -> bool {
-        let Some(mut block) = self.blocks.get_mut(&ptr) else { return false };
+        let Some(mut block) = self.blocks.get_mut(&ptr) else {
+            return false;
+        };
         if block.moving || block.placement != Placement::Host || block.size != size {
             return false;
         }
@@ -186,9 +209,11 @@ impl Ledger {
         block.placement = Placement::Device;
         let usage = self.device(block.device);
         lock(&usage.spilled).remove(&(block.size, ptr));
-        let _ = usage.spilled_bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
-            Some(s.saturating_sub(block.size))
-        });
+        let _ = usage
+            .spilled_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                Some(s.saturating_sub(block.size))
+            });
         usage.promotions.fetch_add(1, Ordering::Relaxed);
         true
     }
@@ -201,19 +226,24 @@ impl Ledger {
 
     /// Every block still recorded, by address.
     pub fn live_blocks(&self) -> Vec<(usize, Block)> {
-        let mut live: Vec<(usize, Block)> = self.blocks.iter().map(|e| (*e.key(), *e.value())).collect();
+        let mut live: Vec<(usize, Block)> =
+            self.blocks.iter().map(|e| (*e.key(), *e.value())).collect();
         live.sort_by_key(|(ptr, _)| *ptr);
         live
     }
 
     /// Devices that have seen any activity, for the summary.
     pub fn active_devices(&self) -> impl Iterator<Item = (u32, &DeviceUsage)> {
-        self.devices.iter().enumerate().map(|(d, u)| (d as u32, u)).filter(|(_, u)| {
-            u.peak_device.load(Ordering::Relaxed) > 0
-                || u.peak_spilled.load(Ordering::Relaxed) > 0
-                || u.allocations.load(Ordering::Relaxed) > 0
-                || u.rejections.load(Ordering::Relaxed) > 0
-        })
+        self.devices
+            .iter()
+            .enumerate()
+            .map(|(d, u)| (d as u32, u))
+            .filter(|(_, u)| {
+                u.peak_device.load(Ordering::Relaxed) > 0
+                    || u.peak_spilled.load(Ordering::Relaxed) > 0
+                    || u.allocations.load(Ordering::Relaxed) > 0
+                    || u.rejections.load(Ordering::Relaxed) > 0
+            })
     }
 }
 
@@ -222,7 +252,14 @@ mod tests {
     use super::*;
 
     fn block(size: u64, placement: Placement) -> Block {
-        Block { size, device: 0, placement, api: Api::cudaMalloc, managed: placement == Placement::Host, moving: false }
+        Block {
+            size,
+            device: 0,
+            placement,
+            api: Api::cudaMalloc,
+            managed: placement == Placement::Host,
+            moving: false,
+        }
     }
 
     #[test]
@@ -233,7 +270,11 @@ mod tests {
         assert!(ledger.try_reserve(0, 40, 100));
         assert!(!ledger.try_reserve(0, u64::MAX, u64::MAX));
         ledger.unreserve(0, 1000);
-        assert_eq!(ledger.device(0).device_bytes.load(Ordering::Relaxed), 0, "saturates at zero");
+        assert_eq!(
+            ledger.device(0).device_bytes.load(Ordering::Relaxed),
+            0,
+            "saturates at zero"
+        );
         assert_eq!(ledger.device(0).peak_device.load(Ordering::Relaxed), 100);
     }
 
@@ -258,8 +299,14 @@ mod tests {
         for (ptr, size) in [(0x1, 50), (0x2, 30), (0x3, 20), (0x4, 80)] {
             ledger.insert(ptr, block(size, Placement::Host));
         }
-        assert_eq!(ledger.promotion_candidates(0, 75), vec![(50, 0x1), (20, 0x3)]);
-        assert!(!ledger.begin_promotion(0x1, 49), "another block at that address");
+        assert_eq!(
+            ledger.promotion_candidates(0, 75),
+            vec![(50, 0x1), (20, 0x3)]
+        );
+        assert!(
+            !ledger.begin_promotion(0x1, 49),
+            "another block at that address"
+        );
         assert!(ledger.begin_promotion(0x1, 50));
         assert!(!ledger.begin_promotion(0x1, 50), "already moving");
         assert!(matches!(ledger.take(0x1), Taken::Moving));

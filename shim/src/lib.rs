@@ -27,6 +27,7 @@ mod trace;
 /// Runs when the library is loaded, before the program's `main`: reads and
 /// checks the variables (a malformed one stops the job here, with status 2),
 /// and nothing else.
+#[cfg_attr(test, allow(dead_code))]
 extern "C" fn on_load() {
     let _ = std::panic::catch_unwind(|| {
         let config = state::load_config();
@@ -37,9 +38,10 @@ extern "C" fn on_load() {
             && std::env::var_os(report::JOB_VARIABLE).is_none()
         {
             let job = format!("{}-{}", std::process::id(), trace::monotonic_ns());
-            if let (Ok(name), Ok(value)) =
-                (std::ffi::CString::new(report::JOB_VARIABLE), std::ffi::CString::new(job))
-            {
+            if let (Ok(name), Ok(value)) = (
+                std::ffi::CString::new(report::JOB_VARIABLE),
+                std::ffi::CString::new(job),
+            ) {
                 // SAFETY: the constructor runs before any thread of the program.
                 unsafe { libc::setenv(name.as_ptr(), value.as_ptr(), 0) };
             }

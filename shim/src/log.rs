@@ -10,6 +10,7 @@ use crate::config::Level;
 
 static LEVEL: AtomicU8 = AtomicU8::new(Level::Error as u8);
 
+#[cfg_attr(test, allow(dead_code))]
 pub fn set_level(level: Level) {
     LEVEL.store(level as u8, Ordering::Relaxed);
 }

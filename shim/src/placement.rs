@@ -47,14 +47,26 @@ pub fn runtime_major(state: &State) -> i32 {
     let mut version: c_int = 0;
     // SAFETY: writes the int we own.
     let rc = unsafe { real::cudaRuntimeGetVersion(&mut version) };
-    let major = if rc == cudaSuccess && version > 0 { version / 1000 } else { 13 };
+    let major = if rc == cudaSuccess && version > 0 {
+        version / 1000
+    } else {
+        13
+    };
     state.runtime_version.store(version, Ordering::Relaxed);
     state.runtime_major.store(major, Ordering::Relaxed);
     major
 }
 
-pub fn advise(state: &State, ptr: *mut c_void, size: usize, advice: cudaMemoryAdvise, to: Location) -> cudaError_t {
-    let Some(f) = ADVISE.get() else { return crate::policy::missing("cudaMemAdvise") };
+pub fn advise(
+    state: &State,
+    ptr: *mut c_void,
+    size: usize,
+    advice: cudaMemoryAdvise,
+    to: Location,
+) -> cudaError_t {
+    let Some(f) = ADVISE.get() else {
+        return crate::policy::missing("cudaMemAdvise");
+    };
     // SAFETY: the symbol is cudaMemAdvise in the form of this runtime's version.
     unsafe {
         if runtime_major(state) >= 13 {
@@ -67,8 +79,16 @@ pub fn advise(state: &State, ptr: *mut c_void, size: usize, advice: cudaMemoryAd
     }
 }
 
-pub fn prefetch(state: &State, ptr: *mut c_void, size: usize, to: Location, stream: cudaStream_t) -> cudaError_t {
-    let Some(f) = PREFETCH.get() else { return crate::policy::missing("cudaMemPrefetchAsync") };
+pub fn prefetch(
+    state: &State,
+    ptr: *mut c_void,
+    size: usize,
+    to: Location,
+    stream: cudaStream_t,
+) -> cudaError_t {
+    let Some(f) = PREFETCH.get() else {
+        return crate::policy::missing("cudaMemPrefetchAsync");
+    };
     // SAFETY: the symbol is cudaMemPrefetchAsync in the form of this runtime's version.
     unsafe {
         if runtime_major(state) >= 13 {
@@ -84,8 +104,20 @@ pub fn prefetch(state: &State, ptr: *mut c_void, size: usize, to: Location, stre
 /// A spilled block: its pages live on the host, and the device reads them
 /// over the link through its mappings instead of faulting them across.
 pub fn place_on_host(state: &State, ptr: *mut c_void, size: usize, device: u32) -> cudaError_t {
-    let rc = advise(state, ptr, size, cudaMemAdviseSetPreferredLocation, Location::Host);
-    let rc2 = advise(state, ptr, size, cudaMemAdviseSetAccessedBy, Location::Device(device));
+    let rc = advise(
+        state,
+        ptr,
+        size,
+        cudaMemAdviseSetPreferredLocation,
+        Location::Host,
+    );
+    let rc2 = advise(
+        state,
+        ptr,
+        size,
+        cudaMemAdviseSetAccessedBy,
+        Location::Device(device),
+    );
     first_error(rc, rc2)
 }
 
@@ -93,7 +125,13 @@ pub fn place_on_host(state: &State, ptr: *mut c_void, size: usize, device: u32) 
 /// asynchronously on the shim's own stream. Nothing waits for the move:
 /// managed memory is coherent wherever it sits.
 pub fn move_to_device(state: &State, ptr: *mut c_void, size: usize, device: u32) -> cudaError_t {
-    let rc = advise(state, ptr, size, cudaMemAdviseSetPreferredLocation, Location::Device(device));
+    let rc = advise(
+        state,
+        ptr,
+        size,
+        cudaMemAdviseSetPreferredLocation,
+        Location::Device(device),
+    );
     let stream = shim_stream(state, device);
     let rc2 = prefetch(state, ptr, size, Location::Device(device), stream);
     first_error(rc, rc2)
@@ -115,7 +153,10 @@ pub fn current_device() -> Result<u32, cudaError_t> {
     if rc != cudaSuccess {
         return Err(rc);
     }
-    u32::try_from(device).ok().filter(|d| (*d as usize) < crate::config::MAX_DEVICES).ok_or(cudaErrorInvalidValue)
+    u32::try_from(device)
+        .ok()
+        .filter(|d| (*d as usize) < crate::config::MAX_DEVICES)
+        .ok_or(cudaErrorInvalidValue)
 }
 
 /// The shim's non-blocking stream on `device`, made once. Null (the default
@@ -144,7 +185,12 @@ fn shim_stream(state: &State, device: u32) -> cudaStream_t {
     if stream.is_null() {
         return stream;
     }
-    match slot.compare_exchange(std::ptr::null_mut(), stream, Ordering::AcqRel, Ordering::Acquire) {
+    match slot.compare_exchange(
+        std::ptr::null_mut(),
+        stream,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
         Ok(_) => stream,
         // Another thread made one first; ours stays unused (streams are cheap).
         Err(theirs) => theirs,

@@ -31,6 +31,9 @@ pub fn device_quota(state: &State, device: u32) -> Option<u64> {
         QUOTA_UNRESOLVED => {}
         quota => return Some(quota),
     }
+    // First use of this device: learn the runtime's version now, with the
+    // runtime surely up, for the advise calls and the trace.
+    placement::runtime_major(state);
     let quota = match config().quota.for_device(device) {
         None => QUOTA_NONE,
         Some(Limit::Bytes(bytes)) => bytes.min(QUOTA_NONE - 1),
@@ -43,7 +46,11 @@ pub fn device_quota(state: &State, device: u32) -> Option<u64> {
                 return None;
             }
             let bytes = (total as f64 * share / 100.0) as u64;
-            info!("device {device}: quota {share}% of {} = {}", human_bytes(total as u64), human_bytes(bytes));
+            info!(
+                "device {device}: quota {share}% of {} = {}",
+                human_bytes(total as u64),
+                human_bytes(bytes)
+            );
             bytes
         }
     };
@@ -70,7 +77,14 @@ where
     D: FnOnce() -> (cudaError_t, *mut c_void, u64),
     H: FnOnce(*mut c_void),
 {
-    let Request { api, size, on_device, on_host, managed_flags, always_spill } = request;
+    let Request {
+        api,
+        size,
+        on_device,
+        on_host,
+        managed_flags,
+        always_spill,
+    } = request;
     let state = state();
     let device = match current_device() {
         Ok(device) => device,
@@ -96,7 +110,15 @@ where
             state.ledger.unreserve(device, size);
             if rc != cudaSuccess {
                 usage.rejections.fetch_add(1, Ordering::Relaxed);
-                state.record(Op::Reject, api, device as i32, 0, size, Placement::Device, rc);
+                state.record(
+                    Op::Reject,
+                    api,
+                    device as i32,
+                    0,
+                    size,
+                    Placement::Device,
+                    rc,
+                );
             }
             return rc;
         }
@@ -107,16 +129,39 @@ where
             state.ledger.unreserve(device, size - taken);
         }
         let managed = api == Api::cudaMallocManaged;
-        let block = Block { size: taken, device, placement: Placement::Device, api, managed, moving: false };
+        let block = Block {
+            size: taken,
+            device,
+            placement: Placement::Device,
+            api,
+            managed,
+            moving: false,
+        };
         forget_stale(state.ledger.insert(ptr as usize, block), ptr);
         usage.allocations.fetch_add(1, Ordering::Relaxed);
-        state.record(Op::Alloc, api, device as i32, ptr as usize, taken, Placement::Device, rc);
+        state.record(
+            Op::Alloc,
+            api,
+            device as i32,
+            ptr as usize,
+            taken,
+            Placement::Device,
+            rc,
+        );
         return rc;
     }
     let quota = quota.unwrap_or(0);
     if config().spill == Spill::Off && !always_spill {
         usage.rejections.fetch_add(1, Ordering::Relaxed);
-        state.record(Op::Reject, api, device as i32, 0, size, Placement::Device, cudaErrorMemoryAllocation);
+        state.record(
+            Op::Reject,
+            api,
+            device as i32,
+            0,
+            size,
+            Placement::Device,
+            cudaErrorMemoryAllocation,
+        );
         info!(
             "{} of {} refused: device {device} holds {} of its {} quota (VRAMSHARE_SPILL=off)",
             api.name(),
@@ -131,7 +176,14 @@ where
 
 /// An allocation over quota: managed memory that lives on the host and is
 /// mapped for the device.
-fn spill(state: &State, api: Api, device: u32, size: u64, flags: c_uint, on_host: impl FnOnce(*mut c_void)) -> cudaError_t {
+fn spill(
+    state: &State,
+    api: Api,
+    device: u32,
+    size: u64,
+    flags: c_uint,
+    on_host: impl FnOnce(*mut c_void),
+) -> cudaError_t {
     let usage = state.ledger.device(device);
     let reject = |rc: cudaError_t| {
         usage.rejections.fetch_add(1, Ordering::Relaxed);
@@ -139,26 +191,52 @@ fn spill(state: &State, api: Api, device: u32, size: u64, flags: c_uint, on_host
         rc
     };
     if size > host_memory_bytes() {
-        warn!("{} of {} is larger than this machine's memory: refused", api.name(), human_bytes(size));
+        warn!(
+            "{} of {} is larger than this machine's memory: refused",
+            api.name(),
+            human_bytes(size)
+        );
         return reject(cudaErrorMemoryAllocation);
     }
     let mut ptr: *mut c_void = std::ptr::null_mut();
     // SAFETY: writes a pointer we own.
     let rc = unsafe { real::cudaMallocManaged(&mut ptr, size as usize, flags) };
     if rc != cudaSuccess || ptr.is_null() {
-        return reject(if rc == cudaSuccess { cudaErrorMemoryAllocation } else { rc });
+        return reject(if rc == cudaSuccess {
+            cudaErrorMemoryAllocation
+        } else {
+            rc
+        });
     }
     let advised = placement::place_on_host(state, ptr, size as usize, device);
     if advised != cudaSuccess {
-        warn!("advising a spilled block of {} failed (CUDA error {advised}); it stays usable", human_bytes(size));
+        warn!(
+            "advising a spilled block of {} failed (CUDA error {advised}); it stays usable",
+            human_bytes(size)
+        );
     }
     if usage.spills.fetch_add(1, Ordering::Relaxed) == 0 {
         warn!("device {device} is at its quota: allocations now spill to host memory (the job slows down instead of failing)");
     }
-    let block = Block { size, device, placement: Placement::Host, api, managed: true, moving: false };
+    let block = Block {
+        size,
+        device,
+        placement: Placement::Host,
+        api,
+        managed: true,
+        moving: false,
+    };
     forget_stale(state.ledger.insert(ptr as usize, block), ptr);
     usage.allocations.fetch_add(1, Ordering::Relaxed);
-    state.record(Op::Alloc, api, device as i32, ptr as usize, size, Placement::Host, cudaSuccess);
+    state.record(
+        Op::Alloc,
+        api,
+        device as i32,
+        ptr as usize,
+        size,
+        Placement::Host,
+        cudaSuccess,
+    );
     on_host(ptr);
     cudaSuccess
 }
@@ -171,7 +249,12 @@ fn forget_stale(stale: Option<Block>, ptr: *mut c_void) {
 
 fn host_memory_bytes() -> u64 {
     // SAFETY: sysconf has no preconditions.
-    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
     if pages <= 0 || page <= 0 {
         return u64::MAX;
     }
@@ -182,7 +265,12 @@ fn host_memory_bytes() -> u64 {
 ///
 /// # Safety
 /// `out` is the caller's pointer, as CUDA would receive it.
-pub unsafe fn malloc(api: Api, out: *mut *mut c_void, size: usize, real_alloc: impl FnOnce(*mut *mut c_void) -> cudaError_t) -> cudaError_t {
+pub unsafe fn malloc(
+    api: Api,
+    out: *mut *mut c_void,
+    size: usize,
+    real_alloc: impl FnOnce(*mut *mut c_void) -> cudaError_t,
+) -> cudaError_t {
     if out.is_null() {
         return real_alloc(out);
     }
@@ -191,7 +279,15 @@ pub unsafe fn malloc(api: Api, out: *mut *mut c_void, size: usize, real_alloc: i
         size: size as u64,
         on_device: || {
             let rc = real_alloc(out);
-            (rc, if rc == cudaSuccess { unsafe { *out } } else { std::ptr::null_mut() }, size as u64)
+            (
+                rc,
+                if rc == cudaSuccess {
+                    unsafe { *out }
+                } else {
+                    std::ptr::null_mut()
+                },
+                size as u64,
+            )
         },
         on_host: |ptr| unsafe { *out = ptr },
         managed_flags: cudaMemAttachGlobal,
@@ -214,7 +310,15 @@ pub unsafe fn malloc_managed(out: *mut *mut c_void, size: usize, flags: c_uint) 
         size: size as u64,
         on_device: || {
             let rc = unsafe { real::cudaMallocManaged(out, size, flags) };
-            (rc, if rc == cudaSuccess { unsafe { *out } } else { std::ptr::null_mut() }, size as u64)
+            (
+                rc,
+                if rc == cudaSuccess {
+                    unsafe { *out }
+                } else {
+                    std::ptr::null_mut()
+                },
+                size as u64,
+            )
         },
         on_host: |ptr| unsafe { *out = ptr },
         managed_flags: flags,
@@ -232,7 +336,12 @@ fn estimated_pitch(width: usize) -> Option<usize> {
 
 /// # Safety
 /// The pointers are the caller's, as CUDA would receive them.
-pub unsafe fn malloc_pitch(out: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize) -> cudaError_t {
+pub unsafe fn malloc_pitch(
+    out: *mut *mut c_void,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+) -> cudaError_t {
     let estimate = estimated_pitch(width).and_then(|p| Some((p, p.checked_mul(height)?)));
     let (Some((est_pitch, size)), false, false) = (estimate, out.is_null(), pitch.is_null()) else {
         return unsafe { real::cudaMallocPitch(out, pitch, width, height) };
@@ -272,13 +381,22 @@ pub unsafe fn malloc_3d(pitched: *mut cudaPitchedPtr, extent: cudaExtent) -> cud
             let rc = real::cudaMalloc3D(pitched, extent);
             if rc == cudaSuccess {
                 let p = *pitched;
-                (rc, p.ptr, (p.pitch as u64).saturating_mul((extent.height * extent.depth) as u64))
+                (
+                    rc,
+                    p.ptr,
+                    (p.pitch as u64).saturating_mul((extent.height * extent.depth) as u64),
+                )
             } else {
                 (rc, std::ptr::null_mut(), 0)
             }
         },
         on_host: |ptr| unsafe {
-            *pitched = cudaPitchedPtr { ptr, pitch: est_pitch, xsize: extent.width, ysize: extent.height };
+            *pitched = cudaPitchedPtr {
+                ptr,
+                pitch: est_pitch,
+                xsize: extent.width,
+                ysize: extent.height,
+            };
         },
         managed_flags: cudaMemAttachGlobal,
         always_spill: false,
@@ -292,7 +410,11 @@ pub unsafe fn malloc_3d(pitched: *mut cudaPitchedPtr, extent: cudaExtent) -> cud
 ///
 /// # Safety
 /// `ptr` is the caller's pointer, as CUDA would receive it.
-pub unsafe fn free(api: Api, ptr: *mut c_void, real_free: impl FnOnce(*mut c_void) -> cudaError_t) -> cudaError_t {
+pub unsafe fn free(
+    api: Api,
+    ptr: *mut c_void,
+    real_free: impl FnOnce(*mut c_void) -> cudaError_t,
+) -> cudaError_t {
     if ptr.is_null() {
         // cudaFree(0) is how programs make the context: nothing to account.
         return real_free(ptr);
@@ -315,7 +437,15 @@ pub unsafe fn free(api: Api, ptr: *mut c_void, real_free: impl FnOnce(*mut c_voi
     } else {
         real_free(ptr)
     };
-    state.record(Op::Free, api, block.device as i32, ptr as usize, block.size, block.placement, rc);
+    state.record(
+        Op::Free,
+        api,
+        block.device as i32,
+        ptr as usize,
+        block.size,
+        block.placement,
+        rc,
+    );
     if block.placement == Placement::Device {
         promote(state, block.device);
     }
@@ -329,7 +459,9 @@ fn promote(state: &State, device: u32) {
     if usage.spilled_bytes.load(Ordering::Acquire) == 0 {
         return;
     }
-    let Some(quota) = device_quota(state, device) else { return };
+    let Some(quota) = device_quota(state, device) else {
+        return;
+    };
     let room = quota.saturating_sub(usage.device_bytes.load(Ordering::Acquire));
     for (size, ptr) in state.ledger.promotion_candidates(device, room) {
         if !state.ledger.try_reserve(device, size, quota) {
@@ -341,8 +473,19 @@ fn promote(state: &State, device: u32) {
         }
         let rc = placement::move_to_device(state, ptr as *mut c_void, size as usize, device);
         state.ledger.end_move(ptr);
-        state.record(Op::Promote, Api::cudaMemPrefetchAsync, device as i32, ptr, size, Placement::Device, rc);
-        debug!("promoted {} at {ptr:#x} to device {device} (rc {rc})", human_bytes(size));
+        state.record(
+            Op::Promote,
+            Api::cudaMemPrefetchAsync,
+            device as i32,
+            ptr,
+            size,
+            Placement::Device,
+            rc,
+        );
+        debug!(
+            "promoted {} at {ptr:#x} to device {device} (rc {rc})",
+            human_bytes(size)
+        );
     }
 }
 
@@ -357,9 +500,15 @@ pub unsafe fn mem_get_info(free: *mut usize, total: *mut usize) -> cudaError_t {
         return rc;
     }
     let state = state();
-    let Ok(device) = current_device() else { return rc };
+    let Ok(device) = current_device() else {
+        return rc;
+    };
     if let Some(quota) = device_quota(state, device) {
-        let used = state.ledger.device(device).device_bytes.load(Ordering::Acquire);
+        let used = state
+            .ledger
+            .device(device)
+            .device_bytes
+            .load(Ordering::Acquire);
         let quota = usize::try_from(quota).unwrap_or(usize::MAX);
         let used = usize::try_from(used).unwrap_or(usize::MAX);
         unsafe {

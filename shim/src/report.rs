@@ -13,7 +13,6 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::Ordering;
 
 use crate::config::{Quota, Spill, MAX_DEVICES};
-use crate::placement;
 use crate::state::{config, State, QUOTA_NONE, QUOTA_UNRESOLVED};
 use crate::trace::{Counts, EventJson, LeakJson, PerDevice, ProcessJson, TraceJson, SCHEMA};
 
@@ -54,8 +53,12 @@ pub fn process_summary(state: &State) -> ProcessJson {
             }
         }
     }
-    let (mut peak_device, mut peak_spilled, mut device_in_use, mut spilled_in_use) =
-        (PerDevice::new(), PerDevice::new(), PerDevice::new(), PerDevice::new());
+    let (mut peak_device, mut peak_spilled, mut device_in_use, mut spilled_in_use) = (
+        PerDevice::new(),
+        PerDevice::new(),
+        PerDevice::new(),
+        PerDevice::new(),
+    );
     let mut counts = BTreeMap::new();
     for (device, usage) in state.ledger.active_devices() {
         let key = device.to_string();
@@ -102,10 +105,9 @@ pub fn process_summary(state: &State) -> ProcessJson {
         leaked,
         events_dropped: state.trace.dropped(),
         runtime: cudart_sys::runtime_library().name.clone(),
-        runtime_version: {
-            placement::runtime_major(state);
-            state.runtime_version.load(Ordering::Relaxed)
-        },
+        // Asked on first use of each device; never asked here, at exit, when
+        // the runtime may already be shutting down.
+        runtime_version: state.runtime_version.load(Ordering::Relaxed),
     }
 }
 
@@ -120,12 +122,18 @@ pub fn trace_json(state: &State, job: Option<String>) -> TraceJson {
 }
 
 pub fn write_trace_at_exit(state: &State) {
-    let Some(template) = &config().trace else { return };
+    let Some(template) = &config().trace else {
+        return;
+    };
     let path = trace_path(template, state.pid);
     let shared = !template.contains("%p");
     let job = shared.then(|| std::env::var(JOB_VARIABLE).ok()).flatten();
     let trace = trace_json(state, job);
-    let result = if shared { merge_into(&path, trace) } else { write_new(&path, &trace) };
+    let result = if shared {
+        merge_into(&path, trace)
+    } else {
+        write_new(&path, &trace)
+    };
     match result {
         Ok(()) => info!("trace written to {path}"),
         Err(error) => error!("cannot write the trace to {path}: {error}"),
@@ -133,7 +141,12 @@ pub fn write_trace_at_exit(state: &State) {
 }
 
 fn write_new(path: &str, trace: &TraceJson) -> std::io::Result<()> {
-    let mut file = OpenOptions::new().write(true).create(true).truncate(true).mode(0o644).open(path)?;
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .open(path)?;
     serde_json::to_writer(&mut file, trace)?;
     file.write_all(b"\n")
 }
@@ -141,7 +154,13 @@ fn write_new(path: &str, trace: &TraceJson) -> std::io::Result<()> {
 /// Adds this process's trace to a file that other processes of the same job
 /// may be writing too.
 fn merge_into(path: &str, mut trace: TraceJson) -> std::io::Result<()> {
-    let mut file = OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o644).open(path)?;
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o644)
+        .open(path)?;
     // SAFETY: flock on a descriptor we own; released when the file closes.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
         return Err(std::io::Error::last_os_error());

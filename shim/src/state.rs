@@ -64,7 +64,12 @@ pub fn state() -> &'static State {
         return unsafe { &*current };
     }
     let fresh = Box::into_raw(Box::new(State::new()));
-    match STATE.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+    match STATE.compare_exchange(
+        std::ptr::null_mut(),
+        fresh,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
         Ok(_) => {
             PROCESS_HOOKS.call_once(install_process_hooks);
             // SAFETY: just stored; leaked for the life of the process.
@@ -122,8 +127,12 @@ impl State {
             pid: unsafe { libc::getpid() } as u32,
             ledger: Ledger::new(),
             trace: TraceLog::default(),
-            quotas: (0..MAX_DEVICES).map(|_| AtomicU64::new(QUOTA_UNRESOLVED)).collect(),
-            streams: (0..MAX_DEVICES).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            quotas: (0..MAX_DEVICES)
+                .map(|_| AtomicU64::new(QUOTA_UNRESOLVED))
+                .collect(),
+            streams: (0..MAX_DEVICES)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
             runtime_major: AtomicI32::new(0),
             runtime_version: AtomicI32::new(0),
         }
@@ -138,7 +147,17 @@ impl State {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub fn record(&self, op: Op, api: Api, device: i32, ptr: usize, size: u64, placement: Placement, rc: i32) {
-        self.trace.record(self.pid, op, api, device, ptr, size, placement, rc);
+    pub fn record(
+        &self,
+        op: Op,
+        api: Api,
+        device: i32,
+        ptr: usize,
+        size: u64,
+        placement: Placement,
+        rc: i32,
+    ) {
+        self.trace
+            .record(self.pid, op, api, device, ptr, size, placement, rc);
     }
 }

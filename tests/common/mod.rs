@@ -21,13 +21,20 @@ pub fn tests_dir() -> PathBuf {
 pub fn shim_library() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let path = exe.parent().unwrap().join("libvramshare.so");
-    assert!(path.exists(), "{} is missing: build with cargo test from the workspace", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing: build with cargo test from the workspace",
+        path.display()
+    );
     path
 }
 
 pub fn cc(args: &[&str]) {
     let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
-    let output = Command::new(&compiler).args(args).output().unwrap_or_else(|e| panic!("cannot run {compiler}: {e}"));
+    let output = Command::new(&compiler)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {compiler}: {e}"));
     assert!(
         output.status.success(),
         "{compiler} {args:?} failed:\n{}",
@@ -45,7 +52,8 @@ pub enum Runtime {
 /// Where this test binary keeps what it compiled (one folder per binary, so
 /// that binaries running at once never build into each other's files).
 fn build_root() -> PathBuf {
-    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("c-{}", env!("CARGO_CRATE_NAME")));
+    let root =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("c-{}", env!("CARGO_CRATE_NAME")));
     std::fs::create_dir_all(&root).unwrap();
     root
 }
@@ -58,7 +66,17 @@ pub fn build_clients(dir: &Path) {
     for client in ["client", "stress"] {
         let source = tests_dir().join(format!("clients/{client}.c"));
         let out = dir.join(client);
-        cc(&["-O1", "-o", out.to_str().unwrap(), source.to_str().unwrap(), &include, &lib_dir, &rpath, "-lcudart", "-lpthread"]);
+        cc(&[
+            "-O1",
+            "-o",
+            out.to_str().unwrap(),
+            source.to_str().unwrap(),
+            &include,
+            &lib_dir,
+            &rpath,
+            "-lcudart",
+            "-lpthread",
+        ]);
     }
 }
 
@@ -73,7 +91,11 @@ pub fn fake_dir(runtime: Runtime) -> &'static Path {
             std::fs::create_dir_all(&dir).unwrap();
             let soname = format!("libcudart.so.{major}");
             let script = dir.join("cudart.map");
-            std::fs::write(&script, format!("{soname} {{ global: cuda*; local: *; }};\n")).unwrap();
+            std::fs::write(
+                &script,
+                format!("{soname} {{ global: cuda*; local: *; }};\n"),
+            )
+            .unwrap();
             let library = dir.join(&soname);
             cc(&[
                 "-O1",
@@ -120,7 +142,12 @@ impl Run {
         self.stdout
             .lines()
             .find(|l| l.starts_with(&wanted))
-            .unwrap_or_else(|| panic!("no line {prefix:?} in:\n{}\nstderr:\n{}", self.stdout, self.stderr))
+            .unwrap_or_else(|| {
+                panic!(
+                    "no line {prefix:?} in:\n{}\nstderr:\n{}",
+                    self.stdout, self.stderr
+                )
+            })
     }
 
     /// A `key=value` field of that line.
@@ -142,28 +169,55 @@ impl Run {
 
     /// The only trace written (panics if there is not exactly one).
     pub fn trace(&self) -> &Value {
-        assert_eq!(self.traces.len(), 1, "traces: {:?}\nstderr:\n{}", self.traces.keys(), self.stderr);
+        assert_eq!(
+            self.traces.len(),
+            1,
+            "traces: {:?}\nstderr:\n{}",
+            self.traces.keys(),
+            self.stderr
+        );
         self.traces.values().next().unwrap()
     }
 
     /// Calls the fake runtime received whose line contains every word given.
     pub fn calls_with(&self, words: &[&str]) -> Vec<&String> {
-        self.calls.iter().filter(|c| words.iter().all(|w| c.split_whitespace().any(|x| x == *w))).collect()
+        self.calls
+            .iter()
+            .filter(|c| words.iter().all(|w| c.split_whitespace().any(|x| x == *w)))
+            .collect()
     }
 
     /// The trace's events of `op` in order.
     pub fn events(&self, op: &str) -> Vec<Value> {
-        self.trace()["events"].as_array().unwrap().iter().filter(|e| e["op"] == op).cloned().collect()
+        self.trace()["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["op"] == op)
+            .cloned()
+            .collect()
     }
 
     pub fn assert_ok(&self) {
-        assert!(self.status.success(), "client failed: {:?}\nstdout:\n{}\nstderr:\n{}", self.status, self.stdout, self.stderr);
+        assert!(
+            self.status.success(),
+            "client failed: {:?}\nstdout:\n{}\nstderr:\n{}",
+            self.status,
+            self.stdout,
+            self.stderr
+        );
     }
 }
 
 /// Runs `program` (a file in `dir`) with `args` under the shim, with the
 /// given variables on top of a clean environment (no VRAMSHARE_* inherited).
-pub fn run_in(dir: &Path, program: &str, args: &[&str], env: &[(&str, &str)], preload: bool) -> Run {
+pub fn run_in(
+    dir: &Path,
+    program: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    preload: bool,
+) -> Run {
     let work = tempfile::tempdir().unwrap();
     let log = work.path().join("calls.log");
     let mut command = Command::new(dir.join(program));
@@ -186,14 +240,22 @@ pub fn run_in(dir: &Path, program: &str, args: &[&str], env: &[(&str, &str)], pr
 }
 
 pub fn collect(output: std::process::Output, work: tempfile::TempDir, log: &Path) -> Run {
-    let calls = std::fs::read_to_string(log).unwrap_or_default().lines().map(str::to_string).collect();
+    let calls = std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect();
     let mut traces = HashMap::new();
     for entry in std::fs::read_dir(work.path()).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().to_string();
-        if let Some(pid) = name.strip_prefix("trace-").and_then(|n| n.strip_suffix(".json")) {
+        if let Some(pid) = name
+            .strip_prefix("trace-")
+            .and_then(|n| n.strip_suffix(".json"))
+        {
             let text = std::fs::read_to_string(&path).unwrap();
-            let value: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name} is not JSON ({e}):\n{text}"));
+            let value: Value = serde_json::from_str(&text)
+                .unwrap_or_else(|e| panic!("{name} is not JSON ({e}):\n{text}"));
             traces.insert(pid.parse().unwrap(), value);
         }
     }
@@ -223,12 +285,17 @@ pub fn hex(ptr: &str) -> u64 {
 pub fn nvidia_runtime() -> Option<PathBuf> {
     let root = std::env::var_os("VRAMSHARE_CUDA_RUNTIME")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/nvidia-cuda-runtime"));
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/nvidia-cuda-runtime")
+        });
     let cu13 = root.join("nvidia/cu13");
     if cu13.join("lib/libcudart.so.13").exists() {
         return Some(cu13);
     }
-    let message = format!("NVIDIA's libcudart.so.13 is not at {}: run scripts/fetch-cuda-runtime", cu13.display());
+    let message = format!(
+        "NVIDIA's libcudart.so.13 is not at {}: run scripts/fetch-cuda-runtime",
+        cu13.display()
+    );
     if std::env::var_os("VRAMSHARE_REQUIRE_REAL_CUDART").is_some() {
         panic!("{message}");
     }

@@ -52,9 +52,18 @@ static size_t env_size(const char *name, size_t fallback) {
     const char *v = getenv(name);
     return v && *v ? strtoull(v, NULL, 10) : fallback;
 }
-static size_t capacity(void) { return env_size("FAKE_CUDA_CAPACITY", (size_t)1 << 30); }
-static int device_count(void) { return (int)env_size("FAKE_CUDA_DEVICES", 2); }
-static int no_device(void) { return env_size("FAKE_CUDA_NO_DEVICE", 0) != 0; }
+/* Read once at load, so that the fake's own cost stays small next to the
+ * shim's in benchmarks. */
+static size_t capacity_bytes = (size_t)1 << 30;
+static int devices = 2, no_device_flag;
+__attribute__((constructor)) static void read_settings(void) {
+    capacity_bytes = env_size("FAKE_CUDA_CAPACITY", capacity_bytes);
+    devices = (int)env_size("FAKE_CUDA_DEVICES", devices);
+    no_device_flag = env_size("FAKE_CUDA_NO_DEVICE", 0) != 0;
+}
+static size_t capacity(void) { return capacity_bytes; }
+static int device_count(void) { return devices; }
+static int no_device(void) { return no_device_flag; }
 
 static void trace(const char *fmt, ...) {
     if (log_fd == -2) {

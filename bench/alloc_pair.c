@@ -1,0 +1,59 @@
+/*
+ * Cost of a cudaMalloc + cudaFree pair, as a program sees it through the PLT.
+ *   alloc_pair THREADS BATCHES PAIRS SIZE
+ * Each thread makes BATCHES batches of PAIRS pairs; prints the median and the
+ * best batch in ns per pair (per thread), for run-alloc-pair to compare with
+ * and without the shim.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+typedef int cudaError_t;
+cudaError_t cudaMalloc(void **p, size_t size);
+cudaError_t cudaFree(void *p);
+
+static int batches, pairs;
+static size_t size;
+static double *results; /* ns per pair, per thread and batch */
+
+static double now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+static void *work(void *arg) {
+    long t = (long)arg;
+    for (int b = 0; b < batches; b++) {
+        double start = now_ns();
+        for (int i = 0; i < pairs; i++) {
+            void *p;
+            if (cudaMalloc(&p, size) || cudaFree(p)) { fprintf(stderr, "allocation failed\n"); exit(1); }
+        }
+        results[t * batches + b] = (now_ns() - start) / pairs;
+    }
+    return NULL;
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 5) { fprintf(stderr, "usage: alloc_pair THREADS BATCHES PAIRS SIZE\n"); return 2; }
+    int threads = atoi(argv[1]);
+    batches = atoi(argv[2]);
+    pairs = atoi(argv[3]);
+    size = strtoull(argv[4], NULL, 0);
+    results = calloc((size_t)threads * batches, sizeof *results);
+    pthread_t ids[64];
+    for (long t = 0; t < threads; t++) pthread_create(&ids[t], NULL, work, (void *)t);
+    for (int t = 0; t < threads; t++) pthread_join(ids[t], NULL);
+    int n = threads * batches;
+    qsort(results, n, sizeof *results, cmp);
+    printf("median_ns=%.1f best_ns=%.1f\n", results[n / 2], results[0]);
+    return 0;
+}
