@@ -114,36 +114,27 @@ fn assert_spilled_with_advice(run: &Run, abi: &str) {
     assert_eq!(process["counts"]["0"]["spills"], 1);
 }
 
+fn spill_run(runtime: Runtime) -> Run {
+    let steps = [
+        "malloc:a:24M",
+        "malloc:b:16M",
+        "touch:b",
+        "free:b",
+        "free:a",
+    ];
+    client(runtime, &[("VRAMSHARE_QUOTA", Q32)], &steps)
+}
+
 #[test]
 fn over_quota_spills_to_host_with_cuda13_advice() {
-    let run = client(
-        Runtime::Fake13,
-        &[("VRAMSHARE_QUOTA", Q32)],
-        &[
-            "malloc:a:24M",
-            "malloc:b:16M",
-            "touch:b",
-            "free:b",
-            "free:a",
-        ],
-    );
+    let run = spill_run(Runtime::Fake13);
     assert_spilled_with_advice(&run, "13");
     assert_eq!(run.trace()["processes"][0]["runtime_version"], 13000);
 }
 
 #[test]
 fn over_quota_spills_to_host_with_cuda12_advice() {
-    let run = client(
-        Runtime::Fake12,
-        &[("VRAMSHARE_QUOTA", Q32)],
-        &[
-            "malloc:a:24M",
-            "malloc:b:16M",
-            "touch:b",
-            "free:b",
-            "free:a",
-        ],
-    );
+    let run = spill_run(Runtime::Fake12);
     assert_spilled_with_advice(&run, "12");
     assert_eq!(run.trace()["processes"][0]["runtime_version"], 12080);
 }
@@ -191,24 +182,11 @@ fn mem_get_info_reports_the_quota() {
         ],
     );
     run.assert_ok();
-    let lines: Vec<&str> = run
-        .stdout
-        .lines()
-        .filter(|l| l.starts_with("meminfo"))
-        .collect();
-    assert_eq!(
-        lines[0],
-        format!("meminfo rc=0 free={} total={}", 64 * MIB, 64 * MIB)
-    );
-    assert_eq!(
-        lines[1],
-        format!("meminfo rc=0 free={} total={}", 48 * MIB, 64 * MIB)
-    );
+    let lines = run.meminfo();
+    assert_eq!(lines[0], (64 * MIB, 64 * MIB));
+    assert_eq!(lines[1], (48 * MIB, 64 * MIB));
     // b spilled: the device still holds only a.
-    assert_eq!(
-        lines[2],
-        format!("meminfo rc=0 free={} total={}", 48 * MIB, 64 * MIB)
-    );
+    assert_eq!(lines[2], (48 * MIB, 64 * MIB));
 
     // A quota above the device: the physical numbers stand.
     let run = client(
@@ -420,31 +398,15 @@ fn percent_and_per_device_quotas() {
         &["meminfo", "device:1", "meminfo"],
     );
     run.assert_ok();
-    for line in run.stdout.lines().filter(|l| l.starts_with("meminfo")) {
-        assert_eq!(
-            line,
-            format!("meminfo rc=0 free={} total={}", 256 * MIB, 256 * MIB)
-        );
-    }
+    assert_eq!(run.meminfo(), vec![(256 * MIB, 256 * MIB); 2]);
     let run = client(
         Runtime::Fake13,
         &[gib[0], ("VRAMSHARE_QUOTA", "0=64MiB,1=32MiB")],
         &["meminfo", "device:1", "malloc:a:40M", "meminfo"],
     );
-    let lines: Vec<&str> = run
-        .stdout
-        .lines()
-        .filter(|l| l.starts_with("meminfo"))
-        .collect();
-    assert_eq!(
-        lines[0],
-        format!("meminfo rc=0 free={} total={}", 64 * MIB, 64 * MIB)
-    );
-    assert_eq!(
-        lines[1],
-        format!("meminfo rc=0 free={} total={}", 32 * MIB, 32 * MIB),
-        "40M spilled on device 1"
-    );
+    let lines = run.meminfo();
+    assert_eq!(lines[0], (64 * MIB, 64 * MIB));
+    assert_eq!(lines[1], (32 * MIB, 32 * MIB), "40M spilled on device 1");
     let spilled = run.events("alloc");
     assert_eq!(spilled[0]["device"], 1);
     assert_eq!(spilled[0]["placement"], "host");

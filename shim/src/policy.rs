@@ -109,16 +109,7 @@ where
         if rc != cudaSuccess || ptr.is_null() {
             state.ledger.unreserve(device, size);
             if rc != cudaSuccess {
-                usage.rejections.fetch_add(1, Ordering::Relaxed);
-                state.record(
-                    Op::Reject,
-                    api,
-                    device as i32,
-                    0,
-                    size,
-                    Placement::Device,
-                    rc,
-                );
+                record_rejection(state, api, device, size, Placement::Device, rc);
             }
             return rc;
         }
@@ -137,31 +128,11 @@ where
             managed,
             moving: false,
         };
-        forget_stale(state.ledger.insert(ptr as usize, block), ptr);
-        usage.allocations.fetch_add(1, Ordering::Relaxed);
-        state.record(
-            Op::Alloc,
-            api,
-            device as i32,
-            ptr as usize,
-            taken,
-            Placement::Device,
-            rc,
-        );
+        record_allocation(state, ptr, block);
         return rc;
     }
     let quota = quota.unwrap_or(0);
     if config().spill == Spill::Off && !always_spill {
-        usage.rejections.fetch_add(1, Ordering::Relaxed);
-        state.record(
-            Op::Reject,
-            api,
-            device as i32,
-            0,
-            size,
-            Placement::Device,
-            cudaErrorMemoryAllocation,
-        );
         info!(
             "{} of {} refused: device {device} holds {} of its {} quota (VRAMSHARE_SPILL=off)",
             api.name(),
@@ -169,7 +140,14 @@ where
             human_bytes(usage.device_bytes.load(Ordering::Relaxed)),
             human_bytes(quota)
         );
-        return cudaErrorMemoryAllocation;
+        return record_rejection(
+            state,
+            api,
+            device,
+            size,
+            Placement::Device,
+            cudaErrorMemoryAllocation,
+        );
     }
     spill(state, api, device, size, managed_flags, on_host)
 }
@@ -185,11 +163,7 @@ fn spill(
     on_host: impl FnOnce(*mut c_void),
 ) -> cudaError_t {
     let usage = state.ledger.device(device);
-    let reject = |rc: cudaError_t| {
-        usage.rejections.fetch_add(1, Ordering::Relaxed);
-        state.record(Op::Reject, api, device as i32, 0, size, Placement::Host, rc);
-        rc
-    };
+    let reject = |rc| record_rejection(state, api, device, size, Placement::Host, rc);
     if size > host_memory_bytes() {
         warn!(
             "{} of {} is larger than this machine's memory: refused",
@@ -226,22 +200,48 @@ fn spill(
         managed: true,
         moving: false,
     };
-    forget_stale(state.ledger.insert(ptr as usize, block), ptr);
-    usage.allocations.fetch_add(1, Ordering::Relaxed);
-    state.record(
-        Op::Alloc,
-        api,
-        device as i32,
-        ptr as usize,
-        size,
-        Placement::Host,
-        cudaSuccess,
-    );
+    record_allocation(state, ptr, block);
     on_host(ptr);
     cudaSuccess
 }
 
-fn forget_stale(stale: Option<Block>, ptr: *mut c_void) {
+/// Counts and traces an allocation the caller does not get; returns `rc`.
+fn record_rejection(
+    state: &State,
+    api: Api,
+    device: u32,
+    size: u64,
+    placement: Placement,
+    rc: cudaError_t,
+) -> cudaError_t {
+    state
+        .ledger
+        .device(device)
+        .rejections
+        .fetch_add(1, Ordering::Relaxed);
+    state
+        .trace
+        .record(Op::Reject, api, device as i32, 0, size, placement, rc);
+    rc
+}
+
+/// Records a block the runtime handed out, and its event.
+fn record_allocation(state: &State, ptr: *mut c_void, block: Block) {
+    let stale = state.ledger.insert(ptr as usize, block);
+    state
+        .ledger
+        .device(block.device)
+        .allocations
+        .fetch_add(1, Ordering::Relaxed);
+    state.trace.record(
+        Op::Alloc,
+        block.api,
+        block.device as i32,
+        ptr as usize,
+        block.size,
+        block.placement,
+        cudaSuccess,
+    );
     if let Some(stale) = stale {
         info!("{ptr:p} was handed out again while still recorded ({} from {}); the old record is dropped", human_bytes(stale.size), stale.api.name());
     }
@@ -271,28 +271,7 @@ pub unsafe fn malloc(
     size: usize,
     real_alloc: impl FnOnce(*mut *mut c_void) -> cudaError_t,
 ) -> cudaError_t {
-    if out.is_null() {
-        return real_alloc(out);
-    }
-    allocate(Request {
-        api,
-        size: size as u64,
-        on_device: || {
-            let rc = real_alloc(out);
-            (
-                rc,
-                if rc == cudaSuccess {
-                    unsafe { *out }
-                } else {
-                    std::ptr::null_mut()
-                },
-                size as u64,
-            )
-        },
-        on_host: |ptr| unsafe { *out = ptr },
-        managed_flags: cudaMemAttachGlobal,
-        always_spill: false,
-    })
+    unsafe { allocate_into(api, out, size, real_alloc, cudaMemAttachGlobal, false) }
 }
 
 /// The caller's own managed memory counts against the quota while it fits;
@@ -302,27 +281,37 @@ pub unsafe fn malloc(
 /// # Safety
 /// `out` is the caller's pointer, as CUDA would receive it.
 pub unsafe fn malloc_managed(out: *mut *mut c_void, size: usize, flags: c_uint) -> cudaError_t {
+    let real_alloc = |out| unsafe { real::cudaMallocManaged(out, size, flags) };
+    unsafe { allocate_into(Api::cudaMallocManaged, out, size, real_alloc, flags, true) }
+}
+
+/// An allocation whose only output is the pointer written to `out`.
+unsafe fn allocate_into(
+    api: Api,
+    out: *mut *mut c_void,
+    size: usize,
+    real_alloc: impl FnOnce(*mut *mut c_void) -> cudaError_t,
+    managed_flags: c_uint,
+    always_spill: bool,
+) -> cudaError_t {
     if out.is_null() {
-        return unsafe { real::cudaMallocManaged(out, size, flags) };
+        return real_alloc(out);
     }
     allocate(Request {
-        api: Api::cudaMallocManaged,
+        api,
         size: size as u64,
         on_device: || {
-            let rc = unsafe { real::cudaMallocManaged(out, size, flags) };
-            (
-                rc,
-                if rc == cudaSuccess {
-                    unsafe { *out }
-                } else {
-                    std::ptr::null_mut()
-                },
-                size as u64,
-            )
+            let rc = real_alloc(out);
+            let ptr = if rc == cudaSuccess {
+                unsafe { *out }
+            } else {
+                std::ptr::null_mut()
+            };
+            (rc, ptr, size as u64)
         },
         on_host: |ptr| unsafe { *out = ptr },
-        managed_flags: flags,
-        always_spill: true,
+        managed_flags,
+        always_spill,
     })
 }
 
@@ -426,7 +415,9 @@ pub unsafe fn free(
             Taken::Moving => std::thread::yield_now(),
             Taken::Unknown => {
                 let rc = real_free(ptr);
-                state.record(Op::Free, api, -1, ptr as usize, 0, Placement::Unknown, rc);
+                state
+                    .trace
+                    .record(Op::Free, api, -1, ptr as usize, 0, Placement::Unknown, rc);
                 info!("{} of {ptr:p}, which vramshare did not hand out (or was freed already): CUDA answered {rc}", api.name());
                 return rc;
             }
@@ -437,7 +428,7 @@ pub unsafe fn free(
     } else {
         real_free(ptr)
     };
-    state.record(
+    state.trace.record(
         Op::Free,
         api,
         block.device as i32,
@@ -473,7 +464,7 @@ fn promote(state: &State, device: u32) {
         }
         let rc = placement::move_to_device(state, ptr as *mut c_void, size as usize, device);
         state.ledger.end_move(ptr);
-        state.record(
+        state.trace.record(
             Op::Promote,
             Api::cudaMemPrefetchAsync,
             device as i32,

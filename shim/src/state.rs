@@ -12,9 +12,8 @@ use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use crate::config::{Config, MAX_DEVICES};
-use crate::hooks::Api;
 use crate::ledger::Ledger;
-use crate::trace::{Op, Placement, TraceLog};
+use crate::trace::TraceLog;
 
 pub struct State {
     pub pid: u32,
@@ -122,11 +121,12 @@ impl Default for State {
 
 impl State {
     pub fn new() -> State {
+        // SAFETY: getpid cannot fail.
+        let pid = unsafe { libc::getpid() } as u32;
         State {
-            // SAFETY: getpid cannot fail.
-            pid: unsafe { libc::getpid() } as u32,
+            pid,
             ledger: Ledger::new(),
-            trace: TraceLog::default(),
+            trace: TraceLog::new(pid),
             quotas: (0..MAX_DEVICES)
                 .map(|_| AtomicU64::new(QUOTA_UNRESOLVED))
                 .collect(),
@@ -144,20 +144,5 @@ impl State {
 
     pub fn cache_quota(&self, device: u32, quota: u64) {
         self.quotas[device as usize].store(quota, Ordering::Release);
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub fn record(
-        &self,
-        op: Op,
-        api: Api,
-        device: i32,
-        ptr: usize,
-        size: u64,
-        placement: Placement,
-        rc: i32,
-    ) {
-        self.trace
-            .record(self.pid, op, api, device, ptr, size, placement, rc);
     }
 }

@@ -83,6 +83,8 @@ pub struct Event {
 /// Past the cap, events are counted, not kept, so that a job making millions
 /// of allocations does not grow without bound.
 pub struct TraceLog {
+    /// The process the events belong to.
+    pid: u32,
     slots: Box<[Slot]>,
     next: AtomicUsize,
     dropped: AtomicU64,
@@ -100,8 +102,8 @@ unsafe impl Sync for Slot {}
 
 pub const MAX_EVENTS: usize = 1 << 20;
 
-impl Default for TraceLog {
-    fn default() -> Self {
+impl TraceLog {
+    pub fn new(pid: u32) -> Self {
         let layout = Layout::array::<Slot>(MAX_EVENTS).expect("slot array layout");
         // SAFETY: all-zero bytes are a valid `Slot` (false, uninitialised
         // event); the box is freed with the same layout.
@@ -114,6 +116,7 @@ impl Default for TraceLog {
             Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, MAX_EVENTS))
         };
         Self {
+            pid,
             slots,
             next: AtomicUsize::new(0),
             dropped: AtomicU64::new(0),
@@ -159,7 +162,6 @@ impl TraceLog {
     #[allow(clippy::too_many_arguments)]
     pub fn record(
         &self,
-        pid: u32,
         op: Op,
         api: Api,
         device: i32,
@@ -178,7 +180,7 @@ impl TraceLog {
             t_ns: monotonic_ns(),
             ptr: ptr as u64,
             size,
-            pid,
+            pid: self.pid,
             tid: thread_id(),
             device,
             rc,
@@ -317,18 +319,9 @@ mod tests {
 
     #[test]
     fn events_past_the_cap_are_counted() {
-        let log = TraceLog::default();
+        let log = TraceLog::new(42);
         for _ in 0..MAX_EVENTS + 3 {
-            log.record(
-                1,
-                Op::Alloc,
-                Api::cudaMalloc,
-                0,
-                0x10,
-                8,
-                Placement::Device,
-                0,
-            );
+            log.record(Op::Alloc, Api::cudaMalloc, 0, 0x10, 8, Placement::Device, 0);
         }
         let (events, dropped) = log.snapshot();
         assert_eq!(events.len(), MAX_EVENTS);
@@ -338,9 +331,8 @@ mod tests {
 
     #[test]
     fn json_form_of_an_event() {
-        let log = TraceLog::default();
+        let log = TraceLog::new(42);
         log.record(
-            42,
             Op::Alloc,
             Api::cudaMallocAsync,
             1,

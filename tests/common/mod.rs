@@ -167,6 +167,24 @@ impl Run {
         self.field(prefix, key).parse().unwrap()
     }
 
+    /// Every `cudaMemGetInfo` answer the client printed, as (free, total).
+    pub fn meminfo(&self) -> Vec<(u64, u64)> {
+        self.stdout
+            .lines()
+            .filter(|l| l.starts_with("meminfo rc=0 "))
+            .map(|l| {
+                let field = |key: &str| -> u64 {
+                    l.split_whitespace()
+                        .find_map(|w| w.strip_prefix(key))
+                        .unwrap()
+                        .parse()
+                        .unwrap()
+                };
+                (field("free="), field("total="))
+            })
+            .collect()
+    }
+
     /// The only trace written (panics if there is not exactly one).
     pub fn trace(&self) -> &Value {
         assert_eq!(
