@@ -708,10 +708,11 @@ fn processes_that_never_call_cuda_write_nothing() {
         .env("LD_PRELOAD", shim_library())
         .env("VRAMSHARE_QUOTA", "1GiB")
         .env("VRAMSHARE_TRACE", work.path().join("t-%p.json"))
+        .env("VRAMSHARE_DIR", work.path().join("shm"))
         .status()
         .unwrap();
     assert!(status.success());
-    assert_eq!(std::fs::read_dir(work.path()).unwrap().count(), 0);
+    assert_eq!(std::fs::read_dir(work.path()).unwrap().count(), 0, "no trace, no shared files");
 }
 
 #[test]
@@ -730,6 +731,7 @@ fn processes_of_one_job_share_a_trace_file_without_pid() {
             .env_remove("VRAMSHARE_JOB")
             .env("LD_PRELOAD", shim_library())
             .env("VRAMSHARE_TRACE", &trace)
+            .env("VRAMSHARE_DIR", work.path().join("shm"))
             .status()
             .unwrap();
         assert!(status.success());

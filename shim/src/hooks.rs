@@ -1,16 +1,19 @@
 //! The one list of hooked CUDA runtime functions.
 //!
-//! Each line of `hooks!` produces three things: the exported `extern "C"`
+//! Each line of `hooks!` produces two things: the exported `extern "C"`
 //! function that the dynamic linker binds the caller to (through
-//! `LD_PRELOAD`), the lazily resolved pointer to the real function in
-//! [`real`], and a variant of [`Api`] that names it in the trace. The
-//! `real_only` lines are functions the shim calls but does not intercept.
-//! Adding a hook is one line here and its policy.
+//! `LD_PRELOAD`), and the lazily resolved pointer to the real function in
+//! [`real`]. The `real_only` lines are functions the shim calls but does
+//! not intercept. A hook names itself in the trace as the [`Api`] variant of
+//! its own name (shared with the command, in `vramshare-common`), so adding
+//! a hook is one line here, its policy, and that variant.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use std::ffi::{c_int, c_uint, c_void};
 
 use cudart_sys::*;
+
+pub use vramshare_common::event::Api;
 
 use crate::policy;
 
@@ -38,27 +41,10 @@ macro_rules! hooks {
         hooked { $( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) => $body:expr; )* }
         real_only { $( fn $rname:ident ( $($rarg:ident : $rty:ty),* $(,)? ); )* }
     ) => {
-        /// The CUDA call behind a trace event.
-        #[repr(u8)]
-        #[allow(non_camel_case_types)]
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum Api {
-            $( $name, )*
-            /// The shim's own prefetches (promotions and demotions).
-            cudaMemPrefetchAsync,
-        }
-
-        impl Api {
-            pub fn name(self) -> &'static str {
-                match self {
-                    $( Api::$name => stringify!($name), )*
-                    Api::cudaMemPrefetchAsync => "cudaMemPrefetchAsync",
-                }
-            }
-        }
-
-        /// Every exported hook, for documentation and tests.
-        pub const HOOKED: &[&str] = &[ $( stringify!($name), )* ];
+        /// Every exported hook, by its name in the trace (which makes a hook
+        /// without an `Api` variant of its name fail to compile).
+        #[allow(dead_code)]
+        pub const HOOKED: &[Api] = &[ $( Api::$name, )* ];
 
         /// The real runtime's functions, resolved on first use. A missing one
         /// answers `cudaErrorNotSupported` (and says so once in the log).

@@ -16,9 +16,9 @@ use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 
-use crate::config::MAX_DEVICES;
-use crate::hooks::Api;
-use crate::trace::Placement;
+use vramshare_common::event::{Api, Placement};
+use vramshare_common::registry::DeviceCounters;
+use vramshare_common::size::MAX_DEVICES;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Block {
@@ -34,21 +34,6 @@ pub struct Block {
     pub moving: bool,
 }
 
-/// Counters of one device, all cheap atomics.
-#[derive(Default)]
-pub struct DeviceUsage {
-    pub device_bytes: AtomicU64,
-    pub spilled_bytes: AtomicU64,
-    pub peak_device: AtomicU64,
-    pub peak_spilled: AtomicU64,
-    pub allocations: AtomicU64,
-    pub spills: AtomicU64,
-    pub promotions: AtomicU64,
-    pub rejections: AtomicU64,
-    /// Spilled blocks by (size, address), so the largest come first.
-    spilled: Mutex<BTreeSet<(u64, usize)>>,
-}
-
 pub enum Taken {
     Block(Block),
     /// A promotion is in flight; try again in a moment.
@@ -61,7 +46,11 @@ pub struct Ledger {
     /// Keyed by address; Fx hashing, since addresses are not chosen by an
     /// adversary and SipHash would double the cost of a lookup.
     blocks: DashMap<usize, Block, FxBuildHasher>,
-    devices: Vec<DeviceUsage>,
+    /// Per-device counters: the process's slot in the shared registry (so
+    /// `vramshare ps` sees them as they change), or local ones without it.
+    counters: &'static [DeviceCounters],
+    /// Spilled blocks per device by (size, address), so the largest come first.
+    spilled: Vec<Mutex<BTreeSet<(u64, usize)>>>,
 }
 
 /// Raises a peak; reads first, so that threads below the peak do not write
@@ -79,22 +68,19 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-impl Default for Ledger {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Ledger {
-    pub fn new() -> Self {
+    /// A ledger counting into `counters` (one per device, reset).
+    pub fn new(counters: &'static [DeviceCounters]) -> Self {
+        assert_eq!(counters.len(), MAX_DEVICES);
         Self {
             blocks: DashMap::with_hasher(FxBuildHasher),
-            devices: (0..MAX_DEVICES).map(|_| DeviceUsage::default()).collect(),
+            counters,
+            spilled: (0..MAX_DEVICES).map(|_| Mutex::default()).collect(),
         }
     }
 
-    pub fn device(&self, device: u32) -> &DeviceUsage {
-        &self.devices[device as usize]
+    pub fn device(&self, device: u32) -> &DeviceCounters {
+        &self.counters[device as usize]
     }
 
     /// Reserves `size` device bytes if they fit under `quota` (atomically
@@ -145,7 +131,7 @@ impl Ledger {
             let usage = self.device(block.device);
             let before = usage.spilled_bytes.fetch_add(block.size, Ordering::AcqRel);
             raise_peak(&usage.peak_spilled, before + block.size);
-            lock(&usage.spilled).insert((block.size, ptr));
+            lock(&self.spilled[block.device as usize]).insert((block.size, ptr));
         }
         stale
     }
@@ -168,7 +154,7 @@ impl Ledger {
         match block.placement {
             Placement::Device => self.unreserve(block.device, block.size),
             Placement::Host => {
-                lock(&usage.spilled).remove(&(block.size, ptr));
+                lock(&self.spilled[block.device as usize]).remove(&(block.size, ptr));
                 let _ =
                     usage
                         .spilled_bytes
@@ -183,7 +169,7 @@ impl Ledger {
     /// Spilled blocks of `device` that would fit in `room` bytes together,
     /// largest first.
     pub fn promotion_candidates(&self, device: u32, mut room: u64) -> Vec<(u64, usize)> {
-        let spilled = lock(&self.device(device).spilled);
+        let spilled = lock(&self.spilled[device as usize]);
         let mut picked = Vec::new();
         for &(size, ptr) in spilled.range(..=(room, usize::MAX)).rev() {
             if size <= room {
@@ -208,7 +194,7 @@ impl Ledger {
         block.moving = true;
         block.placement = Placement::Device;
         let usage = self.device(block.device);
-        lock(&usage.spilled).remove(&(block.size, ptr));
+        lock(&self.spilled[block.device as usize]).remove(&(block.size, ptr));
         let _ = usage
             .spilled_bytes
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
@@ -232,18 +218,13 @@ impl Ledger {
         live
     }
 
-    /// Devices that have seen any activity, for the summary.
-    pub fn active_devices(&self) -> impl Iterator<Item = (u32, &DeviceUsage)> {
-        self.devices
+    /// Devices that have seen any activity or have a quota, for the summary.
+    pub fn active_devices(&self) -> impl Iterator<Item = (u32, &DeviceCounters)> {
+        self.counters
             .iter()
             .enumerate()
-            .map(|(d, u)| (d as u32, u))
-            .filter(|(_, u)| {
-                u.peak_device.load(Ordering::Relaxed) > 0
-                    || u.peak_spilled.load(Ordering::Relaxed) > 0
-                    || u.allocations.load(Ordering::Relaxed) > 0
-                    || u.rejections.load(Ordering::Relaxed) > 0
-            })
+            .map(|(d, c)| (d as u32, c))
+            .filter(|(_, c)| c.active())
     }
 }
 
@@ -262,9 +243,13 @@ mod tests {
         }
     }
 
+    fn ledger() -> Ledger {
+        Ledger::new(Vec::leak(vramshare_common::registry::local_counters()))
+    }
+
     #[test]
     fn reservations_never_pass_the_quota() {
-        let ledger = Ledger::new();
+        let ledger = ledger();
         assert!(ledger.try_reserve(0, 60, 100));
         assert!(!ledger.try_reserve(0, 41, 100));
         assert!(ledger.try_reserve(0, 40, 100));
@@ -280,7 +265,7 @@ mod tests {
 
     #[test]
     fn take_releases_what_was_recorded() {
-        let ledger = Ledger::new();
+        let ledger = ledger();
         ledger.reserve(0, 10);
         ledger.insert(0x1000, block(10, Placement::Device));
         ledger.insert(0x2000, block(30, Placement::Host));
@@ -295,7 +280,7 @@ mod tests {
 
     #[test]
     fn promotion_picks_largest_blocks_that_fit() {
-        let ledger = Ledger::new();
+        let ledger = ledger();
         for (ptr, size) in [(0x1, 50), (0x2, 30), (0x3, 20), (0x4, 80)] {
             ledger.insert(ptr, block(size, Placement::Host));
         }

@@ -37,7 +37,11 @@ extern "C" fn on_load() {
         if config.trace.as_deref().is_some_and(|t| !t.contains("%p"))
             && std::env::var_os(report::JOB_VARIABLE).is_none()
         {
-            let job = format!("{}-{}", std::process::id(), trace::monotonic_ns());
+            let job = format!(
+                "{}-{}",
+                std::process::id(),
+                vramshare_common::process::monotonic_ns()
+            );
             if let (Ok(name), Ok(value)) = (
                 std::ffi::CString::new(report::JOB_VARIABLE),
                 std::ffi::CString::new(job),

@@ -15,7 +15,7 @@ use crate::hooks::{real, Api};
 use crate::ledger::{Block, Taken};
 use crate::placement::{self, current_device};
 use crate::state::{config, state, State, QUOTA_NONE, QUOTA_UNRESOLVED};
-use crate::trace::{Op, Placement};
+use vramshare_common::event::{Op, Placement};
 
 /// A real function the loaded runtime does not have.
 pub fn missing(name: &str) -> cudaError_t {
@@ -55,6 +55,13 @@ pub fn device_quota(state: &State, device: u32) -> Option<u64> {
         }
     };
     state.cache_quota(device, quota);
+    if quota != QUOTA_NONE {
+        state
+            .ledger
+            .device(device)
+            .quota
+            .store(quota, Ordering::Relaxed);
+    }
     (quota != QUOTA_NONE).then_some(quota)
 }
 
@@ -219,9 +226,7 @@ fn record_rejection(
         .device(device)
         .rejections
         .fetch_add(1, Ordering::Relaxed);
-    state
-        .trace
-        .record(Op::Reject, api, device as i32, 0, size, placement, rc);
+    state.record(Op::Reject, api, device as i32, 0, size, placement, rc);
     rc
 }
 
@@ -233,7 +238,7 @@ fn record_allocation(state: &State, ptr: *mut c_void, block: Block) {
         .device(block.device)
         .allocations
         .fetch_add(1, Ordering::Relaxed);
-    state.trace.record(
+    state.record(
         Op::Alloc,
         block.api,
         block.device as i32,
@@ -415,9 +420,7 @@ pub unsafe fn free(
             Taken::Moving => std::thread::yield_now(),
             Taken::Unknown => {
                 let rc = real_free(ptr);
-                state
-                    .trace
-                    .record(Op::Free, api, -1, ptr as usize, 0, Placement::Unknown, rc);
+                state.record(Op::Free, api, -1, ptr as usize, 0, Placement::Unknown, rc);
                 info!("{} of {ptr:p}, which vramshare did not hand out (or was freed already): CUDA answered {rc}", api.name());
                 return rc;
             }
@@ -428,7 +431,7 @@ pub unsafe fn free(
     } else {
         real_free(ptr)
     };
-    state.trace.record(
+    state.record(
         Op::Free,
         api,
         block.device as i32,
@@ -464,7 +467,7 @@ fn promote(state: &State, device: u32) {
         }
         let rc = placement::move_to_device(state, ptr as *mut c_void, size as usize, device);
         state.ledger.end_move(ptr);
-        state.trace.record(
+        state.record(
             Op::Promote,
             Api::cudaMemPrefetchAsync,
             device as i32,

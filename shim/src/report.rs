@@ -14,7 +14,9 @@ use std::sync::atomic::Ordering;
 
 use crate::config::{Quota, Spill, MAX_DEVICES};
 use crate::state::{config, State, QUOTA_NONE, QUOTA_UNRESOLVED};
-use crate::trace::{Counts, EventJson, LeakJson, PerDevice, ProcessJson, TraceJson, SCHEMA};
+use vramshare_common::trace_json::{
+    Counts, EventJson, LeakJson, PerDevice, ProcessJson, TraceJson,
+};
 
 /// The variable that ties the processes of one job together.
 pub const JOB_VARIABLE: &str = "VRAMSHARE_JOB";
@@ -84,7 +86,7 @@ pub fn process_summary(state: &State) -> ProcessJson {
             ptr: format!("{ptr:#x}"),
             size: block.size,
             device: block.device,
-            placement: block.placement.name().unwrap_or("unknown").to_string(),
+            placement: block.placement.name().to_string(),
             api: block.api.name().to_string(),
         })
         .collect();
@@ -114,10 +116,11 @@ pub fn process_summary(state: &State) -> ProcessJson {
 pub fn trace_json(state: &State, job: Option<String>) -> TraceJson {
     let (events, _) = state.trace.snapshot();
     TraceJson {
-        schema: SCHEMA.to_string(),
         job,
-        processes: vec![process_summary(state)],
-        events: events.iter().map(EventJson::from).collect(),
+        ..TraceJson::new(
+            vec![process_summary(state)],
+            events.iter().map(EventJson::from).collect(),
+        )
     }
 }
 
@@ -167,8 +170,8 @@ fn merge_into(path: &str, mut trace: TraceJson) -> std::io::Result<()> {
     }
     let mut existing = String::new();
     file.read_to_string(&mut existing)?;
-    if let Ok(mut earlier) = serde_json::from_str::<TraceJson>(&existing) {
-        if earlier.schema == SCHEMA && earlier.job.is_some() && earlier.job == trace.job {
+    if let Ok(mut earlier) = TraceJson::parse(&existing) {
+        if earlier.job.is_some() && earlier.job == trace.job {
             earlier.merge(trace);
             trace = earlier;
         }

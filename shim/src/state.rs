@@ -11,14 +11,25 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use crate::config::{Config, MAX_DEVICES};
+use memmap2::MmapMut;
+use vramshare_common::event::{Api, Event, Op, Placement};
+use vramshare_common::files::{default_dir, open_or_create, FileError};
+use vramshare_common::process::{self, monotonic_ns};
+use vramshare_common::registry::{local_counters, ProcessSlot, Registry, RegistryFile};
+use vramshare_common::ring::{Ring, RingFile};
+
+use crate::config::{Config, Spill, MAX_DEVICES};
 use crate::ledger::Ledger;
-use crate::trace::TraceLog;
+use crate::trace::{thread_id, TraceLog};
 
 pub struct State {
     pub pid: u32,
     pub ledger: Ledger,
     pub trace: TraceLog,
+    /// The shared trace ring, when it can be used.
+    ring: Option<Ring<MmapMut>>,
+    /// This process's slot in the shared registry (given back at exit).
+    slot: Option<&'static ProcessSlot>,
     /// Resolved quota per device: `QUOTA_UNRESOLVED` until first use,
     /// `QUOTA_NONE` for no limit.
     quotas: Vec<AtomicU64>,
@@ -99,6 +110,9 @@ extern "C" fn after_fork_in_child() {
 extern "C" fn at_exit() {
     if let Some(state) = started() {
         crate::report::write_trace_at_exit(state);
+        if let Some(slot) = state.slot {
+            slot.release();
+        }
     }
 }
 
@@ -123,10 +137,23 @@ impl State {
     pub fn new() -> State {
         // SAFETY: getpid cannot fail.
         let pid = unsafe { libc::getpid() } as u32;
+        let (ring, slot) = match open_shared(pid) {
+            Ok((ring, slot)) => (Some(ring), slot),
+            Err(error) => {
+                error!("cannot use the shared files: {error}; tracing into this process's memory only (vramshare ps and dump will not see it)");
+                (None, None)
+            }
+        };
+        let counters = match slot {
+            Some(slot) => slot.devices(),
+            None => Vec::leak(local_counters()),
+        };
         State {
             pid,
-            ledger: Ledger::new(),
-            trace: TraceLog::new(pid),
+            ledger: Ledger::new(counters),
+            trace: TraceLog::new(),
+            ring,
+            slot,
             quotas: (0..MAX_DEVICES)
                 .map(|_| AtomicU64::new(QUOTA_UNRESOLVED))
                 .collect(),
@@ -142,7 +169,63 @@ impl State {
         self.quotas[device as usize].load(Ordering::Acquire)
     }
 
+    /// Records an event in this process's trace and in the shared ring.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record(
+        &self,
+        op: Op,
+        api: Api,
+        device: i32,
+        ptr: usize,
+        size: u64,
+        placement: Placement,
+        rc: i32,
+    ) {
+        let event = Event::new(
+            0,
+            monotonic_ns(),
+            self.pid,
+            thread_id(),
+            op,
+            api,
+            device,
+            ptr as u64,
+            size,
+            placement,
+            rc,
+        );
+        self.trace.record(&event);
+        if let Some(ring) = &self.ring {
+            ring.push(&event);
+        }
+    }
+
     pub fn cache_quota(&self, device: u32, quota: u64) {
         self.quotas[device as usize].store(quota, Ordering::Release);
     }
+}
+
+/// Maps the shared ring and registry in `VRAMSHARE_DIR` (making them if
+/// needed) and claims this process's registry slot. A full registry is not
+/// an error: the process is traced, just not listed.
+fn open_shared(pid: u32) -> Result<(Ring<MmapMut>, Option<&'static ProcessSlot>), FileError> {
+    let dir = default_dir();
+    let invalid = |name: &str, why: String| FileError::Invalid(dir.join(name), why);
+    let ring = Ring::new(open_or_create::<RingFile>(&dir)?).map_err(|why| invalid("ring", why))?;
+    let registry = Registry::new(open_or_create::<RegistryFile>(&dir)?)
+        .map_err(|why| invalid("registry", why))?;
+    // The registry stays mapped for the life of the process: the slot's
+    // counters are the ledger's.
+    let registry: &'static Registry<MmapMut> = Box::leak(Box::new(registry));
+    let start = process::start_time(pid).unwrap_or(0);
+    let slot = registry.claim(
+        pid,
+        start,
+        &process::cmdline(pid),
+        config().spill == Spill::Off,
+    );
+    if slot.is_none() {
+        warn!("the process registry in {} is full: this process is traced but not listed by vramshare ps", dir.display());
+    }
+    Ok((ring, slot))
 }

@@ -246,6 +246,8 @@ pub fn run_in(
         }
     }
     command.env("FAKE_CUDA_LOG", &log);
+    // The shared registry and ring of this run alone.
+    command.env("VRAMSHARE_DIR", work.path().join("shm"));
     command.env("VRAMSHARE_TRACE", work.path().join("trace-%p.json"));
     if preload {
         command.env("LD_PRELOAD", shim_library());

@@ -1,0 +1,197 @@
+//! The trace's vocabulary: what happened ([`Op`]), through which CUDA call
+//! ([`Api`]), where the bytes went ([`Placement`]), and the fixed-size
+//! [`Event`] that carries them, in the shim's memory and in the shared ring.
+
+/// Declares a `#[repr(u8)]` enum with a name for each variant and a checked
+/// conversion from the byte stored in shared memory.
+macro_rules! named_enum {
+    ($(#[$meta:meta])* $vis:vis enum $name:ident { $( $(#[$vmeta:meta])* $variant:ident = $value:literal => $text:literal, )* }) => {
+        $(#[$meta])*
+        #[repr(u8)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        $vis enum $name { $( $(#[$vmeta])* $variant = $value, )* }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[ $( $name::$variant, )* ];
+
+            pub fn name(self) -> &'static str {
+                match self { $( $name::$variant => $text, )* }
+            }
+
+            /// `None` for a byte no version of vramshare wrote.
+            pub fn from_u8(value: u8) -> Option<$name> {
+                match value { $( $value => Some($name::$variant), )* _ => None }
+            }
+
+            pub fn from_name(text: &str) -> Option<$name> {
+                match text { $( $text => Some($name::$variant), )* _ => None }
+            }
+        }
+    };
+}
+
+named_enum! {
+    /// What the shim did.
+    pub enum Op {
+        Alloc = 0 => "alloc",
+        Free = 1 => "free",
+        Promote = 2 => "promote",
+        Demote = 3 => "demote",
+        /// Over quota with spill off, or the runtime's own failure.
+        Reject = 4 => "reject",
+    }
+}
+
+named_enum! {
+    /// Where a block's bytes live.
+    pub enum Placement {
+        Device = 0 => "device",
+        /// Managed memory placed on the host and mapped for the device.
+        Host = 1 => "host",
+        /// A pointer the shim never handed out.
+        Unknown = 2 => "unknown",
+    }
+}
+
+impl Placement {
+    /// The JSON form: `null` for a pointer the shim never handed out.
+    pub fn json_name(self) -> Option<&'static str> {
+        (self != Placement::Unknown).then(|| self.name())
+    }
+}
+
+named_enum! {
+    /// The CUDA call behind an event. The shim's hook list (`shim/src/hooks.rs`)
+    /// names each hook's variant, so a hook missing here does not compile.
+    #[allow(non_camel_case_types)]
+    pub enum Api {
+        cudaMalloc = 0 => "cudaMalloc",
+        cudaMallocManaged = 1 => "cudaMallocManaged",
+        cudaMallocPitch = 2 => "cudaMallocPitch",
+        cudaMalloc3D = 3 => "cudaMalloc3D",
+        cudaMallocAsync = 4 => "cudaMallocAsync",
+        cudaMallocAsync_ptsz = 5 => "cudaMallocAsync_ptsz",
+        cudaMallocFromPoolAsync = 6 => "cudaMallocFromPoolAsync",
+        cudaMallocFromPoolAsync_ptsz = 7 => "cudaMallocFromPoolAsync_ptsz",
+        cudaFree = 8 => "cudaFree",
+        cudaFreeAsync = 9 => "cudaFreeAsync",
+        cudaFreeAsync_ptsz = 10 => "cudaFreeAsync_ptsz",
+        cudaMemGetInfo = 11 => "cudaMemGetInfo",
+        /// The shim's own prefetches (promotions and demotions).
+        cudaMemPrefetchAsync = 12 => "cudaMemPrefetchAsync",
+    }
+}
+
+/// One event: plain integers only, 56 bytes, no padding, so that any bit
+/// pattern read back from shared memory is a valid value (the enums are
+/// stored as bytes and decoded with a check).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Event {
+    pub seq: u64,
+    /// `CLOCK_MONOTONIC`, comparable between processes of one machine.
+    pub t_ns: u64,
+    pub ptr: u64,
+    pub size: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub device: i32,
+    /// The `cudaError_t` the caller got.
+    pub rc: i32,
+    pub op: u8,
+    pub api: u8,
+    pub placement: u8,
+    pub _reserved: [u8; 5],
+}
+
+/// An event's size in 64-bit words, as the ring stores it.
+pub const EVENT_WORDS: usize = 7;
+const _: () = assert!(std::mem::size_of::<Event>() == EVENT_WORDS * 8);
+
+impl Event {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        seq: u64,
+        t_ns: u64,
+        pid: u32,
+        tid: u32,
+        op: Op,
+        api: Api,
+        device: i32,
+        ptr: u64,
+        size: u64,
+        placement: Placement,
+        rc: i32,
+    ) -> Event {
+        Event {
+            seq,
+            t_ns,
+            ptr,
+            size,
+            pid,
+            tid,
+            device,
+            rc,
+            op: op as u8,
+            api: api as u8,
+            placement: placement as u8,
+            _reserved: [0; 5],
+        }
+    }
+
+    pub fn to_words(self) -> [u64; EVENT_WORDS] {
+        // SAFETY: Event is 56 bytes of plain integers with no padding.
+        unsafe { std::mem::transmute(self) }
+    }
+
+    pub fn from_words(words: [u64; EVENT_WORDS]) -> Event {
+        // SAFETY: every bit pattern is a valid Event (integers only).
+        unsafe { std::mem::transmute(words) }
+    }
+
+    pub fn op(&self) -> Option<Op> {
+        Op::from_u8(self.op)
+    }
+    pub fn api(&self) -> Option<Api> {
+        Api::from_u8(self.api)
+    }
+    pub fn placement(&self) -> Option<Placement> {
+        Placement::from_u8(self.placement)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for api in Api::ALL {
+            assert_eq!(Api::from_u8(*api as u8), Some(*api));
+            assert_eq!(Api::from_name(api.name()), Some(*api));
+        }
+        assert_eq!(Api::from_u8(200), None);
+        assert_eq!(Op::from_name("promote"), Some(Op::Promote));
+        assert_eq!(Placement::Unknown.json_name(), None);
+    }
+
+    #[test]
+    fn events_round_trip_through_words() {
+        let event = Event::new(
+            7,
+            99,
+            1234,
+            1240,
+            Op::Alloc,
+            Api::cudaMalloc,
+            0,
+            0x7f00,
+            4096,
+            Placement::Host,
+            0,
+        );
+        assert_eq!(Event::from_words(event.to_words()), event);
+        assert_eq!(event.op(), Some(Op::Alloc));
+        assert_eq!(event.placement(), Some(Placement::Host));
+    }
+}

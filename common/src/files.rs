@@ -1,0 +1,233 @@
+//! The shared files in `VRAMSHARE_DIR` (default `/dev/shm/vramshare-$UID`):
+//! made by whichever process needs them first, mapped by everyone, and
+//! checked before they are trusted.
+//!
+//! A file is made under a temporary name, filled in, and then linked into
+//! place, so no process ever maps a half-made file. The folder is 0700 and
+//! the files 0600; a folder or file owned by another user is refused.
+
+use std::fmt;
+use std::fs::{self, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use memmap2::{Mmap, MmapMut};
+
+/// The folder of the shared files.
+pub fn default_dir() -> PathBuf {
+    match std::env::var_os("VRAMSHARE_DIR").filter(|d| !d.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(format!("/dev/shm/vramshare-{}", crate::process::uid())),
+    }
+}
+
+/// Why a shared file cannot be used.
+#[derive(Debug)]
+pub enum FileError {
+    Missing(PathBuf),
+    Io(PathBuf, io::Error),
+    ForeignOwner {
+        path: PathBuf,
+        owner: u32,
+        me: u32,
+    },
+    /// Wrong magic, version, size or layout: the reason in words.
+    Invalid(PathBuf, String),
+}
+
+impl fmt::Display for FileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FileError::Missing(path) => write!(
+                f,
+                "{} does not exist (no process has run under vramshare with this VRAMSHARE_DIR)",
+                path.display()
+            ),
+            FileError::Io(path, error) => write!(f, "{}: {error}", path.display()),
+            FileError::ForeignOwner { path, owner, me } => {
+                write!(
+                    f,
+                    "{} belongs to uid {owner}, not to you (uid {me}): refused",
+                    path.display()
+                )
+            }
+            FileError::Invalid(path, why) => write!(f, "{}: {why}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for FileError {}
+
+/// A file layout: its name, how to make it, and how to check it.
+pub trait SharedFile {
+    /// File name inside the folder.
+    const NAME: &'static str;
+    /// Length of a newly made file.
+    fn new_len() -> usize;
+    /// Writes the header of a newly made (zeroed) file.
+    fn init(bytes: &mut [u8]);
+    /// Checks magic, version and layout against the file's length.
+    fn validate(bytes: &[u8]) -> Result<(), String>;
+}
+
+fn check_owner(path: &Path, metadata: &fs::Metadata) -> Result<(), FileError> {
+    let me = crate::process::uid();
+    if metadata.uid() != me {
+        return Err(FileError::ForeignOwner {
+            path: path.to_path_buf(),
+            owner: metadata.uid(),
+            me,
+        });
+    }
+    Ok(())
+}
+
+fn ensure_dir(dir: &Path) -> Result<(), FileError> {
+    match fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(dir)
+    {
+        Ok(()) => {}
+        Err(error) => return Err(FileError::Io(dir.to_path_buf(), error)),
+    }
+    let metadata = fs::metadata(dir).map_err(|e| FileError::Io(dir.to_path_buf(), e))?;
+    check_owner(dir, &metadata)
+}
+
+fn checked<F: SharedFile>(path: &Path, file: &fs::File, bytes: &[u8]) -> Result<(), FileError> {
+    let metadata = file
+        .metadata()
+        .map_err(|e| FileError::Io(path.to_path_buf(), e))?;
+    check_owner(path, &metadata)?;
+    F::validate(bytes).map_err(|why| FileError::Invalid(path.to_path_buf(), why))
+}
+
+/// Maps the file for writing, making it first if it does not exist.
+pub fn open_or_create<F: SharedFile>(dir: &Path) -> Result<MmapMut, FileError> {
+    ensure_dir(dir)?;
+    let path = dir.join(F::NAME);
+    for _ in 0..3 {
+        match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(file) => {
+                // SAFETY: a shared mapping of a file that other processes also
+                // map; every access to it goes through atomics or is checked.
+                let map = unsafe { MmapMut::map_mut(&file) }
+                    .map_err(|e| FileError::Io(path.clone(), e))?;
+                checked::<F>(&path, &file, &map)?;
+                return Ok(map);
+            }
+            Err(error) if error.kind() == io::ErrorKind::NotFound => create::<F>(dir, &path)?,
+            Err(error) => return Err(FileError::Io(path, error)),
+        }
+    }
+    Err(FileError::Io(
+        path,
+        io::Error::other("made, then gone again, three times"),
+    ))
+}
+
+/// Makes the file under a temporary name and links it into place; losing
+/// the race to another process is fine (its file is used).
+fn create<F: SharedFile>(dir: &Path, path: &Path) -> Result<(), FileError> {
+    let temp = dir.join(format!(".{}.{}.tmp", F::NAME, std::process::id()));
+    let io_error = |e| FileError::Io(temp.clone(), e);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&temp)
+        .map_err(io_error)?;
+    let made = (|| {
+        file.set_len(F::new_len() as u64)?;
+        // SAFETY: the file is ours alone until it is linked into place.
+        let mut map = unsafe { MmapMut::map_mut(&file) }?;
+        F::init(&mut map);
+        map.flush()?;
+        fs::hard_link(&temp, path).or_else(|e| {
+            if e.kind() == io::ErrorKind::AlreadyExists {
+                Ok(())
+            } else {
+                Err(e)
+            }
+        })
+    })();
+    let _ = fs::remove_file(&temp);
+    made.map_err(|e| FileError::Io(path.to_path_buf(), e))
+}
+
+/// Maps an existing file for reading (the command never makes or changes
+/// the shared files).
+pub fn open_existing<F: SharedFile>(dir: &Path) -> Result<Mmap, FileError> {
+    let path = dir.join(F::NAME);
+    let file = match fs::File::open(&path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            return Err(FileError::Missing(path))
+        }
+        Err(error) => return Err(FileError::Io(path, error)),
+    };
+    // SAFETY: read-only shared mapping; read through atomics or checked.
+    let map = unsafe { Mmap::map(&file) }.map_err(|e| FileError::Io(path.clone(), e))?;
+    checked::<F>(&path, &file, &map)?;
+    Ok(map)
+}
+
+/// Reads a little-endian `u64` / `u32` at `offset` of a header.
+pub(crate) fn read_u64(bytes: &[u8], offset: usize) -> u64 {
+    u64::from_ne_bytes(bytes[offset..offset + 8].try_into().unwrap())
+}
+pub(crate) fn read_u32(bytes: &[u8], offset: usize) -> u32 {
+    u32::from_ne_bytes(bytes[offset..offset + 4].try_into().unwrap())
+}
+
+/// The checks every header starts with.
+pub(crate) fn check_header(
+    bytes: &[u8],
+    magic: u64,
+    version: u32,
+    slot_size: u32,
+    header_len: usize,
+    what: &str,
+) -> Result<u64, String> {
+    if bytes.len() < header_len {
+        return Err(format!(
+            "truncated: {} bytes, shorter than the {header_len}-byte header of a {what}",
+            bytes.len()
+        ));
+    }
+    if read_u64(bytes, 0) != magic {
+        return Err(format!("not a vramshare {what} (wrong magic number)"));
+    }
+    let found = read_u32(bytes, 8);
+    if found != version {
+        return Err(format!("a {what} of format version {found}; this vramshare reads version {version} (processes of another vramshare version use this folder: set VRAMSHARE_DIR apart)"));
+    }
+    let found_slot = read_u32(bytes, 12);
+    if found_slot != slot_size {
+        return Err(format!(
+            "{what} slots of {found_slot} bytes, expected {slot_size}"
+        ));
+    }
+    let count = read_u64(bytes, 16);
+    let expected = count
+        .checked_mul(slot_size as u64)
+        .and_then(|n| n.checked_add(header_len as u64));
+    if expected != Some(bytes.len() as u64) {
+        return Err(format!(
+            "{} bytes, but its header says {count} slots ({} bytes): truncated or corrupt",
+            bytes.len(),
+            expected.map_or("overflowing".into(), |n| n.to_string())
+        ));
+    }
+    Ok(count)
+}
+
+pub(crate) fn write_header(bytes: &mut [u8], magic: u64, version: u32, slot_size: u32, count: u64) {
+    bytes[0..8].copy_from_slice(&magic.to_ne_bytes());
+    bytes[8..12].copy_from_slice(&version.to_ne_bytes());
+    bytes[12..16].copy_from_slice(&slot_size.to_ne_bytes());
+    bytes[16..24].copy_from_slice(&count.to_ne_bytes());
+}

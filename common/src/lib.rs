@@ -1,0 +1,15 @@
+//! What the vramshare shim (writer) and the `vramshare` command (reader)
+//! share, so that the two cannot drift apart:
+//! - [`event`]: the trace's vocabulary and the fixed-size event;
+//! - [`trace_json`]: the `vramshare-trace/1` JSON;
+//! - [`size`]: sizes and quotas as people write them;
+//! - [`files`], [`ring`], [`registry`]: the shared-memory files;
+//! - [`process`]: process identity and the shared clock.
+
+pub mod event;
+pub mod files;
+pub mod process;
+pub mod registry;
+pub mod ring;
+pub mod size;
+pub mod trace_json;

@@ -1,0 +1,97 @@
+//! Facts about processes from the kernel: identity that survives pid reuse,
+//! command lines, and a clock shared by all processes of the machine.
+
+/// The process's start time in clock ticks since boot (`/proc/PID/stat`,
+/// field 22). A pid and this together name one process: a reused pid has a
+/// later start time.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces or
+    // parentheses itself: count fields from the last ')'.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether the process that had `pid` and `start` is still running (a
+/// zombie counts as gone: it holds no GPU memory).
+pub fn is_alive(pid: u32, start: u64) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let Some(after_name) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return false;
+    };
+    let mut fields = after_name.split_whitespace();
+    let state = fields.next();
+    let started = fields.nth(18).and_then(|s| s.parse::<u64>().ok());
+    state != Some("Z") && state != Some("X") && started == Some(start)
+}
+
+/// The command line of `pid`, arguments joined by spaces.
+pub fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|raw| {
+            raw.split(|b| *b == 0)
+                .filter(|arg| !arg.is_empty())
+                .map(|arg| String::from_utf8_lossy(arg).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds: one clock for every process of the machine.
+pub fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+pub fn uid() -> u32 {
+    // SAFETY: getuid cannot fail.
+    unsafe { libc::getuid() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_a_wrong_start_time_is_not() {
+        let me = std::process::id();
+        let start = start_time(me).unwrap();
+        assert!(is_alive(me, start));
+        assert!(!is_alive(me, start + 1), "a reused pid is another process");
+        assert!(!is_alive(0, 0));
+        assert!(cmdline(me).contains("vramshare_common"));
+    }
+
+    #[test]
+    fn a_reaped_child_is_gone() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("10")
+            .spawn()
+            .unwrap();
+        let start = start_time(child.id()).unwrap();
+        assert!(is_alive(child.id(), start));
+        child.kill().unwrap();
+        // The signal lands asynchronously; the zombie it leaves counts as gone.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while is_alive(child.id(), start) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(
+            !is_alive(child.id(), start),
+            "a killed child (zombie until reaped) holds nothing"
+        );
+        child.wait().unwrap();
+        assert!(!is_alive(child.id(), start));
+    }
+}

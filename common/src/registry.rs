@@ -1,0 +1,379 @@
+//! The process registry: one slot per live process under vramshare, with
+//! its identity, quota and per-device counters, updated by the shim as it
+//! goes (the counters *are* the shim's ledger counters, so an update costs
+//! nothing extra) and read by `vramshare ps` and `top`.
+//!
+//! Layout (native byte order; `registry` in `VRAMSHARE_DIR`): a 64-byte
+//! header (magic `VSHREG01`, version 1, slot size, slot count, as in the
+//! ring), then the slots. A slot is free, being claimed, or live. A live
+//! slot is trusted only while its pid is running *with the start time the
+//! slot recorded*: a process killed with SIGKILL leaves its slot live, and
+//! readers see it as dead (and the next process to claim a slot reclaims it).
+//! Every field is an atomic: readers never see a torn number.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use memmap2::MmapMut;
+
+use crate::files::{check_header, write_header, SharedFile};
+use crate::process;
+use crate::size::MAX_DEVICES;
+
+pub const MAGIC: u64 = u64::from_ne_bytes(*b"VSHREG01");
+pub const VERSION: u32 = 1;
+pub const HEADER_LEN: usize = 64;
+pub const DEFAULT_SLOTS: u64 = 256;
+/// Bytes of the command line kept.
+pub const CMDLINE_BYTES: usize = 224;
+/// `DeviceCounters::quota` of a device without one.
+pub const NO_QUOTA: u64 = u64::MAX;
+
+const FREE: u32 = 0;
+const CLAIMING: u32 = 1;
+const LIVE: u32 = 2;
+
+/// One device's numbers for one process.
+#[repr(C)]
+#[derive(Default)]
+pub struct DeviceCounters {
+    /// Resolved quota in bytes, or [`NO_QUOTA`].
+    pub quota: AtomicU64,
+    pub device_bytes: AtomicU64,
+    pub spilled_bytes: AtomicU64,
+    pub peak_device: AtomicU64,
+    pub peak_spilled: AtomicU64,
+    pub allocations: AtomicU64,
+    pub spills: AtomicU64,
+    pub promotions: AtomicU64,
+    pub rejections: AtomicU64,
+}
+
+impl DeviceCounters {
+    pub fn reset(&self) {
+        self.quota.store(NO_QUOTA, Ordering::Relaxed);
+        for counter in [
+            &self.device_bytes,
+            &self.spilled_bytes,
+            &self.peak_device,
+            &self.peak_spilled,
+            &self.allocations,
+            &self.spills,
+            &self.promotions,
+            &self.rejections,
+        ] {
+            counter.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether this device has seen anything worth showing.
+    pub fn active(&self) -> bool {
+        self.peak_device.load(Ordering::Relaxed) > 0
+            || self.peak_spilled.load(Ordering::Relaxed) > 0
+            || self.allocations.load(Ordering::Relaxed) > 0
+            || self.rejections.load(Ordering::Relaxed) > 0
+            || self.quota.load(Ordering::Relaxed) != NO_QUOTA
+    }
+
+    pub fn snapshot(&self) -> DeviceInfo {
+        let quota = self.quota.load(Ordering::Relaxed);
+        DeviceInfo {
+            quota: (quota != NO_QUOTA).then_some(quota),
+            device_bytes: self.device_bytes.load(Ordering::Relaxed),
+            spilled_bytes: self.spilled_bytes.load(Ordering::Relaxed),
+            peak_device: self.peak_device.load(Ordering::Relaxed),
+            peak_spilled: self.peak_spilled.load(Ordering::Relaxed),
+            allocations: self.allocations.load(Ordering::Relaxed),
+            spills: self.spills.load(Ordering::Relaxed),
+            promotions: self.promotions.load(Ordering::Relaxed),
+            rejections: self.rejections.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A fresh set of counters for every device, outside any shared file (for
+/// a process that cannot use the registry, and for tests).
+pub fn local_counters() -> Vec<DeviceCounters> {
+    (0..MAX_DEVICES)
+        .map(|_| {
+            let counters = DeviceCounters::default();
+            counters.reset();
+            counters
+        })
+        .collect()
+}
+
+#[repr(C)]
+pub struct ProcessSlot {
+    state: AtomicU32,
+    pid: AtomicU32,
+    start_time: AtomicU64,
+    /// 0: spill host, 1: spill off.
+    spill: AtomicU32,
+    cmdline_len: AtomicU32,
+    /// When the process registered (`CLOCK_MONOTONIC` ns).
+    registered_ns: AtomicU64,
+    cmdline: [AtomicU64; CMDLINE_BYTES / 8],
+    devices: [DeviceCounters; MAX_DEVICES],
+}
+
+pub const SLOT_SIZE: usize = std::mem::size_of::<ProcessSlot>();
+
+/// A copy of a live slot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    pub start_time: u64,
+    pub cmdline: String,
+    pub spill_off: bool,
+    pub registered_ns: u64,
+    /// Devices that have seen any activity or have a quota.
+    pub devices: Vec<(u32, DeviceInfo)>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeviceInfo {
+    pub quota: Option<u64>,
+    pub device_bytes: u64,
+    pub spilled_bytes: u64,
+    pub peak_device: u64,
+    pub peak_spilled: u64,
+    pub allocations: u64,
+    pub spills: u64,
+    pub promotions: u64,
+    pub rejections: u64,
+}
+
+impl ProcessSlot {
+    pub fn devices(&self) -> &[DeviceCounters] {
+        &self.devices
+    }
+
+    /// Gives the slot back (at exit).
+    pub fn release(&self) {
+        self.state.store(FREE, Ordering::Release);
+    }
+
+    fn cmdline(&self) -> String {
+        let len = (self.cmdline_len.load(Ordering::Relaxed) as usize).min(CMDLINE_BYTES);
+        let bytes: Vec<u8> = self
+            .cmdline
+            .iter()
+            .flat_map(|w| w.load(Ordering::Relaxed).to_ne_bytes())
+            .take(len)
+            .collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// The slot's contents if it belongs to a live process.
+    fn snapshot(&self) -> Option<ProcessInfo> {
+        if self.state.load(Ordering::Acquire) != LIVE {
+            return None;
+        }
+        let pid = self.pid.load(Ordering::Relaxed);
+        let start_time = self.start_time.load(Ordering::Relaxed);
+        if !process::is_alive(pid, start_time) {
+            return None;
+        }
+        let info = ProcessInfo {
+            pid,
+            start_time,
+            cmdline: self.cmdline(),
+            spill_off: self.spill.load(Ordering::Relaxed) == 1,
+            registered_ns: self.registered_ns.load(Ordering::Relaxed),
+            devices: self
+                .devices
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| d.active())
+                .map(|(i, d)| (i as u32, d.snapshot()))
+                .collect(),
+        };
+        // Reclaimed by another process while we copied: not this one any more.
+        let same = self.state.load(Ordering::Acquire) == LIVE
+            && self.pid.load(Ordering::Relaxed) == pid
+            && self.start_time.load(Ordering::Relaxed) == start_time;
+        same.then_some(info)
+    }
+
+    /// Whether the slot can be taken: free, or held by a process that is gone.
+    fn reclaimable(&self, state: u32) -> bool {
+        state == FREE
+            || !process::is_alive(
+                self.pid.load(Ordering::Relaxed),
+                self.start_time.load(Ordering::Relaxed),
+            )
+    }
+}
+
+/// The registry file's layout, for [`crate::files`].
+pub struct RegistryFile;
+
+impl SharedFile for RegistryFile {
+    const NAME: &'static str = "registry";
+    fn new_len() -> usize {
+        HEADER_LEN + SLOT_SIZE * DEFAULT_SLOTS as usize
+    }
+    fn init(bytes: &mut [u8]) {
+        write_header(bytes, MAGIC, VERSION, SLOT_SIZE as u32, DEFAULT_SLOTS);
+    }
+    fn validate(bytes: &[u8]) -> Result<(), String> {
+        check_header(
+            bytes,
+            MAGIC,
+            VERSION,
+            SLOT_SIZE as u32,
+            HEADER_LEN,
+            "process registry",
+        )
+        .map(|_| ())
+    }
+}
+
+pub struct Registry<M> {
+    map: M,
+    count: usize,
+}
+
+impl<M: AsRef<[u8]>> Registry<M> {
+    pub fn new(map: M) -> Result<Registry<M>, String> {
+        RegistryFile::validate(map.as_ref())?;
+        let count = crate::files::read_u64(map.as_ref(), 16) as usize;
+        Ok(Registry { map, count })
+    }
+
+    fn slots(&self) -> &[ProcessSlot] {
+        // SAFETY: the mapping was checked to hold `count` slots after the
+        // header; slots are 8-aligned (page-aligned map, 64-byte header,
+        // slot size a multiple of 8) and made of atomics only.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.map.as_ref().as_ptr().add(HEADER_LEN) as *const ProcessSlot,
+                self.count,
+            )
+        }
+    }
+
+    /// Every live process, in slot order.
+    pub fn live(&self) -> Vec<ProcessInfo> {
+        self.slots()
+            .iter()
+            .filter_map(ProcessSlot::snapshot)
+            .collect()
+    }
+}
+
+impl Registry<MmapMut> {
+    /// Takes a slot for this process (a free one, or one whose process is
+    /// gone); `None` if all are held by live processes.
+    pub fn claim(
+        &self,
+        pid: u32,
+        start_time: u64,
+        cmdline: &str,
+        spill_off: bool,
+    ) -> Option<&ProcessSlot> {
+        for slot in self.slots() {
+            let state = slot.state.load(Ordering::Acquire);
+            if !slot.reclaimable(state) {
+                continue;
+            }
+            if slot
+                .state
+                .compare_exchange(state, CLAIMING, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                continue;
+            }
+            slot.pid.store(pid, Ordering::Relaxed);
+            slot.start_time.store(start_time, Ordering::Relaxed);
+            slot.spill.store(spill_off as u32, Ordering::Relaxed);
+            slot.registered_ns
+                .store(process::monotonic_ns(), Ordering::Relaxed);
+            let mut bytes = [0u8; CMDLINE_BYTES];
+            let text = cmdline.as_bytes();
+            let len = text.len().min(CMDLINE_BYTES);
+            bytes[..len].copy_from_slice(&text[..len]);
+            for (cell, chunk) in slot.cmdline.iter().zip(bytes.chunks_exact(8)) {
+                cell.store(
+                    u64::from_ne_bytes(chunk.try_into().unwrap()),
+                    Ordering::Relaxed,
+                );
+            }
+            slot.cmdline_len.store(len as u32, Ordering::Relaxed);
+            for device in &slot.devices {
+                device.reset();
+            }
+            slot.state.store(LIVE, Ordering::Release);
+            return Some(slot);
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::files::{open_existing, open_or_create};
+
+    #[test]
+    fn a_claimed_slot_is_seen_live_and_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::new(open_or_create::<RegistryFile>(dir.path()).unwrap()).unwrap();
+        let me = std::process::id();
+        let slot = registry
+            .claim(
+                me,
+                process::start_time(me).unwrap(),
+                "python train.py",
+                false,
+            )
+            .unwrap();
+        slot.devices()[1]
+            .device_bytes
+            .store(4096, Ordering::Relaxed);
+        slot.devices()[1].peak_device.store(4096, Ordering::Relaxed);
+        let reader = Registry::new(open_existing::<RegistryFile>(dir.path()).unwrap()).unwrap();
+        let live = reader.live();
+        assert_eq!(live.len(), 1);
+        assert_eq!(live[0].cmdline, "python train.py");
+        assert_eq!(
+            live[0].devices,
+            vec![(
+                1,
+                DeviceInfo {
+                    device_bytes: 4096,
+                    peak_device: 4096,
+                    ..DeviceInfo::default()
+                }
+            )]
+        );
+        slot.release();
+        assert!(reader.live().is_empty());
+    }
+
+    #[test]
+    fn slots_of_dead_processes_are_hidden_and_reclaimed() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::new(open_or_create::<RegistryFile>(dir.path()).unwrap()).unwrap();
+        let me = std::process::id();
+        let start = process::start_time(me).unwrap();
+        // The same pid with another start time: a process that died, its pid reused.
+        let stale = registry.claim(me, start - 1, "dead job", false).unwrap();
+        assert!(registry.live().is_empty(), "never trusted");
+        let mine = registry
+            .claim(
+                me,
+                start,
+                "live job with a long command line ".repeat(10).as_str(),
+                true,
+            )
+            .unwrap();
+        assert!(
+            std::ptr::eq(stale, mine),
+            "the dead process's slot is reclaimed first"
+        );
+        let live = registry.live();
+        assert_eq!(live[0].cmdline.len(), CMDLINE_BYTES);
+        assert!(live[0].spill_off);
+    }
+}

@@ -1,0 +1,199 @@
+//! The trace as JSON, schema `vramshare-trace/1` (see `../shared/DESIGN.md`):
+//! written by the shim at exit (`VRAMSHARE_TRACE`) and by `vramshare dump`,
+//! read by `vramshare report`. Fields beyond the schema's minimum have
+//! defaults, so that a file with only the minimum still reads.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::{Api, Event, Op, Placement};
+
+pub const SCHEMA: &str = "vramshare-trace/1";
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct EventJson {
+    pub seq: u64,
+    pub t_ns: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub device: i32,
+    pub op: String,
+    pub api: String,
+    pub ptr: String,
+    pub size: u64,
+    pub placement: Option<String>,
+    pub rc: i32,
+}
+
+impl From<&Event> for EventJson {
+    fn from(e: &Event) -> Self {
+        EventJson {
+            seq: e.seq,
+            t_ns: e.t_ns,
+            pid: e.pid,
+            tid: e.tid,
+            device: e.device,
+            op: e
+                .op()
+                .map_or_else(|| format!("unknown-{}", e.op), |op| op.name().to_string()),
+            api: e.api().map_or_else(
+                || format!("unknown-{}", e.api),
+                |api| api.name().to_string(),
+            ),
+            ptr: format!("{:#x}", e.ptr),
+            size: e.size,
+            placement: match e.placement() {
+                Some(placement) => placement.json_name().map(str::to_string),
+                None => Some(format!("unknown-{}", e.placement)),
+            },
+            rc: e.rc,
+        }
+    }
+}
+
+impl EventJson {
+    pub fn op(&self) -> Option<Op> {
+        Op::from_name(&self.op)
+    }
+    pub fn api(&self) -> Option<Api> {
+        Api::from_name(&self.api)
+    }
+    pub fn placement(&self) -> Option<Placement> {
+        self.placement.as_deref().and_then(Placement::from_name)
+    }
+    pub fn ptr_value(&self) -> Option<u64> {
+        u64::from_str_radix(self.ptr.trim_start_matches("0x"), 16).ok()
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct Counts {
+    pub allocations: u64,
+    pub spills: u64,
+    pub promotions: u64,
+    pub rejections: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct LeakJson {
+    pub ptr: String,
+    pub size: u64,
+    #[serde(default)]
+    pub device: u32,
+    #[serde(default)]
+    pub placement: String,
+    #[serde(default)]
+    pub api: String,
+}
+
+/// Per-device maps are keyed by the device ordinal as a string, as in JSON.
+pub type PerDevice = BTreeMap<String, u64>;
+
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct ProcessJson {
+    pub pid: u32,
+    pub cmdline: String,
+    pub quota: PerDevice,
+    pub spill: String,
+    pub peak_device: PerDevice,
+    pub peak_spilled: PerDevice,
+    /// Bytes held at exit (or, in a dump, at the moment of the dump).
+    pub device_in_use: PerDevice,
+    pub spilled_in_use: PerDevice,
+    pub counts: BTreeMap<String, Counts>,
+    /// Allocations never freed; empty in a dump of live processes.
+    pub leaked: Vec<LeakJson>,
+    pub events_dropped: u64,
+    /// The runtime library the shim called, and its version.
+    pub runtime: String,
+    pub runtime_version: i32,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct TraceJson {
+    pub schema: String,
+    /// Processes of one job (one `VRAMSHARE_JOB`) share a trace file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// In a dump of the shared ring: events overwritten before they were read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events_lost: Option<u64>,
+    pub processes: Vec<ProcessJson>,
+    pub events: Vec<EventJson>,
+}
+
+impl TraceJson {
+    pub fn new(processes: Vec<ProcessJson>, events: Vec<EventJson>) -> TraceJson {
+        TraceJson {
+            schema: SCHEMA.to_string(),
+            job: None,
+            events_lost: None,
+            processes,
+            events,
+        }
+    }
+
+    /// Adds another process's trace to this one (same job, same file).
+    pub fn merge(&mut self, other: TraceJson) {
+        self.processes.extend(other.processes);
+        self.events.extend(other.events);
+        self.events.sort_by_key(|e| (e.t_ns, e.pid, e.seq));
+    }
+
+    /// Parses a trace, refusing another schema with a clear message.
+    pub fn parse(text: &str) -> Result<TraceJson, String> {
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+        match value.get("schema").and_then(|s| s.as_str()) {
+            Some(SCHEMA) => {}
+            Some(other) => return Err(format!("schema {other:?}, not {SCHEMA:?}")),
+            None => return Err(format!("no \"schema\" field (expected {SCHEMA:?})")),
+        }
+        serde_json::from_value(value).map_err(|e| format!("not a {SCHEMA} trace: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minimal_design_example_parses() {
+        let text = r#"{ "schema": "vramshare-trace/1",
+          "processes": [ { "pid": 1234, "cmdline": "python train.py", "quota": {"0": 8589934592},
+                           "peak_device": {"0": 1}, "peak_spilled": {"0": 0}, "leaked": [ {"ptr": "0x10", "size": 4096} ] } ],
+          "events": [ { "seq": 7, "t_ns": 123456789, "pid": 1234, "tid": 1240, "device": 0,
+                        "op": "alloc", "api": "cudaMalloc", "ptr": "0x7f00", "size": 50331648,
+                        "placement": "device", "rc": 0 } ] }"#;
+        let trace = TraceJson::parse(text).unwrap();
+        assert_eq!(trace.processes[0].leaked[0].size, 4096);
+        assert_eq!(trace.events[0].op(), Some(Op::Alloc));
+        assert_eq!(trace.events[0].ptr_value(), Some(0x7f00));
+    }
+
+    #[test]
+    fn other_schemas_are_refused() {
+        assert!(
+            TraceJson::parse(r#"{"schema": "x/2", "processes": [], "events": []}"#)
+                .unwrap_err()
+                .contains("x/2")
+        );
+        assert!(TraceJson::parse("{}")
+            .unwrap_err()
+            .contains("no \"schema\""));
+        assert!(TraceJson::parse("[1,").unwrap_err().starts_with("not JSON"));
+    }
+
+    #[test]
+    fn unknown_bytes_are_named_not_trusted() {
+        let event = Event {
+            op: 99,
+            ..Event::default()
+        };
+        let json = EventJson::from(&event);
+        assert_eq!(json.op, "unknown-99");
+        assert_eq!(json.api, "cudaMalloc");
+    }
+}
