@@ -712,7 +712,11 @@ fn processes_that_never_call_cuda_write_nothing() {
         .status()
         .unwrap();
     assert!(status.success());
-    assert_eq!(std::fs::read_dir(work.path()).unwrap().count(), 0, "no trace, no shared files");
+    assert_eq!(
+        std::fs::read_dir(work.path()).unwrap().count(),
+        0,
+        "no trace, no shared files"
+    );
 }
 
 #[test]

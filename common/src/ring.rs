@@ -231,27 +231,46 @@ impl Cursor {
     }
 }
 
+/// A load event whose `ptr` and `size` are derived from its pid and counter
+/// (`t_ns`): for tests and benchmarks that must tell a torn event.
+pub fn load_event(pid: u32, n: u64) -> Event {
+    let (ptr, size) = load_payload(pid, n);
+    Event::new(
+        0,
+        n,
+        pid,
+        pid,
+        crate::event::Op::Alloc,
+        crate::event::Api::cudaMalloc,
+        (n % 8) as i32,
+        ptr,
+        size,
+        crate::event::Placement::Device,
+        0,
+    )
+}
+
+fn load_payload(pid: u32, n: u64) -> (u64, u64) {
+    let mixed = (n ^ ((pid as u64) << 40)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (mixed, !mixed.rotate_left(17))
+}
+
+/// Whether an event made by [`load_event`] is whole.
+pub fn check_load_event(event: &Event) -> bool {
+    let expected = load_event(event.pid, event.t_ns);
+    Event {
+        seq: event.seq,
+        ..expected
+    } == *event
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{Api, Op, Placement};
     use crate::files::open_or_create;
 
     fn event(n: u64) -> Event {
-        // ptr and size both derive from n: a torn event would not match.
-        Event::new(
-            0,
-            n,
-            1,
-            2,
-            Op::Alloc,
-            Api::cudaMalloc,
-            0,
-            n.wrapping_mul(0x9E37_79B9_7F4A_7C15),
-            !n,
-            Placement::Device,
-            0,
-        )
+        load_event(1, n)
     }
 
     #[test]

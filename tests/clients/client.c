@@ -118,7 +118,12 @@ static int run(char *step) {
 }
 
 int main(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (run(argv[i])) return 3;
+    for (int i = 1; i < argc; i++) {
+        /* strtok writes into its argument: keep argv (and so the command
+         * line other programs read in /proc) intact. */
+        char step[256];
+        snprintf(step, sizeof step, "%s", argv[i]);
+        if (run(step)) return 3;
+    }
     return 0;
 }

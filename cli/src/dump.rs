@@ -1,0 +1,89 @@
+//! `vramshare dump`: the shared trace ring as `vramshare-trace/1` JSON.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::ExitCode;
+
+use vramshare_common::files::open_existing;
+use vramshare_common::registry::ProcessInfo;
+use vramshare_common::ring::{Cursor, Ring, RingFile};
+use vramshare_common::trace_json::{Counts, EventJson, ProcessJson, TraceJson};
+
+/// A live process's summary from its registry slot (no leaks: it still runs).
+fn process_json(info: &ProcessInfo) -> ProcessJson {
+    let per_device = |value: &dyn Fn(&vramshare_common::registry::DeviceInfo) -> u64| {
+        info.devices
+            .iter()
+            .map(|(d, i)| (d.to_string(), value(i)))
+            .collect::<BTreeMap<_, _>>()
+    };
+    ProcessJson {
+        pid: info.pid,
+        cmdline: info.cmdline.clone(),
+        quota: info
+            .devices
+            .iter()
+            .filter_map(|(d, i)| Some((d.to_string(), i.quota?)))
+            .collect(),
+        spill: if info.spill_off { "off" } else { "host" }.to_string(),
+        peak_device: per_device(&|i| i.peak_device),
+        peak_spilled: per_device(&|i| i.peak_spilled),
+        device_in_use: per_device(&|i| i.device_bytes),
+        spilled_in_use: per_device(&|i| i.spilled_bytes),
+        counts: info
+            .devices
+            .iter()
+            .map(|(d, i)| {
+                let counts = Counts {
+                    allocations: i.allocations,
+                    spills: i.spills,
+                    promotions: i.promotions,
+                    rejections: i.rejections,
+                };
+                (d.to_string(), counts)
+            })
+            .collect(),
+        ..ProcessJson::default()
+    }
+}
+
+pub fn dump(dir: &Path, pid: Option<u32>, output: Option<&Path>) -> Result<ExitCode, String> {
+    let map = open_existing::<RingFile>(dir).map_err(|e| e.to_string())?;
+    let ring = Ring::new(map).map_err(|why| format!("{}: {why}", dir.join("ring").display()))?;
+    let mut cursor = Cursor::oldest(&ring);
+    let overwritten_before = cursor.next;
+    let mut events = Vec::new();
+    cursor.drain(&ring, &mut events, true);
+    events.retain(|e| pid.is_none_or(|p| e.pid == p));
+
+    // Processes: the live ones from the registry, and a bare entry for each
+    // other pid that has events in the ring.
+    let live = crate::ps::live_processes(dir).unwrap_or_default();
+    let mut processes: Vec<ProcessJson> = live
+        .iter()
+        .filter(|p| pid.is_none_or(|want| p.pid == want))
+        .map(process_json)
+        .collect();
+    let known: BTreeSet<u32> = processes.iter().map(|p| p.pid).collect();
+    let others: BTreeSet<u32> = events
+        .iter()
+        .map(|e| e.pid)
+        .filter(|p| !known.contains(p))
+        .collect();
+    processes.extend(others.into_iter().map(|pid| ProcessJson {
+        pid,
+        ..ProcessJson::default()
+    }));
+
+    let trace = TraceJson {
+        events_lost: Some(overwritten_before + cursor.lost),
+        ..TraceJson::new(processes, events.iter().map(EventJson::from).collect())
+    };
+    let text = serde_json::to_string_pretty(&trace).map_err(|e| e.to_string())?;
+    match output {
+        Some(path) => std::fs::write(path, text + "\n")
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?,
+        None => println!("{text}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}

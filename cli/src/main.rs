@@ -1,0 +1,162 @@
+//! `vramshare`: run a job under a GPU memory quota, and see what every
+//! vramshare process holds, live or afterwards. It reads the shared files
+//! in `VRAMSHARE_DIR`; it never loads CUDA.
+
+mod dump;
+mod ps;
+mod report;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(
+    name = "vramshare",
+    version,
+    about = "Share one GPU's memory between jobs: quotas, spill to host memory, and who holds what"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where the shared files are: `--dir`, else `VRAMSHARE_DIR`, else
+/// `/dev/shm/vramshare-$UID`.
+#[derive(clap::Args, Clone)]
+struct DirArg {
+    /// Folder of the shared registry and trace ring [default: $VRAMSHARE_DIR or /dev/shm/vramshare-$UID]
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+}
+
+impl DirArg {
+    fn path(&self) -> PathBuf {
+        self.dir
+            .clone()
+            .unwrap_or_else(vramshare_common::files::default_dir)
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SpillMode {
+    /// Over quota: managed memory on the host, mapped for the GPU
+    Host,
+    /// Over quota: CUDA's out-of-memory error
+    Off,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a command with libvramshare.so preloaded and the given quota; its exit status is returned unchanged
+    #[command(arg_required_else_help = true)]
+    Run {
+        /// Device bytes the job may hold per device: 8GiB, 512MiB, 50%, or per device 0=8GiB,1=4GiB
+        #[arg(long, value_name = "SIZE", value_parser = parse_quota)]
+        quota: Option<String>,
+        /// What an allocation over the quota gets
+        #[arg(long, value_enum)]
+        spill: Option<SpillMode>,
+        /// Write each process's trace as JSON at exit (%p becomes the pid)
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
+        #[command(flatten)]
+        dir: DirArg,
+        /// The command and its arguments
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "COMMAND"
+        )]
+        command: Vec<String>,
+    },
+    /// One row per live process and device: quota, device bytes, spilled bytes, peak
+    Ps {
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        dir: DirArg,
+    },
+    /// The `ps` table, refreshed in the terminal until q or Ctrl-C
+    Top {
+        /// Refresh interval in milliseconds
+        #[arg(long, default_value_t = 1000, value_name = "MS")]
+        interval: u64,
+        /// Stop after this many refreshes (and print plainly, for scripts)
+        #[arg(long, value_name = "N")]
+        iterations: Option<u64>,
+        #[command(flatten)]
+        dir: DirArg,
+    },
+    /// The events in the shared trace ring as vramshare-trace/1 JSON
+    Dump {
+        /// Only this process's events
+        #[arg(long)]
+        pid: Option<u32>,
+        /// Write to FILE instead of standard output
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        dir: DirArg,
+    },
+    /// Summarise a trace (from `dump` or VRAMSHARE_TRACE): peaks, spills, promotions, rejections, leaks, largest allocations
+    Report {
+        /// The trace JSON file
+        file: PathBuf,
+    },
+}
+
+fn parse_quota(text: &str) -> Result<String, String> {
+    vramshare_common::size::parse_quota(text)
+        .map(|_| text.to_string())
+        .map_err(|why| {
+            format!(
+                "{why}; accepted forms: {}",
+                vramshare_common::size::QUOTA_FORMS
+            )
+        })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run {
+            quota,
+            spill,
+            trace,
+            dir,
+            command,
+        } => {
+            let spill = spill.map(|s| match s {
+                SpillMode::Host => "host",
+                SpillMode::Off => "off",
+            });
+            run::run(run::Options {
+                quota,
+                spill,
+                trace,
+                dir: dir.dir,
+                command,
+            })
+        }
+        Command::Ps { json, dir } => ps::ps(&dir.path(), json),
+        Command::Top {
+            interval,
+            iterations,
+            dir,
+        } => ps::top(&dir.path(), interval, iterations),
+        Command::Dump { pid, output, dir } => dump::dump(&dir.path(), pid, output.as_deref()),
+        Command::Report { file } => report::report(&file),
+    };
+    match result {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("vramshare: {message}");
+            ExitCode::from(1)
+        }
+    }
+}

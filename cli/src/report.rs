@@ -1,0 +1,204 @@
+//! `vramshare report FILE`: what a trace says, per process.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::ExitCode;
+
+use vramshare_common::event::{Op, Placement};
+use vramshare_common::size::human_bytes;
+use vramshare_common::trace_json::{EventJson, ProcessJson, TraceJson};
+
+const LARGEST: usize = 5;
+
+pub fn report(file: &Path) -> Result<ExitCode, String> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let trace = TraceJson::parse(&text).map_err(|why| format!("{}: {why}", file.display()))?;
+    print!("{}", render(&trace));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn size_list(blocks: &[(u64, &EventJson)]) -> String {
+    blocks
+        .iter()
+        .take(LARGEST)
+        .map(|(size, e)| {
+            format!(
+                "{} at {} ({}, {})",
+                human_bytes(*size),
+                e.ptr,
+                e.api,
+                e.placement.as_deref().unwrap_or("unknown")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The report as text.
+pub fn render(trace: &TraceJson) -> String {
+    let mut out = String::new();
+    let mut pids: BTreeSet<u32> = trace.processes.iter().map(|p| p.pid).collect();
+    pids.extend(trace.events.iter().map(|e| e.pid));
+    if let Some(lost) = trace.events_lost.filter(|l| *l > 0) {
+        out.push_str(&format!("{lost} events were overwritten in the ring before this dump: the counts below miss them\n\n"));
+    }
+    for pid in pids {
+        let empty = ProcessJson {
+            pid,
+            ..ProcessJson::default()
+        };
+        let process = trace
+            .processes
+            .iter()
+            .find(|p| p.pid == pid)
+            .unwrap_or(&empty);
+        let events: Vec<&EventJson> = trace.events.iter().filter(|e| e.pid == pid).collect();
+        out.push_str(&process_report(process, &events));
+        out.push('\n');
+    }
+    out
+}
+
+fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
+    let mut out = format!(
+        "process {}  {}\n",
+        process.pid,
+        if process.cmdline.is_empty() {
+            "(command line not recorded)"
+        } else {
+            &process.cmdline
+        }
+    );
+    let mut devices: BTreeSet<String> = process
+        .peak_device
+        .keys()
+        .chain(process.quota.keys())
+        .cloned()
+        .collect();
+    devices.extend(
+        events
+            .iter()
+            .filter(|e| e.device >= 0)
+            .map(|e| e.device.to_string()),
+    );
+    for device in &devices {
+        let of = |map: &BTreeMap<String, u64>| map.get(device).copied();
+        let recorded = !process.cmdline.is_empty() || !process.quota.is_empty();
+        let quota = match of(&process.quota) {
+            Some(bytes) => human_bytes(bytes),
+            None if recorded => "none".to_string(),
+            None => "not recorded (the process had exited before the dump)".to_string(),
+        };
+        let on_device = |e: &&&EventJson| e.device.to_string() == *device;
+        let sum = |op: Op, placement: Option<Placement>| -> (usize, u64) {
+            let chosen: Vec<_> = events
+                .iter()
+                .filter(on_device)
+                .filter(|e| {
+                    e.op() == Some(op) && (placement.is_none() || e.placement() == placement)
+                })
+                .collect();
+            (chosen.len(), chosen.iter().map(|e| e.size).sum())
+        };
+        let (spills, spilled) = sum(Op::Alloc, Some(Placement::Host));
+        let (promotions, promoted) = sum(Op::Promote, None);
+        let (rejections, rejected) = sum(Op::Reject, None);
+        out.push_str(&format!("  device {device}: quota {quota}"));
+        if let Some(peak) = of(&process.peak_device) {
+            out.push_str(&format!(
+                ", peak on the device {}, peak spilled {}",
+                human_bytes(peak),
+                human_bytes(of(&process.peak_spilled).unwrap_or(0))
+            ));
+        }
+        out.push('\n');
+        out.push_str(&format!(
+            "    spilled to host: {spills} allocations, {}; promoted back: {promotions}, {}; rejected: {rejections} ({})\n",
+            human_bytes(spilled),
+            human_bytes(promoted),
+            human_bytes(rejected)
+        ));
+    }
+    // Leaks: the shim's list at exit, or else what the events leave unfreed.
+    let (leaks, leak_source): (Vec<(u64, String)>, &str) = if !process.leaked.is_empty() {
+        (
+            process
+                .leaked
+                .iter()
+                .map(|l| {
+                    (
+                        l.size,
+                        format!(
+                            "{} at {} ({}, {})",
+                            human_bytes(l.size),
+                            l.ptr,
+                            l.api,
+                            l.placement
+                        ),
+                    )
+                })
+                .collect(),
+            "at exit",
+        )
+    } else {
+        let mut live: BTreeMap<u64, &EventJson> = BTreeMap::new();
+        for event in events {
+            let Some(ptr) = event.ptr_value() else {
+                continue;
+            };
+            match event.op() {
+                Some(Op::Alloc) => {
+                    live.insert(ptr, event);
+                }
+                Some(Op::Free) => {
+                    live.remove(&ptr);
+                }
+                _ => {}
+            }
+        }
+        let mut blocks: Vec<(u64, &EventJson)> = live.values().map(|e| (e.size, *e)).collect();
+        blocks.sort_by_key(|b| std::cmp::Reverse(b.0));
+        (
+            blocks
+                .iter()
+                .map(|(s, e)| (*s, size_list(&[(*s, e)])))
+                .collect(),
+            "not freed by the end of the trace",
+        )
+    };
+    if leaks.is_empty() {
+        out.push_str("  leaks: none\n");
+    } else {
+        let total: u64 = leaks.iter().map(|(s, _)| s).sum();
+        let shown: Vec<&str> = leaks
+            .iter()
+            .take(LARGEST)
+            .map(|(_, text)| text.as_str())
+            .collect();
+        let more = if leaks.len() > LARGEST {
+            format!("; and {} more", leaks.len() - LARGEST)
+        } else {
+            String::new()
+        };
+        out.push_str(&format!(
+            "  leaks ({leak_source}): {} blocks, {}: {}{more}\n",
+            leaks.len(),
+            human_bytes(total),
+            shown.join("; ")
+        ));
+    }
+    let mut allocations: Vec<(u64, &EventJson)> = events
+        .iter()
+        .filter(|e| e.op() == Some(Op::Alloc))
+        .map(|e| (e.size, *e))
+        .collect();
+    allocations.sort_by_key(|a| std::cmp::Reverse(a.0));
+    if !allocations.is_empty() {
+        out.push_str(&format!(
+            "  largest allocations: {}\n",
+            size_list(&allocations)
+        ));
+    }
+    out
+}

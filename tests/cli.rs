@@ -1,0 +1,481 @@
+//! The `vramshare` command against real processes under the shim (C clients
+//! on the fake runtime), the way an operator uses it.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+use vramshare_common::trace_json::TraceJson;
+
+fn vramshare(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vramshare"))
+        .args(args)
+        .env("VRAMSHARE_LIB", shim_library())
+        .env_remove("VRAMSHARE_DIR")
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn client_path() -> String {
+    fake_dir(Runtime::Fake13)
+        .join("client")
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+/// `vramshare run` of the test client, in the background.
+fn spawn_run(dir: &Path, quota: &str, steps: &[&str]) -> Child {
+    let client = client_path();
+    let mut args = vec![
+        "run",
+        "--quota",
+        quota,
+        "--dir",
+        dir.to_str().unwrap(),
+        "--",
+        &client,
+    ];
+    args.extend_from_slice(steps);
+    Command::new(env!("CARGO_BIN_EXE_vramshare"))
+        .args(&args)
+        .env("VRAMSHARE_LIB", shim_library())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn ps_json(dir: &Path) -> Vec<Value> {
+    let out = vramshare(&["ps", "--json", "--dir", dir.to_str().unwrap()]);
+    if text(&out.stderr).contains("registry does not exist") {
+        return Vec::new(); // the job has not made the files yet
+    }
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    serde_json::from_slice::<Value>(&out.stdout)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// Polls `ps` until `pid`'s row satisfies `ready` (or panics after 10 s).
+fn wait_for_row(dir: &Path, pid: u32, ready: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(row) = ps_json(dir)
+            .into_iter()
+            .find(|r| r["pid"] == pid && ready(r))
+        {
+            return row;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pid {pid} never showed as expected: {:?}",
+            ps_json(dir)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_gone(dir: &Path, pid: u32, within: Duration) {
+    let deadline = Instant::now() + within;
+    while ps_json(dir).iter().any(|r| r["pid"] == pid) {
+        assert!(
+            Instant::now() < deadline,
+            "pid {pid} still listed after {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn ps_shows_a_running_job_and_forgets_it_when_it_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut job = spawn_run(
+        dir.path(),
+        "32MiB",
+        &["malloc:a:24M", "malloc:b:16M", "sleep:1500"],
+    );
+    let row = wait_for_row(dir.path(), job.id(), |r| {
+        r["devices"]["0"]["spilled_bytes"] == 16 * MIB
+    });
+    let device = &row["devices"]["0"];
+    assert_eq!(device["quota"], 32 * MIB);
+    assert_eq!(device["device_bytes"], 24 * MIB);
+    assert_eq!(device["peak_device"], 24 * MIB);
+    assert_eq!(device["spills"], 1);
+    assert_eq!(row["spill"], "host");
+    assert!(
+        row["cmdline"]
+            .as_str()
+            .unwrap()
+            .ends_with("client malloc:a:24M malloc:b:16M sleep:1500"),
+        "{row}"
+    );
+    let table = text(&vramshare(&["ps", "--dir", dir.path().to_str().unwrap()]).stdout);
+    assert!(
+        table.lines().any(|l| l.contains(&job.id().to_string())
+            && l.contains("24.00 MiB")
+            && l.contains("16.00 MiB")),
+        "{table}"
+    );
+    let top = text(
+        &vramshare(&[
+            "top",
+            "--iterations",
+            "1",
+            "--dir",
+            dir.path().to_str().unwrap(),
+        ])
+        .stdout,
+    );
+    assert!(
+        top.starts_with("1 processes under vramshare: 24.00 MiB on GPUs, 16.00 MiB spilled"),
+        "{top}"
+    );
+    assert!(job.wait().unwrap().success());
+    wait_gone(dir.path(), job.id(), Duration::from_millis(100));
+}
+
+#[test]
+fn a_job_killed_with_sigkill_stops_counting() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut job = spawn_run(dir.path(), "32MiB", &["malloc:a:8M", "sleep:20000"]);
+    wait_for_row(dir.path(), job.id(), |r| {
+        r["devices"]["0"]["device_bytes"] == 8 * MIB
+    });
+    job.kill().unwrap(); // SIGKILL: no exit handler runs
+    wait_gone(dir.path(), job.id(), Duration::from_secs(1));
+    job.wait().unwrap();
+    // Its slot is reclaimed by the next process.
+    let mut next = spawn_run(dir.path(), "32MiB", &["malloc:a:4M", "sleep:300"]);
+    wait_for_row(dir.path(), next.id(), |r| {
+        r["devices"]["0"]["device_bytes"] == 4 * MIB
+    });
+    assert_eq!(ps_json(dir.path()).len(), 1);
+    next.wait().unwrap();
+}
+
+#[test]
+fn run_passes_the_variables_and_the_exit_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.json");
+    let client = client_path();
+    let out = vramshare(&[
+        "run",
+        "--quota",
+        "32MiB",
+        "--spill",
+        "off",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--dir",
+        dir.path().to_str().unwrap(),
+        "--",
+        &client,
+        "malloc:a:24M",
+        "malloc:b:16M",
+        "no-such-step",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "the client's own status: {}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stdout).contains("malloc b rc=2"),
+        "spill off reached the job"
+    );
+    let trace = TraceJson::parse(&std::fs::read_to_string(trace).unwrap()).unwrap();
+    assert_eq!(trace.processes[0].quota["0"], 32 * MIB);
+    assert!(dir.path().join("ring").exists(), "--dir reached the job");
+
+    let out = vramshare(&["run", "--", "/no/such/program"]);
+    assert_eq!(out.status.code(), Some(127));
+    assert!(text(&out.stderr).contains("cannot run /no/such/program"));
+
+    let out = vramshare(&["run", "--quota", "8XB", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("unknown unit \"xb\"; accepted forms:"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn run_finds_the_library_beside_itself() {
+    let bin = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        env!("CARGO_BIN_EXE_vramshare"),
+        bin.path().join("vramshare"),
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--quota",
+            "1GiB",
+            "--",
+            "sh",
+            "-c",
+            "echo $LD_PRELOAD $VRAMSHARE_QUOTA",
+        ];
+        args.extend_from_slice(extra);
+        Command::new(bin.path().join("vramshare"))
+            .args(&args)
+            .env_remove("VRAMSHARE_LIB")
+            .env_remove("LD_PRELOAD")
+            .output()
+            .unwrap()
+    };
+    let missing = run(&[]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(
+        text(&missing.stderr).contains("libvramshare.so is missing"),
+        "{}",
+        text(&missing.stderr)
+    );
+    std::fs::copy(shim_library(), bin.path().join("libvramshare.so")).unwrap();
+    let found = run(&[]);
+    assert!(found.status.success(), "{}", text(&found.stderr));
+    assert_eq!(
+        text(&found.stdout).trim(),
+        format!("{} 1GiB", bin.path().join("libvramshare.so").display())
+    );
+}
+
+#[test]
+fn dump_and_report_name_the_leak_a_client_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = client_path();
+    let out = vramshare(&[
+        "run",
+        "--quota",
+        "32MiB",
+        "--dir",
+        dir.path().to_str().unwrap(),
+        "--",
+        &client,
+        "malloc:kept:24M",
+        "malloc:b:16M",
+        "free:b",
+        "malloc:c:1M",
+        "free:c",
+    ]);
+    assert!(out.status.success());
+    let kept = text(&out.stdout)
+        .lines()
+        .find(|l| l.starts_with("malloc kept"))
+        .unwrap()
+        .rsplit('=')
+        .next()
+        .unwrap()
+        .to_string();
+    let file = dir.path().join("dump.json");
+    let out = vramshare(&[
+        "dump",
+        "--dir",
+        dir.path().to_str().unwrap(),
+        "-o",
+        file.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let trace = TraceJson::parse(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(trace.events_lost, Some(0));
+    let ops: Vec<&str> = trace.events.iter().map(|e| e.op.as_str()).collect();
+    assert_eq!(ops, ["alloc", "alloc", "free", "alloc", "free"]);
+    assert!(trace
+        .events
+        .iter()
+        .any(|e| e.placement.as_deref() == Some("host")));
+    let report = text(&vramshare(&["report", file.to_str().unwrap()]).stdout);
+    assert!(
+        report.contains(&format!(
+            "leaks (not freed by the end of the trace): 1 blocks, 24.00 MiB: 24.00 MiB at {kept}"
+        )),
+        "{report}"
+    );
+    assert!(
+        report.contains("spilled to host: 1 allocations, 16.00 MiB"),
+        "{report}"
+    );
+
+    // --pid keeps one process's events; stdout without -o.
+    let out = vramshare(&["dump", "--dir", dir.path().to_str().unwrap(), "--pid", "1"]);
+    let only: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(only["events"], Value::Array(vec![]));
+
+    // The shim's own trace at exit reports the same leak, as a leak at exit.
+    let trace_file = dir.path().join("exit.json");
+    let out = vramshare(&[
+        "run",
+        "--trace",
+        trace_file.to_str().unwrap(),
+        "--dir",
+        dir.path().to_str().unwrap(),
+        "--",
+        &client,
+        "malloc:kept:2M",
+    ]);
+    assert!(out.status.success());
+    let report = text(&vramshare(&["report", trace_file.to_str().unwrap()]).stdout);
+    assert!(
+        report.contains("leaks (at exit): 1 blocks, 2.00 MiB"),
+        "{report}"
+    );
+}
+
+/// Runs one client so that `dir` holds valid shared files.
+fn make_files(dir: &Path) {
+    let out = vramshare(&[
+        "run",
+        "--dir",
+        dir.to_str().unwrap(),
+        "--",
+        &client_path(),
+        "malloc:a:1M",
+        "free:a",
+    ]);
+    assert!(out.status.success());
+}
+
+fn patch(path: &Path, offset: u64, bytes: &[u8]) {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    file.seek(SeekFrom::Start(offset)).unwrap();
+    file.write_all(bytes).unwrap();
+}
+
+fn assert_refused(dir: &Path, command: &str, expect: &str) {
+    let out = vramshare(&[command, "--dir", dir.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{command}: {}",
+        text(&out.stderr)
+    );
+    let message = text(&out.stderr);
+    assert!(
+        message.starts_with("vramshare: ") && message.contains(expect),
+        "{command}: {message}"
+    );
+    assert_eq!(message.lines().count(), 1);
+}
+
+#[test]
+fn bad_shared_files_are_refused_clearly() {
+    let empty = tempfile::tempdir().unwrap();
+    assert_refused(empty.path(), "ps", "registry does not exist");
+    assert_refused(empty.path(), "dump", "ring does not exist");
+
+    let dir = tempfile::tempdir().unwrap();
+    make_files(dir.path());
+    patch(&dir.path().join("ring"), 0, b"garbage!");
+    assert_refused(
+        dir.path(),
+        "dump",
+        "not a vramshare trace ring (wrong magic number)",
+    );
+    assert!(
+        vramshare(&["ps", "--dir", dir.path().to_str().unwrap()])
+            .status
+            .success(),
+        "the registry is fine"
+    );
+    patch(&dir.path().join("registry"), 8, &99u32.to_ne_bytes());
+    assert_refused(
+        dir.path(),
+        "ps",
+        "format version 99; this vramshare reads version 1",
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    make_files(dir.path());
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.path().join("registry"))
+        .unwrap()
+        .set_len(1000)
+        .unwrap();
+    assert_refused(dir.path(), "ps", "truncated or corrupt");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.path().join("ring"))
+        .unwrap()
+        .set_len(10)
+        .unwrap();
+    assert_refused(dir.path(), "dump", "truncated: 10 bytes");
+}
+
+#[test]
+fn files_of_another_user_are_refused() {
+    if vramshare_common::process::uid() != 0 {
+        eprintln!("skipped: giving a file to another user needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    make_files(dir.path());
+    std::os::unix::fs::chown(dir.path().join("registry"), Some(65534), None).unwrap();
+    assert_refused(
+        dir.path(),
+        "ps",
+        "belongs to uid 65534, not to you (uid 0): refused",
+    );
+    std::os::unix::fs::chown(dir.path(), Some(65534), None).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    // The shim refuses the folder too, and the job runs on, traced in memory.
+    let trace = dir.path().with_extension("trace.json");
+    let out = Command::new(client_path())
+        .args(["malloc:a:1M", "free:a"])
+        .env("LD_PRELOAD", shim_library())
+        .env("VRAMSHARE_DIR", dir.path())
+        .env("VRAMSHARE_TRACE", &trace)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        stderr.matches("cannot use the shared files").count(),
+        1,
+        "warned once: {stderr}"
+    );
+    assert!(stderr.contains("belongs to uid 65534"), "{stderr}");
+    let trace = TraceJson::parse(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    assert_eq!(trace.events.len(), 2, "traced into its own memory");
+    let _ = std::fs::remove_file(dir.path().with_extension("trace.json"));
+}
+
+#[test]
+fn the_shim_carries_on_past_a_corrupt_ring() {
+    let dir = tempfile::tempdir().unwrap();
+    make_files(dir.path());
+    patch(&dir.path().join("ring"), 0, b"garbage!");
+    let trace = dir.path().join("t.json");
+    let out = Command::new(client_path())
+        .args(["malloc:a:1M", "malloc:b:1M", "free:a"])
+        .env("LD_PRELOAD", shim_library())
+        .env("VRAMSHARE_DIR", dir.path())
+        .env("VRAMSHARE_TRACE", &trace)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "one warning: {stderr}");
+    assert!(
+        stderr.contains("cannot use the shared files") && stderr.contains("wrong magic number"),
+        "{stderr}"
+    );
+    let trace = TraceJson::parse(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    assert_eq!(trace.events.len(), 3);
+}
