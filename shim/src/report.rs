@@ -105,7 +105,7 @@ pub fn process_summary(state: &State) -> ProcessJson {
         spilled_in_use,
         counts,
         leaked,
-        events_dropped: state.trace.dropped(),
+        events_dropped: state.trace.as_ref().map_or(0, |t| t.dropped()),
         runtime: cudart_sys::runtime_library().name.clone(),
         // Asked on first use of each device; never asked here, at exit, when
         // the runtime may already be shutting down.
@@ -114,7 +114,7 @@ pub fn process_summary(state: &State) -> ProcessJson {
 }
 
 pub fn trace_json(state: &State, job: Option<String>) -> TraceJson {
-    let (events, _) = state.trace.snapshot();
+    let events = state.trace.as_ref().map(|t| t.snapshot().0).unwrap_or_default();
     TraceJson {
         job,
         ..TraceJson::new(

@@ -25,7 +25,9 @@ use crate::trace::{thread_id, TraceLog};
 pub struct State {
     pub pid: u32,
     pub ledger: Ledger,
-    pub trace: TraceLog,
+    /// The process's own copy of its events, kept only when
+    /// `VRAMSHARE_TRACE` asks for them at exit.
+    pub trace: Option<TraceLog>,
     /// The shared trace ring, when it can be used.
     ring: Option<Ring<MmapMut>>,
     /// This process's slot in the shared registry (given back at exit).
@@ -151,7 +153,7 @@ impl State {
         State {
             pid,
             ledger: Ledger::new(counters),
-            trace: TraceLog::new(),
+            trace: config().trace.is_some().then(TraceLog::new),
             ring,
             slot,
             quotas: (0..MAX_DEVICES)
@@ -194,7 +196,9 @@ impl State {
             placement,
             rc,
         );
-        self.trace.record(&event);
+        if let Some(trace) = &self.trace {
+            trace.record(&event);
+        }
         if let Some(ring) = &self.ring {
             ring.push(&event);
         }
