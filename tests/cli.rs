@@ -21,6 +21,16 @@ fn vramshare(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `vramshare run [OPTIONS] --dir DIR -- client STEPS...`, waited for.
+fn run_client(dir: &Path, options: &[&str], steps: &[&str]) -> Output {
+    let client = client_path();
+    let mut args = vec!["run"];
+    args.extend_from_slice(options);
+    args.extend_from_slice(&["--dir", dir.to_str().unwrap(), "--", &client]);
+    args.extend_from_slice(steps);
+    vramshare(&args)
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -169,23 +179,19 @@ fn a_job_killed_with_sigkill_stops_counting() {
 fn run_passes_the_variables_and_the_exit_status() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("trace.json");
-    let client = client_path();
-    let out = vramshare(&[
-        "run",
+    let options = [
         "--quota",
         "32MiB",
         "--spill",
         "off",
         "--trace",
         trace.to_str().unwrap(),
-        "--dir",
-        dir.path().to_str().unwrap(),
-        "--",
-        &client,
-        "malloc:a:24M",
-        "malloc:b:16M",
-        "no-such-step",
-    ]);
+    ];
+    let out = run_client(
+        dir.path(),
+        &options,
+        &["malloc:a:24M", "malloc:b:16M", "no-such-step"],
+    );
     assert_eq!(
         out.status.code(),
         Some(3),
@@ -258,21 +264,14 @@ fn run_finds_the_library_beside_itself() {
 #[test]
 fn dump_and_report_name_the_leak_a_client_left() {
     let dir = tempfile::tempdir().unwrap();
-    let client = client_path();
-    let out = vramshare(&[
-        "run",
-        "--quota",
-        "32MiB",
-        "--dir",
-        dir.path().to_str().unwrap(),
-        "--",
-        &client,
+    let steps = [
         "malloc:kept:24M",
         "malloc:b:16M",
         "free:b",
         "malloc:c:1M",
         "free:c",
-    ]);
+    ];
+    let out = run_client(dir.path(), &["--quota", "32MiB"], &steps);
     assert!(out.status.success());
     let kept = text(&out.stdout)
         .lines()
@@ -318,16 +317,11 @@ fn dump_and_report_name_the_leak_a_client_left() {
 
     // The shim's own trace at exit reports the same leak, as a leak at exit.
     let trace_file = dir.path().join("exit.json");
-    let out = vramshare(&[
-        "run",
-        "--trace",
-        trace_file.to_str().unwrap(),
-        "--dir",
-        dir.path().to_str().unwrap(),
-        "--",
-        &client,
-        "malloc:kept:2M",
-    ]);
+    let out = run_client(
+        dir.path(),
+        &["--trace", trace_file.to_str().unwrap()],
+        &["malloc:kept:2M"],
+    );
     assert!(out.status.success());
     let report = text(&vramshare(&["report", trace_file.to_str().unwrap()]).stdout);
     assert!(
@@ -338,15 +332,7 @@ fn dump_and_report_name_the_leak_a_client_left() {
 
 /// Runs one client so that `dir` holds valid shared files.
 fn make_files(dir: &Path) {
-    let out = vramshare(&[
-        "run",
-        "--dir",
-        dir.to_str().unwrap(),
-        "--",
-        &client_path(),
-        "malloc:a:1M",
-        "free:a",
-    ]);
+    let out = run_client(dir, &[], &["malloc:a:1M", "free:a"]);
     assert!(out.status.success());
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use vramshare_common::files::open_existing;
-use vramshare_common::registry::{ProcessInfo, Registry, RegistryFile};
+use vramshare_common::registry::{DeviceInfo, ProcessInfo, Registry, RegistryFile};
 use vramshare_common::size::human_bytes;
 
 pub fn live_processes(dir: &Path) -> Result<Vec<ProcessInfo>, String> {
@@ -18,24 +18,11 @@ pub fn live_processes(dir: &Path) -> Result<Vec<ProcessInfo>, String> {
 }
 
 #[derive(Serialize)]
-struct DeviceJson {
-    quota: Option<u64>,
-    device_bytes: u64,
-    spilled_bytes: u64,
-    peak_device: u64,
-    peak_spilled: u64,
-    allocations: u64,
-    spills: u64,
-    promotions: u64,
-    rejections: u64,
-}
-
-#[derive(Serialize)]
 struct ProcessRow {
     pid: u32,
     cmdline: String,
     spill: &'static str,
-    devices: std::collections::BTreeMap<String, DeviceJson>,
+    devices: std::collections::BTreeMap<String, DeviceInfo>,
 }
 
 fn json_rows(processes: &[ProcessInfo]) -> Vec<ProcessRow> {
@@ -48,20 +35,7 @@ fn json_rows(processes: &[ProcessInfo]) -> Vec<ProcessRow> {
             devices: p
                 .devices
                 .iter()
-                .map(|(d, i)| {
-                    let device = DeviceJson {
-                        quota: i.quota,
-                        device_bytes: i.device_bytes,
-                        spilled_bytes: i.spilled_bytes,
-                        peak_device: i.peak_device,
-                        peak_spilled: i.peak_spilled,
-                        allocations: i.allocations,
-                        spills: i.spills,
-                        promotions: i.promotions,
-                        rejections: i.rejections,
-                    };
-                    (d.to_string(), device)
-                })
+                .map(|(d, i)| (d.to_string(), i.clone()))
                 .collect(),
         })
         .collect()

@@ -130,7 +130,7 @@ pub struct ProcessInfo {
     pub devices: Vec<(u32, DeviceInfo)>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct DeviceInfo {
     pub quota: Option<u64>,
     pub device_bytes: u64,

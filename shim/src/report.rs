@@ -25,18 +25,6 @@ pub fn trace_path(template: &str, pid: u32) -> String {
     template.replace("%p", &pid.to_string())
 }
 
-fn cmdline() -> String {
-    std::fs::read("/proc/self/cmdline")
-        .map(|raw| {
-            raw.split(|b| *b == 0)
-                .filter(|arg| !arg.is_empty())
-                .map(|arg| String::from_utf8_lossy(arg).into_owned())
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_default()
-}
-
 pub fn process_summary(state: &State) -> ProcessJson {
     let config = config();
     let mut quota = PerDevice::new();
@@ -92,7 +80,7 @@ pub fn process_summary(state: &State) -> ProcessJson {
         .collect();
     ProcessJson {
         pid: state.pid,
-        cmdline: cmdline(),
+        cmdline: vramshare_common::process::cmdline(state.pid),
         quota,
         spill: match config.spill {
             Spill::Host => "host",
@@ -114,7 +102,11 @@ pub fn process_summary(state: &State) -> ProcessJson {
 }
 
 pub fn trace_json(state: &State, job: Option<String>) -> TraceJson {
-    let events = state.trace.as_ref().map(|t| t.snapshot().0).unwrap_or_default();
+    let events = state
+        .trace
+        .as_ref()
+        .map(|t| t.snapshot().0)
+        .unwrap_or_default();
     TraceJson {
         job,
         ..TraceJson::new(
