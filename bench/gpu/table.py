@@ -1,0 +1,101 @@
+"""Reads bench/gpu/run's results.jsonl: prints the side-by-side table, each
+spilled run's floor, and the correctness checks (exit 1 if one fails)."""
+import json
+import sys
+
+runs = {}
+for text in open(sys.argv[1]):
+    line = json.loads(text)
+    runs[line["run"]] = line
+GiB = 2**30
+failures = []
+
+
+def check(ok, what):
+    print(("  ok      " if ok else "  FAILED  ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def result(name):
+    return (runs.get(name) or {}).get("result") or {}
+
+
+def quota_of(name):
+    env = (runs.get(name) or {}).get("env", "")
+    for word in env.split():
+        if word.startswith("VRAMSHARE_QUOTA="):
+            return int(word.split("=", 1)[1])
+    return None
+
+
+link = {mode: result(f"link-{mode}").get("GBps") for mode in ["copy", "mapped"]}
+print(f"host link: pinned copy host->device {link['copy'] or 0:.1f} GB/s, GPU reads of spilled memory {link['mapped'] or 0:.1f} GB/s")
+bandwidth = (link["mapped"] or link["copy"] or 50.0) * 1e9
+
+print()
+print(f"{'run':<24}{'ms/step':>10}{'x native':>10}{'spilled GiB':>13}{'floor ms':>10}{'x floor':>9}")
+for job in ["dense", "sparse", "inference"]:
+    native = result(f"{job}-native")
+    base = native.get("step_ms")
+    for kind in ["native", "passthrough", "q75", "q50", "managed", "managed-host"]:
+        name = f"{job}-{kind}"
+        if name not in runs:
+            continue
+        r = result(name)
+        ms = r.get("step_ms")
+        trace = runs[name].get("trace") or {}
+        spilled = (trace.get("peak_spilled") or {}).get("0", 0)
+        floor = None
+        if base and spilled:
+            crossing = spilled * r.get("reads_per_step", 1)
+            table = r.get("table_bytes")
+            if table and table in (trace.get("spilled_sizes") or []):
+                crossing = r["touched_table_bytes_per_step"] + (spilled - table)
+            floor = base + 1e3 * crossing / bandwidth
+        cells = [
+            f"{ms:10.1f}" if ms else f"{'exit ' + str(runs[name]['exit']):>10}",
+            f"{ms / base:10.2f}" if ms and base else f"{'':>10}",
+            f"{spilled / GiB:13.2f}" if spilled else f"{'':>13}",
+            f"{floor:10.1f}" if floor else f"{'':>10}",
+            f"{ms / floor:9.2f}" if floor and ms else f"{'':>9}",
+        ]
+        print(f"{name:<24}" + "".join(cells))
+
+print()
+for job in ["dense", "sparse", "inference"]:
+    print(job)
+    native = result(f"{job}-native")
+    if not native:
+        check(False, f"{job}: native run ({runs.get(job + '-native', {}).get('exit')})")
+        continue
+    for kind in ["passthrough", "q75", "q50"]:
+        name = f"{job}-{kind}"
+        r = result(name)
+        quota = quota_of(name)
+        check(r.get("values") == native.get("values"), f"{name}: same losses/outputs as native ({(r.get('values') or [None])[-1]} vs {native['values'][-1]})")
+        if kind == "passthrough":
+            check(r.get("mem_get_info", [0, 0])[1] == quota, f"{name}: mem_get_info total = quota {quota}")
+            if native.get("step_ms") and r.get("step_ms"):
+                print(f"          passthrough / native step time: {r['step_ms'] / native['step_ms']:.4f}")
+        peak = ((runs.get(name) or {}).get("trace") or {}).get("peak_device", {}).get("0")
+        check(peak is not None and quota is not None and peak <= quota, f"{name}: device bytes never above the quota (peak {peak}, quota {quota})")
+        if kind != "passthrough":
+            ops = ((runs.get(name) or {}).get("trace") or {}).get("ops", {})
+            print(f"          trace: {ops}")
+    off = result(f"{job}-off")
+    check(off.get("oom") is True, f"{job}-off: torch.cuda.OutOfMemoryError ({off.get('message', off)})")
+    managed = runs.get(f"{job}-managed", {})
+    print(f"          all-managed anchor: exit {managed.get('exit')}, {result(job + '-managed').get('step_ms')} ms/step")
+check(result("dense-fraction").get("oom") is True, "dense-fraction 0.06: OutOfMemoryError (the anchor)")
+
+pair = runs.get("pair", {})
+print("two jobs at once (dense at 10 GiB + sparse at 8 GiB)")
+for job in ["dense", "sparse"]:
+    part = pair.get(job, {})
+    check(part.get("exit") == "exit 0", f"pair {job}: completed ({part.get('exit')})")
+    if isinstance(part.get("result"), dict):
+        check(part["result"].get("values") == result(f"{job}-native").get("values"), f"pair {job}: same losses as native")
+listed = pair.get("ps", [])
+check(len(listed) == 2, f"ps listed both jobs: {[(p['pid'], p['devices'].get('0', {}).get('device_bytes')) for p in listed]}")
+sys.exit(1 if failures else 0)
