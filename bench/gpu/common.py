@@ -24,8 +24,24 @@ def options(description, steps):
         torch.cuda.set_per_process_memory_fraction(args.fraction)
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = False
+    # An out-of-memory error while the job is built (a large table, say)
+    # ends the job the same way as one in a step.
+    previous = sys.excepthook
+
+    def on_error(kind, error, traceback):
+        if issubclass(kind, torch.cuda.OutOfMemoryError):
+            report_oom(os.path.basename(sys.argv[0]).removesuffix(".py"), args, error)
+        previous(kind, error, traceback)
+
+    sys.excepthook = on_error
     torch.use_deterministic_algorithms(True, warn_only=True)
     return args
+
+
+def report_oom(job, args, error):
+    print(json.dumps({"job": job, "oom": True, "message": str(error).splitlines()[0][:200],
+                      "mem_get_info": list(torch.cuda.mem_get_info())}), flush=True)
+    os._exit(0 if args.expect_oom else 1)
 
 
 def run(job, args, step, extra=None):
@@ -41,9 +57,7 @@ def run(job, args, step, extra=None):
             torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
     except torch.cuda.OutOfMemoryError as error:
-        print(json.dumps({"job": job, "oom": True, "message": str(error).splitlines()[0][:200],
-                          "mem_get_info": [free, total]}), flush=True)
-        sys.exit(0 if args.expect_oom else 1)
+        report_oom(job, args, error)
     if args.expect_oom:
         print(json.dumps({"job": job, "oom": False}), flush=True)
         sys.exit(1)
@@ -55,6 +69,7 @@ def run(job, args, step, extra=None):
         "values": values,
         "mem_get_info": [free, total],
         "max_reserved": torch.cuda.max_memory_reserved() if not args.managed else None,
+        "max_allocated": torch.cuda.max_memory_allocated() if not args.managed else None,
         "pid": os.getpid(),
     }
     line.update(extra or {})

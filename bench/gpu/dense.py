@@ -8,7 +8,7 @@ from common import options, run
 
 args = options(__doc__, steps=6)
 d = 8192
-model = nn.Sequential(*[nn.Sequential(nn.Linear(d, d), nn.GELU()) for _ in range(12)]).cuda()
+model = nn.Sequential(*[nn.Sequential(nn.Linear(d, d, device="cuda"), nn.GELU()) for _ in range(12)])
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 x = torch.randn(4096, d, device="cuda")
 y = torch.randn(4096, d, device="cuda")
@@ -23,4 +23,6 @@ def step():
     return loss.item()
 
 
-run("dense", args, step)
+# Each spilled tensor (weights, gradients, AdamW's two moments, activations)
+# crosses the link about twice a step: read and written once each.
+run("dense", args, step, {"crossings_per_step": 2})
