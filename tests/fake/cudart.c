@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,6 +129,18 @@ static cudaError_t fake_free(void *p) {
     return OK;
 }
 
+/* Whether [p, p + n) lies inside one managed allocation (advice and
+ * prefetches may name part of a block). */
+static int is_managed_range(const void *p, size_t n) {
+    const char *start = p;
+    int managed = 0;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < BUCKETS && !managed; i++)
+        for (struct block *b = table[i]; b && !managed; b = b->next)
+            managed = b->managed && start >= (char *)b->ptr && n <= b->size && start - (char *)b->ptr <= (ptrdiff_t)(b->size - n);
+    pthread_mutex_unlock(&lock);
+    return managed;
+}
 static int is_managed(const void *p) {
     pthread_mutex_lock(&lock);
     struct block *b = find(p);
@@ -228,26 +241,26 @@ __attribute__((unused)) static const char *where_id(int id, char *buf) {
 #if FAKE_CUDA_MAJOR >= 13
 cudaError_t cudaMemAdvise(const void *p, size_t n, int advice, struct cudaMemLocation loc) {
     char buf[32];
-    cudaError_t rc = is_managed(p) ? OK : INVALID_VALUE;
+    cudaError_t rc = is_managed_range(p, n) ? OK : INVALID_VALUE;
     trace("cudaMemAdvise abi=13 ptr=%p size=%zu advice=%d loc=%s rc=%d", p, n, advice, where(loc, buf), rc);
     return rc;
 }
 cudaError_t cudaMemPrefetchAsync(const void *p, size_t n, struct cudaMemLocation loc, unsigned flags, cudaStream_t s) {
     char buf[32];
-    cudaError_t rc = is_managed(p) ? OK : INVALID_VALUE;
+    cudaError_t rc = is_managed_range(p, n) ? OK : INVALID_VALUE;
     trace("cudaMemPrefetchAsync abi=13 ptr=%p size=%zu loc=%s stream=%s rc=%d", p, n, where(loc, buf), s ? "own" : "default", rc);
     return rc;
 }
 #else
 cudaError_t cudaMemAdvise(const void *p, size_t n, int advice, int device) {
     char buf[32];
-    cudaError_t rc = is_managed(p) ? OK : INVALID_VALUE;
+    cudaError_t rc = is_managed_range(p, n) ? OK : INVALID_VALUE;
     trace("cudaMemAdvise abi=12 ptr=%p size=%zu advice=%d loc=%s rc=%d", p, n, advice, where_id(device, buf), rc);
     return rc;
 }
 cudaError_t cudaMemPrefetchAsync(const void *p, size_t n, int device, cudaStream_t s) {
     char buf[32];
-    cudaError_t rc = is_managed(p) ? OK : INVALID_VALUE;
+    cudaError_t rc = is_managed_range(p, n) ? OK : INVALID_VALUE;
     trace("cudaMemPrefetchAsync abi=12 ptr=%p size=%zu loc=%s stream=%s rc=%d", p, n, where_id(device, buf), s ? "own" : "default", rc);
     return rc;
 }
