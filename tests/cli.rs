@@ -115,14 +115,13 @@ fn ps_shows_a_running_job_and_forgets_it_when_it_exits() {
         "32MiB",
         &["malloc:a:24M", "malloc:b:16M", "sleep:1500"],
     );
-    // b finds 8M of room: its head fills the quota, its other 8M spill.
     let row = wait_for_row(dir.path(), job.id(), |r| {
-        r["devices"]["0"]["spilled_bytes"] == 8 * MIB
+        r["devices"]["0"]["spilled_bytes"] == 16 * MIB
     });
     let device = &row["devices"]["0"];
     assert_eq!(device["quota"], 32 * MIB);
-    assert_eq!(device["device_bytes"], 32 * MIB);
-    assert_eq!(device["peak_device"], 32 * MIB);
+    assert_eq!(device["device_bytes"], 24 * MIB);
+    assert_eq!(device["peak_device"], 24 * MIB);
     assert_eq!(device["spills"], 1);
     assert_eq!(row["spill"], "host");
     assert!(
@@ -135,8 +134,8 @@ fn ps_shows_a_running_job_and_forgets_it_when_it_exits() {
     let table = text(&vramshare(&["ps", "--dir", dir.path().to_str().unwrap()]).stdout);
     assert!(
         table.lines().any(|l| l.contains(&job.id().to_string())
-            && l.contains("32.00 MiB")
-            && l.contains("8.00 MiB")),
+            && l.contains("24.00 MiB")
+            && l.contains("16.00 MiB")),
         "{table}"
     );
     let top = text(
@@ -150,7 +149,7 @@ fn ps_shows_a_running_job_and_forgets_it_when_it_exits() {
         .stdout,
     );
     assert!(
-        top.starts_with("1 processes under vramshare: 32.00 MiB on GPUs, 8.00 MiB spilled"),
+        top.starts_with("1 processes under vramshare: 24.00 MiB on GPUs, 16.00 MiB spilled"),
         "{top}"
     );
     assert!(job.wait().unwrap().success());
@@ -307,7 +306,7 @@ fn dump_and_report_name_the_leak_a_client_left() {
         "{report}"
     );
     assert!(
-        report.contains("spilled to host: 1 allocations, 8.00 MiB"),
+        report.contains("spilled to host: 1 allocations, 16.00 MiB"),
         "{report}"
     );
 

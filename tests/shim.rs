@@ -51,28 +51,6 @@ fn under_quota_allocations_stay_on_the_device() {
     assert_eq!(run.events("free").len(), 2);
 }
 
-/// The advice calls the fake runtime logged for `ptr`, in order, as (size, advice, location).
-fn advice_for(run: &Run, ptr: u64) -> Vec<(u64, u32, String)> {
-    run.calls
-        .iter()
-        .filter(|c| c.contains("cudaMemAdvise") && c.contains(&format!("ptr={ptr:#x} ")))
-        .map(|c| {
-            let field = |key: &str| {
-                c.split_whitespace()
-                    .find_map(|w| w.strip_prefix(key))
-                    .unwrap()
-                    .to_string()
-            };
-            assert_eq!(field("rc="), "0", "{c}");
-            (
-                field("size=").parse().unwrap(),
-                field("advice=").parse().unwrap(),
-                field("loc="),
-            )
-        })
-        .collect()
-}
-
 fn assert_spilled_with_advice(run: &Run, abi: &str) {
     run.assert_ok();
     assert_eq!(run.rc("malloc a"), 0);
@@ -86,26 +64,42 @@ fn assert_spilled_with_advice(run: &Run, abi: &str) {
         "touch b ok",
         "the spilled block is usable memory"
     );
-    let b = hex(&run.field("malloc b", "ptr"));
+    let ptr = run.field("malloc b", "ptr");
     let managed = run.calls_with(&[
         "cudaMallocManaged",
         &format!("size={}", 16 * MIB),
         "flags=1",
     ]);
     assert_eq!(managed.len(), 1, "{:#?}", run.calls);
+    let abi = format!("abi={abi}");
+    let ptr_word = format!("ptr={ptr}");
     assert_eq!(
-        run.calls_with(&["cudaMemAdvise", &format!("abi={abi}")])
-            .len(),
-        2,
-        "the {abi} form"
+        run.calls_with(&[
+            "cudaMemAdvise",
+            &abi,
+            &ptr_word,
+            "advice=3",
+            "loc=host",
+            "rc=0"
+        ])
+        .len(),
+        1,
+        "{:#?}",
+        run.calls
     );
     assert_eq!(
-        advice_for(run, b),
-        vec![
-            (16 * MIB, 3, "host".to_string()),
-            (16 * MIB, 5, "device:0".to_string())
-        ],
-        "preferred location host, accessed by the device"
+        run.calls_with(&[
+            "cudaMemAdvise",
+            &abi,
+            &ptr_word,
+            "advice=5",
+            "loc=device:0",
+            "rc=0"
+        ])
+        .len(),
+        1,
+        "{:#?}",
+        run.calls
     );
     let spilled: Vec<Value> = run
         .events("alloc")
@@ -116,14 +110,13 @@ fn assert_spilled_with_advice(run: &Run, abi: &str) {
     assert_eq!(spilled[0]["size"], 16 * MIB);
     let process = &run.trace()["processes"][0];
     assert_eq!(process["peak_spilled"]["0"], 16 * MIB);
-    assert_eq!(process["peak_device"]["0"], 32 * MIB);
+    assert_eq!(process["peak_device"]["0"], 24 * MIB);
     assert_eq!(process["counts"]["0"]["spills"], 1);
 }
 
 fn spill_run(runtime: Runtime) -> Run {
-    // a fills the quota: no room is left for any of b.
     let steps = [
-        "malloc:a:32M",
+        "malloc:a:24M",
         "malloc:b:16M",
         "touch:b",
         "free:b",
@@ -144,78 +137,6 @@ fn over_quota_spills_to_host_with_cuda12_advice() {
     let run = spill_run(Runtime::Fake12);
     assert_spilled_with_advice(&run, "12");
     assert_eq!(run.trace()["processes"][0]["runtime_version"], 12080);
-}
-
-#[test]
-fn room_left_under_the_quota_keeps_a_spilled_blocks_head_on_the_device() {
-    for runtime in [Runtime::Fake13, Runtime::Fake12] {
-        let run = client(
-            runtime,
-            &[("VRAMSHARE_QUOTA", Q32)],
-            &[
-                "malloc:a:24M",
-                "malloc:b:16M",
-                "touch:b",
-                "meminfo",
-                "free:a",
-                "meminfo",
-                "touch:b",
-                "free:b",
-            ],
-        );
-        run.assert_ok();
-        let b = hex(&run.field("malloc b", "ptr"));
-        // 8M of room: b's first 8M prefer the device, the other 8M the host.
-        let expected = vec![
-            (8 * MIB, 3, "device:0".to_string()),
-            (16 * MIB, 5, "device:0".to_string()),
-        ];
-        assert_eq!(advice_for(&run, b), expected, "{runtime:?}");
-        assert_eq!(
-            advice_for(&run, b + 8 * MIB)[0],
-            (8 * MIB, 3, "host".to_string())
-        );
-        assert_eq!(
-            run.meminfo()[0],
-            (0, 32 * MIB),
-            "the quota is used to the last byte"
-        );
-        // Freeing a promotes b's host part (its tail), not the whole block.
-        let promoted = run.events("promote");
-        assert_eq!(promoted.len(), 1);
-        assert_eq!(
-            (
-                hex(promoted[0]["ptr"].as_str().unwrap()),
-                promoted[0]["size"].as_u64().unwrap()
-            ),
-            (b, 8 * MIB)
-        );
-        assert_eq!(
-            advice_for(&run, b + 8 * MIB)[1],
-            (8 * MIB, 3, "device:0".to_string())
-        );
-        let tail = format!("ptr={:#x}", b + 8 * MIB);
-        assert_eq!(
-            run.calls_with(&[
-                "cudaMemPrefetchAsync",
-                &tail,
-                &format!("size={}", 8 * MIB),
-                "loc=device:0"
-            ])
-            .len(),
-            1
-        );
-        assert_eq!(
-            run.meminfo()[1],
-            (16 * MIB, 32 * MIB),
-            "b, all 16M of it, now on the device"
-        );
-        let process = &run.trace()["processes"][0];
-        assert_eq!(process["peak_device"]["0"], 32 * MIB);
-        assert_eq!(process["peak_spilled"]["0"], 8 * MIB);
-        assert_eq!(process["device_in_use"]["0"], 0);
-        assert_eq!(process["spilled_in_use"]["0"], 0);
-    }
 }
 
 #[test]
@@ -264,8 +185,8 @@ fn mem_get_info_reports_the_quota() {
     let lines = run.meminfo();
     assert_eq!(lines[0], (64 * MIB, 64 * MIB));
     assert_eq!(lines[1], (48 * MIB, 64 * MIB));
-    // b spilled; its first 48M fill the quota.
-    assert_eq!(lines[2], (0, 64 * MIB));
+    // b spilled: the device still holds only a.
+    assert_eq!(lines[2], (48 * MIB, 64 * MIB));
 
     // A quota above the device: the physical numbers stand.
     let run = client(
@@ -296,30 +217,35 @@ fn mem_get_info_reports_the_quota() {
 
 #[test]
 fn freed_room_promotes_spilled_blocks_largest_first() {
-    let steps = [
-        "malloc:a:32M",
-        "malloc:b:16M",
-        "malloc:d:8M",
-        "free:a",
-        "malloc:c:14M",
-        "meminfo",
-        "free:b",
-        "free:d",
-        "free:c",
-    ];
-    let run = client(Runtime::Fake13, &[("VRAMSHARE_QUOTA", Q32)], &steps);
+    let run = client(
+        Runtime::Fake13,
+        &[("VRAMSHARE_QUOTA", Q32)],
+        &[
+            "malloc:a:30M",
+            "malloc:b:16M",
+            "malloc:d:8M",
+            "free:a",
+            "malloc:c:10M",
+            "meminfo",
+            "free:b",
+            "free:d",
+            "free:c",
+        ],
+    );
     run.assert_ok();
-    // a fills the quota: b and d spill whole. Freeing a makes 32M of room: b
-    // (16M) and then d (8M) are promoted, largest first. c (14M) finds 8M of
-    // room: its head stays on the device, its last 6M spill. Freeing b then
-    // makes room for c's tail, promoted in turn.
-    let [b, c, d] = ["b", "c", "d"].map(|n| hex(&run.field(&format!("malloc {n}"), "ptr")));
-    let promoted: Vec<(u64, u64)> = run
+    // a (30M) leaves 2M: b and d spill. Freeing a makes 32M of room: b (16M)
+    // and then d (8M) are promoted, largest first. c (10M) does not fit beside
+    // them (16 + 8 + 10 > 32) and spills.
+    // Then freeing b (16M on the device by now) makes room for c: promoted in turn.
+    let b = run.field("malloc b", "ptr");
+    let c = run.field("malloc c", "ptr");
+    let d = run.field("malloc d", "ptr");
+    let promoted: Vec<u64> = run
         .events("promote")
         .iter()
-        .map(|p| (hex(p["ptr"].as_str().unwrap()), p["size"].as_u64().unwrap()))
+        .map(|p| hex(p["ptr"].as_str().unwrap()))
         .collect();
-    assert_eq!(promoted, vec![(b, 16 * MIB), (d, 8 * MIB), (c, 6 * MIB)]);
+    assert_eq!(promoted, vec![hex(&b), hex(&d), hex(&c)]);
     assert!(run
         .events("promote")
         .iter()
@@ -330,28 +256,16 @@ fn freed_room_promotes_spilled_blocks_largest_first() {
         1,
         "one non-blocking stream of the shim's own"
     );
-    for (ptr, size) in [(b, 16 * MIB), (d, 8 * MIB), (c + 8 * MIB, 6 * MIB)] {
-        let words = [format!("ptr={ptr:#x}"), format!("size={size}")];
+    for ptr in [&b, &d, &c] {
+        let ptr = format!("ptr={ptr}");
         assert_eq!(
-            run.calls_with(&[
-                "cudaMemAdvise",
-                &words[0],
-                &words[1],
-                "advice=3",
-                "loc=device:0"
-            ])
-            .len(),
+            run.calls_with(&["cudaMemAdvise", &ptr, "advice=3", "loc=device:0"])
+                .len(),
             1
         );
         assert_eq!(
-            run.calls_with(&[
-                "cudaMemPrefetchAsync",
-                &words[0],
-                &words[1],
-                "loc=device:0",
-                "stream=own"
-            ])
-            .len(),
+            run.calls_with(&["cudaMemPrefetchAsync", &ptr, "loc=device:0", "stream=own"])
+                .len(),
             1,
             "{:#?}",
             run.calls
@@ -360,10 +274,13 @@ fn freed_room_promotes_spilled_blocks_largest_first() {
     let c_alloc = run
         .events("alloc")
         .into_iter()
-        .find(|e| hex(e["ptr"].as_str().unwrap()) == c)
+        .find(|e| hex(e["ptr"].as_str().unwrap()) == hex(&c))
         .unwrap();
     assert_eq!(c_alloc["placement"], "host");
-    assert_eq!(run.meminfo(), vec![(0, 32 * MIB)]);
+    assert_eq!(
+        run.line("meminfo"),
+        format!("meminfo rc=0 free={} total={}", 8 * MIB, 32 * MIB)
+    );
     assert_eq!(run.rc("free b"), 0);
     assert_eq!(
         run.rc("free c"),
@@ -489,11 +406,7 @@ fn percent_and_per_device_quotas() {
     );
     let lines = run.meminfo();
     assert_eq!(lines[0], (64 * MIB, 64 * MIB));
-    assert_eq!(
-        lines[1],
-        (0, 32 * MIB),
-        "40M spilled on device 1, its first 32M on the device"
-    );
+    assert_eq!(lines[1], (32 * MIB, 32 * MIB), "40M spilled on device 1");
     let spilled = run.events("alloc");
     assert_eq!(spilled[0]["device"], 1);
     assert_eq!(spilled[0]["placement"], "host");
@@ -732,7 +645,7 @@ fn callers_managed_memory_counts_while_it_fits_then_lives_on_the_host() {
         Runtime::Fake13,
         &[("VRAMSHARE_QUOTA", Q32), ("VRAMSHARE_SPILL", "off")],
         &[
-            "managed:a:32M",
+            "managed:a:24M",
             "meminfo",
             "managed:b:16M",
             "touch:b",
@@ -741,11 +654,7 @@ fn callers_managed_memory_counts_while_it_fits_then_lives_on_the_host() {
         ],
     );
     run.assert_ok();
-    assert_eq!(
-        run.number("meminfo", "free"),
-        0,
-        "the caller's managed memory counts"
-    );
+    assert_eq!(run.number("meminfo", "free"), 8 * MIB);
     assert_eq!(
         run.rc("managed b"),
         0,

@@ -24,12 +24,7 @@ use vramshare_common::size::MAX_DEVICES;
 pub struct Block {
     pub size: u64,
     pub device: u32,
-    /// `Device`: all of it counts on the device. `Host`: a spilled block,
-    /// of which the first `device_part` bytes may still prefer the device.
     pub placement: Placement,
-    /// Bytes of a spilled block that live on (and count against) the device:
-    /// its head, when it was allocated with room for part of it.
-    pub device_part: u64,
     pub api: Api,
     /// Managed memory (spilled by the shim, or the caller's own): given back
     /// with `cudaFree` whatever its placement now.
@@ -71,16 +66,6 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-impl Block {
-    /// Bytes of the block that live on the host.
-    pub fn spilled_part(&self) -> u64 {
-        match self.placement {
-            Placement::Host => self.size - self.device_part.min(self.size),
-            _ => 0,
-        }
-    }
 }
 
 impl Ledger {
@@ -144,10 +129,9 @@ impl Ledger {
         }
         if block.placement == Placement::Host {
             let usage = self.device(block.device);
-            let spilled = block.spilled_part();
-            let before = usage.spilled_bytes.fetch_add(spilled, Ordering::AcqRel);
-            raise_peak(&usage.peak_spilled, before + spilled);
-            lock(&self.spilled[block.device as usize]).insert((spilled, ptr));
+            let before = usage.spilled_bytes.fetch_add(block.size, Ordering::AcqRel);
+            raise_peak(&usage.peak_spilled, before + block.size);
+            lock(&self.spilled[block.device as usize]).insert((block.size, ptr));
         }
         stale
     }
@@ -166,24 +150,24 @@ impl Ledger {
     }
 
     fn release(&self, ptr: usize, block: &Block) {
+        let usage = self.device(block.device);
         match block.placement {
             Placement::Device => self.unreserve(block.device, block.size),
             Placement::Host => {
-                self.unreserve(block.device, block.device_part);
-                let spilled = block.spilled_part();
-                lock(&self.spilled[block.device as usize]).remove(&(spilled, ptr));
-                let _ = self.device(block.device).spilled_bytes.fetch_update(
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                    |s| Some(s.saturating_sub(spilled)),
-                );
+                lock(&self.spilled[block.device as usize]).remove(&(block.size, ptr));
+                let _ =
+                    usage
+                        .spilled_bytes
+                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                            Some(s.saturating_sub(block.size))
+                        });
             }
             Placement::Unknown => {}
         }
     }
 
-    /// Spilled blocks of `device` whose host parts would fit in `room` bytes
-    /// together, largest first, as (host part, address).
+    /// Spilled blocks of `device` that would fit in `room` bytes together,
+    /// largest first.
     pub fn promotion_candidates(&self, device: u32, mut room: u64) -> Vec<(u64, usize)> {
         let spilled = lock(&self.spilled[device as usize]);
         let mut picked = Vec::new();
@@ -196,30 +180,28 @@ impl Ledger {
         picked
     }
 
-    /// Marks a spilled block whose host part is `spilled` bytes as moving
-    /// onto its device, whose bytes the caller has reserved; it stops
-    /// counting as spilled. Returns the offset of the host part in the block.
-    /// `None` if it is gone, already moving, or not spilled, or if its
-    /// address now holds another block (freed and handed out again since it
-    /// was picked).
-    pub fn begin_promotion(&self, ptr: usize, spilled: u64) -> Option<u64> {
-        let mut block = self.blocks.get_mut(&ptr)?;
-        if block.moving || block.placement != Placement::Host || block.spilled_part() != spilled {
-            return None;
+    /// Marks a spilled block of `size` bytes as moving onto its device, whose
+    /// bytes the caller has reserved; it stops counting as spilled. False if
+    /// it is gone, already moving, or not spilled, or if its address now
+    /// holds another block (freed and handed out again since it was picked).
+    pub fn begin_promotion(&self, ptr: usize, size: u64) -> bool {
+        let Some(mut block) = self.blocks.get_mut(&ptr) else {
+            return false;
+        };
+        if block.moving || block.placement != Placement::Host || block.size != size {
+            return false;
         }
-        let offset = block.device_part;
         block.moving = true;
         block.placement = Placement::Device;
-        block.device_part = block.size;
         let usage = self.device(block.device);
-        lock(&self.spilled[block.device as usize]).remove(&(spilled, ptr));
+        lock(&self.spilled[block.device as usize]).remove(&(block.size, ptr));
         let _ = usage
             .spilled_bytes
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
-                Some(s.saturating_sub(spilled))
+                Some(s.saturating_sub(block.size))
             });
         usage.promotions.fetch_add(1, Ordering::Relaxed);
-        Some(offset)
+        true
     }
 
     pub fn end_move(&self, ptr: usize) {
@@ -255,7 +237,6 @@ mod tests {
             size,
             device: 0,
             placement,
-            device_part: 0,
             api: Api::cudaMalloc,
             managed: placement == Placement::Host,
             moving: false,
@@ -307,61 +288,15 @@ mod tests {
             ledger.promotion_candidates(0, 75),
             vec![(50, 0x1), (20, 0x3)]
         );
-        assert_eq!(
-            ledger.begin_promotion(0x1, 49),
-            None,
+        assert!(
+            !ledger.begin_promotion(0x1, 49),
             "another block at that address"
         );
-        assert_eq!(ledger.begin_promotion(0x1, 50), Some(0));
-        assert_eq!(ledger.begin_promotion(0x1, 50), None, "already moving");
+        assert!(ledger.begin_promotion(0x1, 50));
+        assert!(!ledger.begin_promotion(0x1, 50), "already moving");
         assert!(matches!(ledger.take(0x1), Taken::Moving));
         ledger.end_move(0x1);
         assert_eq!(ledger.device(0).spilled_bytes.load(Ordering::Relaxed), 130);
         assert!(matches!(ledger.take(0x1), Taken::Block(b) if b.placement == Placement::Device));
-    }
-
-    #[test]
-    fn a_split_block_counts_its_head_on_the_device_and_its_tail_spilled() {
-        let ledger = ledger();
-        assert!(ledger.try_reserve(0, 8, 100));
-        ledger.insert(
-            0x10,
-            Block {
-                device_part: 8,
-                ..block(24, Placement::Host)
-            },
-        );
-        assert_eq!(ledger.device(0).device_bytes.load(Ordering::Relaxed), 8);
-        assert_eq!(ledger.device(0).spilled_bytes.load(Ordering::Relaxed), 16);
-        assert_eq!(
-            ledger.promotion_candidates(0, 20),
-            vec![(16, 0x10)],
-            "the tail is what moves"
-        );
-        assert!(ledger.try_reserve(0, 16, 100));
-        assert_eq!(
-            ledger.begin_promotion(0x10, 16),
-            Some(8),
-            "the tail starts 8 bytes in"
-        );
-        ledger.end_move(0x10);
-        assert_eq!(ledger.device(0).spilled_bytes.load(Ordering::Relaxed), 0);
-        assert!(
-            matches!(ledger.take(0x10), Taken::Block(b) if b.placement == Placement::Device && b.device_part == 24)
-        );
-        assert_eq!(ledger.device(0).device_bytes.load(Ordering::Relaxed), 0);
-
-        // Freed while still split: both parts come back.
-        assert!(ledger.try_reserve(0, 8, 100));
-        ledger.insert(
-            0x20,
-            Block {
-                device_part: 8,
-                ..block(24, Placement::Host)
-            },
-        );
-        assert!(matches!(ledger.take(0x20), Taken::Block(_)));
-        assert_eq!(ledger.device(0).device_bytes.load(Ordering::Relaxed), 0);
-        assert_eq!(ledger.device(0).spilled_bytes.load(Ordering::Relaxed), 0);
     }
 }

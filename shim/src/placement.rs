@@ -101,42 +101,24 @@ pub fn prefetch(
     }
 }
 
-/// A spilled block: its pages past `device_part` live on the host, and the
-/// device reads them over the link through its mappings instead of faulting
-/// them across; its first `device_part` bytes (0 for none) prefer the device.
-pub fn place_split(
-    state: &State,
-    ptr: *mut c_void,
-    size: usize,
-    device_part: usize,
-    device: u32,
-) -> cudaError_t {
-    let mut rc = cudaSuccess;
-    if device_part > 0 {
-        rc = advise(
-            state,
-            ptr,
-            device_part,
-            cudaMemAdviseSetPreferredLocation,
-            Location::Device(device),
-        );
-    }
-    let tail = (ptr as *mut u8).wrapping_add(device_part) as *mut c_void;
-    let rc2 = advise(
+/// A spilled block: its pages live on the host, and the device reads them
+/// over the link through its mappings instead of faulting them across.
+pub fn place_on_host(state: &State, ptr: *mut c_void, size: usize, device: u32) -> cudaError_t {
+    let rc = advise(
         state,
-        tail,
-        size - device_part,
+        ptr,
+        size,
         cudaMemAdviseSetPreferredLocation,
         Location::Host,
     );
-    let rc3 = advise(
+    let rc2 = advise(
         state,
         ptr,
         size,
         cudaMemAdviseSetAccessedBy,
         Location::Device(device),
     );
-    first_error(first_error(rc, rc2), rc3)
+    first_error(rc, rc2)
 }
 
 /// A promoted block: it prefers its device, and its pages are moved there

@@ -15,10 +15,7 @@ use crate::hooks::{real, Api};
 use crate::ledger::{Block, Taken};
 use crate::placement::{self, current_device};
 use crate::state::{config, state, State, QUOTA_NONE, QUOTA_UNRESOLVED};
-use vramshare_common::event::{Event, Op, Placement};
-use vramshare_common::process::monotonic_ns;
-
-use crate::trace::thread_id;
+use vramshare_common::event::{Op, Placement};
 
 /// A real function the loaded runtime does not have.
 pub fn missing(name: &str) -> cudaError_t {
@@ -134,7 +131,6 @@ where
             size: taken,
             device,
             placement: Placement::Device,
-            device_part: taken,
             api,
             managed,
             moving: false,
@@ -160,23 +156,16 @@ where
             cudaErrorMemoryAllocation,
         );
     }
-    spill(state, api, device, size, quota, managed_flags, on_host)
+    spill(state, api, device, size, managed_flags, on_host)
 }
 
-/// Granularity of a split block's device part: the GPU's large page.
-const SPLIT_GRAIN: u64 = 2 << 20;
-
 /// An allocation over quota: managed memory that lives on the host and is
-/// mapped for the device. If the quota still has room (at least 2 MiB), the
-/// block's head, up to that room, prefers the device and counts against the
-/// quota: the device memory the quota allows is used, and a large table's
-/// first rows (often its hot ones) stay on the GPU.
+/// mapped for the device.
 fn spill(
     state: &State,
     api: Api,
     device: u32,
     size: u64,
-    quota: u64,
     flags: c_uint,
     on_host: impl FnOnce(*mut c_void),
 ) -> cudaError_t {
@@ -190,26 +179,17 @@ fn spill(
         );
         return reject(cudaErrorMemoryAllocation);
     }
-    // The room left under the quota keeps the block's head on the device.
-    let room = quota.saturating_sub(usage.device_bytes.load(Ordering::Acquire)) / SPLIT_GRAIN
-        * SPLIT_GRAIN;
-    let device_part = if room > 0 && room < size && state.ledger.try_reserve(device, room, quota) {
-        room
-    } else {
-        0
-    };
     let mut ptr: *mut c_void = std::ptr::null_mut();
     // SAFETY: writes a pointer we own.
     let rc = unsafe { real::cudaMallocManaged(&mut ptr, size as usize, flags) };
     if rc != cudaSuccess || ptr.is_null() {
-        state.ledger.unreserve(device, device_part);
         return reject(if rc == cudaSuccess {
             cudaErrorMemoryAllocation
         } else {
             rc
         });
     }
-    let advised = placement::place_split(state, ptr, size as usize, device_part as usize, device);
+    let advised = placement::place_on_host(state, ptr, size as usize, device);
     if advised != cudaSuccess {
         warn!(
             "advising a spilled block of {} failed (CUDA error {advised}); it stays usable",
@@ -223,7 +203,6 @@ fn spill(
         size,
         device,
         placement: Placement::Host,
-        device_part,
         api,
         managed: true,
         moving: false,
@@ -259,25 +238,15 @@ fn record_allocation(state: &State, ptr: *mut c_void, block: Block) {
         .device(block.device)
         .allocations
         .fetch_add(1, Ordering::Relaxed);
-    let event = Event::new(
-        0,
-        monotonic_ns(),
-        state.pid,
-        thread_id(),
+    state.record(
         Op::Alloc,
         block.api,
         block.device as i32,
-        ptr as u64,
+        ptr as usize,
         block.size,
         block.placement,
         cudaSuccess,
     );
-    let split = block.placement == Placement::Host && block.device_part > 0;
-    state.record_event(if split {
-        event.with_device_part(block.device_part)
-    } else {
-        event
-    });
     if let Some(stale) = stale {
         info!("{ptr:p} was handed out again while still recorded ({} from {}); the old record is dropped", human_bytes(stale.size), stale.api.name());
     }
@@ -492,12 +461,11 @@ fn promote(state: &State, device: u32) {
         if !state.ledger.try_reserve(device, size, quota) {
             continue;
         }
-        let Some(offset) = state.ledger.begin_promotion(ptr, size) else {
+        if !state.ledger.begin_promotion(ptr, size) {
             state.ledger.unreserve(device, size);
             continue;
-        };
-        let tail = (ptr as *mut u8).wrapping_add(offset as usize) as *mut c_void;
-        let rc = placement::move_to_device(state, tail, size as usize, device);
+        }
+        let rc = placement::move_to_device(state, ptr as *mut c_void, size as usize, device);
         state.ledger.end_move(ptr);
         state.record(
             Op::Promote,

@@ -183,7 +183,7 @@ impl State {
         placement: Placement,
         rc: i32,
     ) {
-        self.record_event(Event::new(
+        let event = Event::new(
             0,
             monotonic_ns(),
             self.pid,
@@ -195,12 +195,7 @@ impl State {
             size,
             placement,
             rc,
-        ));
-    }
-
-    /// Records a prepared event (one that carries more than `record` takes),
-    /// in this process's trace and in the shared ring.
-    pub fn record_event(&self, event: Event) {
+        );
         if let Some(trace) = &self.trace {
             trace.record(&event);
         }
