@@ -2,7 +2,8 @@
   copy    pinned host -> device copies (cudaMemcpy), GB/s
   mapped  GPU reads of memory that vramshare spilled to the host (run under
           LD_PRELOAD with VRAMSHARE_QUOTA=0, so the tensor is managed memory
-          preferring the host and mapped for the GPU), GB/s"""
+          preferring the host and mapped for the GPU), GB/s; and GPU writes to
+          it ("write_GBps"), the other direction a training step uses"""
 import json
 import sys
 import time
@@ -30,4 +31,13 @@ else:
         torch.cuda.synchronize()
         best = min(best, time.perf_counter() - start)
     assert total.item() == n // 4
+    best_write = float("inf")
+    for _ in range(5):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        spilled.fill_(2.0)
+        torch.cuda.synchronize()
+        best_write = min(best_write, time.perf_counter() - start)
+    print(json.dumps({"link": mode, "GBps": n / best / 1e9, "write_GBps": n / best_write / 1e9}), flush=True)
+    sys.exit(0)
 print(json.dumps({"link": mode, "GBps": n / best / 1e9}), flush=True)

@@ -30,7 +30,9 @@ def quota_of(name):
 
 
 link = {mode: result(f"link-{mode}").get("GBps") for mode in ["copy", "mapped"]}
-print(f"host link: pinned copy host->device {link['copy'] or 0:.1f} GB/s, GPU reads of spilled memory {link['mapped'] or 0:.1f} GB/s")
+writes = result("link-mapped").get("write_GBps")
+print(f"host link: pinned copy host->device {link['copy'] or 0:.1f} GB/s, GPU reads of spilled memory {link['mapped'] or 0:.1f} GB/s"
+      + (f", GPU writes to it {writes:.1f} GB/s" if writes else ""))
 bandwidth = (link["mapped"] or link["copy"] or 50.0) * 1e9
 
 print()
@@ -77,7 +79,8 @@ for job in ["dense", "sparse", "inference"]:
         if kind == "passthrough":
             check(r.get("mem_get_info", [0, 0])[1] == quota, f"{name}: mem_get_info total = quota {quota}")
             if native.get("step_ms") and r.get("step_ms"):
-                print(f"          passthrough / native step time: {r['step_ms'] / native['step_ms']:.4f}")
+                print(f"          passthrough / native step time: mean {r['step_ms'] / native['step_ms']:.4f}, "
+                      f"fastest step {r['step_ms_min'] / native['step_ms_min']:.4f}")
         peak = ((runs.get(name) or {}).get("trace") or {}).get("peak_device", {}).get("0")
         check(peak is not None and quota is not None and peak <= quota, f"{name}: device bytes never above the quota (peak {peak}, quota {quota})")
         if kind != "passthrough":
