@@ -79,6 +79,27 @@ named_enum! {
         cudaMemGetInfo = 11 => "cudaMemGetInfo",
         /// The shim's own prefetches (promotions and demotions).
         cudaMemPrefetchAsync = 12 => "cudaMemPrefetchAsync",
+        cuMemAlloc_v2 = 13 => "cuMemAlloc_v2",
+        cuMemAllocManaged = 14 => "cuMemAllocManaged",
+        cuMemAllocPitch_v2 = 15 => "cuMemAllocPitch_v2",
+        cuMemAllocAsync = 16 => "cuMemAllocAsync",
+        cuMemAllocAsync_ptsz = 17 => "cuMemAllocAsync_ptsz",
+        cuMemAllocFromPoolAsync = 18 => "cuMemAllocFromPoolAsync",
+        cuMemAllocFromPoolAsync_ptsz = 19 => "cuMemAllocFromPoolAsync_ptsz",
+        cuMemFree_v2 = 20 => "cuMemFree_v2",
+        cuMemFreeAsync = 21 => "cuMemFreeAsync",
+        cuMemFreeAsync_ptsz = 22 => "cuMemFreeAsync_ptsz",
+        cuMemGetInfo_v2 = 23 => "cuMemGetInfo_v2",
+        /// The shim's own prefetches of driver-API blocks.
+        cuMemPrefetchAsync = 24 => "cuMemPrefetchAsync",
+    }
+}
+
+impl Api {
+    /// Whether the call belongs to the driver API (`cu…`) rather than the
+    /// runtime (`cuda…`).
+    pub fn is_driver(self) -> bool {
+        !self.name().starts_with("cuda")
     }
 }
 

@@ -106,3 +106,48 @@ pub type cudaMemPrefetchAsync_loc_fn = unsafe extern "C" fn(
 /// CUDA 12: `cudaMemPrefetchAsync(ptr, count, int dstDevice, stream)`.
 pub type cudaMemPrefetchAsync_int_fn =
     unsafe extern "C" fn(*const c_void, usize, c_int, cudaStream_t) -> cudaError_t;
+
+// ---- The driver API (`cuda.h`), for programs that allocate through it ----
+
+pub type CUresult = c_int;
+pub const CUDA_SUCCESS: CUresult = 0;
+pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
+pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
+pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
+
+/// A device address (`unsigned long long`).
+pub type CUdeviceptr = u64;
+pub type CUdevice = c_int;
+pub type CUstream = *mut c_void;
+pub type CUmemoryPool = *mut c_void;
+
+/// `CUmem_advise`.
+pub type CUmem_advise = c_int;
+pub const CU_MEM_ADVISE_SET_PREFERRED_LOCATION: CUmem_advise = 3;
+pub const CU_MEM_ADVISE_SET_ACCESSED_BY: CUmem_advise = 5;
+
+/// `CUmemLocationType`.
+pub type CUmemLocationType = c_int;
+pub const CU_MEM_LOCATION_TYPE_DEVICE: CUmemLocationType = 1;
+pub const CU_MEM_LOCATION_TYPE_HOST: CUmemLocationType = 2;
+
+/// `CUmemLocation`: the same layout as `cudaMemLocation`.
+pub type CUmemLocation = cudaMemLocation;
+
+/// The device id that names the host in the older `CUdevice` forms.
+pub const CU_DEVICE_CPU: CUdevice = -1;
+pub const CU_MEM_ATTACH_GLOBAL: c_uint = 0x1;
+pub const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
+
+/// `cuMemAdvise_v2(ptr, count, advice, CUmemLocation)` (CUDA 12.2 and later).
+pub type cuMemAdvise_v2_fn =
+    unsafe extern "C" fn(CUdeviceptr, usize, CUmem_advise, CUmemLocation) -> CUresult;
+/// `cuMemAdvise(ptr, count, advice, CUdevice)`, host = `CU_DEVICE_CPU`.
+pub type cuMemAdvise_fn =
+    unsafe extern "C" fn(CUdeviceptr, usize, CUmem_advise, CUdevice) -> CUresult;
+/// `cuMemPrefetchAsync_v2(ptr, count, CUmemLocation, flags, stream)`.
+pub type cuMemPrefetchAsync_v2_fn =
+    unsafe extern "C" fn(CUdeviceptr, usize, CUmemLocation, c_uint, CUstream) -> CUresult;
+/// `cuMemPrefetchAsync(ptr, count, CUdevice, stream)`.
+pub type cuMemPrefetchAsync_fn =
+    unsafe extern "C" fn(CUdeviceptr, usize, CUdevice, CUstream) -> CUresult;

@@ -1,4 +1,4 @@
-//! Finding the real CUDA runtime inside the process.
+//! Finding the real CUDA runtime (and driver) inside the process.
 //!
 //! When the first hook runs, the caller's `libcudart` is already loaded: the
 //! caller linked against it. It may not be on the library path at all
@@ -8,6 +8,10 @@
 //!    with `RTLD_NOLOAD` (this never loads anything new);
 //! 2. `RTLD_NEXT`, the next definition after the shim in lookup order;
 //! 3. `libcudart.so.13`, then `libcudart.so.12`, opened by name.
+//!
+//! Driver-API symbols (`cu…`) are looked up the same way in `libcuda.so.1`,
+//! which is never opened by name: a program that calls the driver has it
+//! loaded, and one that does not must not get it loaded by the shim.
 //!
 //! Symbols are resolved one at a time on first use and cached. A symbol that
 //! is missing is an answer (`None`), never a panic: an older runtime lacks
@@ -60,8 +64,13 @@ impl Symbol {
 }
 
 fn resolve(name: &CStr) -> Option<*mut c_void> {
-    let runtime = runtime_library();
-    if let Some(library) = &runtime.library {
+    let is_driver = !name.to_bytes().starts_with(b"cuda");
+    let library = if is_driver {
+        driver_library()
+    } else {
+        runtime_library()
+    };
+    if let Some(library) = &library.library {
         // SAFETY: looking up an address; nothing is called here.
         if let Ok(symbol) = unsafe { library.get::<*mut c_void>(name.to_bytes_with_nul()) } {
             let address = *symbol;
@@ -79,6 +88,28 @@ fn resolve(name: &CStr) -> Option<*mut c_void> {
 pub fn runtime_library() -> &'static RuntimeLibrary {
     static RUNTIME: OnceLock<RuntimeLibrary> = OnceLock::new();
     RUNTIME.get_or_init(find_runtime)
+}
+
+/// The real driver (`libcuda.so.1`), if it is loaded.
+pub fn driver_library() -> &'static RuntimeLibrary {
+    static DRIVER: OnceLock<RuntimeLibrary> = OnceLock::new();
+    DRIVER.get_or_init(|| {
+        if let Some(path) = loaded_object_named("libcuda.so.") {
+            // SAFETY: RTLD_NOLOAD only takes a reference to a loaded object.
+            if let Ok(library) =
+                unsafe { Library::open(Some(&path), RTLD_LAZY | libc::RTLD_NOLOAD) }
+            {
+                return RuntimeLibrary {
+                    name: path,
+                    library: Some(library),
+                };
+            }
+        }
+        RuntimeLibrary {
+            name: String::new(),
+            library: None,
+        }
+    })
 }
 
 fn find_runtime() -> RuntimeLibrary {

@@ -15,6 +15,7 @@ use cudart_sys::*;
 
 pub use vramshare_common::event::Api;
 
+use crate::placement::Backend;
 use crate::policy;
 
 /// A function of the real runtime, resolved on first use.
@@ -75,7 +76,7 @@ hooks! {
         fn cudaMalloc(ptr: *mut *mut c_void, size: usize) =>
             policy::malloc(Api::cudaMalloc, ptr, size, |out| real::cudaMalloc(out, size));
         fn cudaMallocManaged(ptr: *mut *mut c_void, size: usize, flags: c_uint) =>
-            policy::malloc_managed(ptr, size, flags);
+            policy::malloc_managed(Api::cudaMallocManaged, ptr, size, flags, |out| real::cudaMallocManaged(out, size, flags));
         fn cudaMallocPitch(ptr: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize) =>
             policy::malloc_pitch(ptr, pitch, width, height);
         fn cudaMalloc3D(pitched: *mut cudaPitchedPtr, extent: cudaExtent) =>
@@ -95,12 +96,38 @@ hooks! {
         fn cudaFreeAsync_ptsz(ptr: *mut c_void, stream: cudaStream_t) =>
             policy::free(Api::cudaFreeAsync_ptsz, ptr, |p| real::cudaFreeAsync_ptsz(p, stream));
         fn cudaMemGetInfo(free: *mut usize, total: *mut usize) =>
-            policy::mem_get_info(free, total);
+            policy::mem_get_info(Backend::Runtime, free, total, |f, t| real::cudaMemGetInfo(f, t));
+
+        // The driver API, for programs that allocate through libcuda.so.1
+        // directly. A device address (CUdeviceptr) is a 64-bit integer,
+        // the size of a pointer, so it goes through the same policy.
+        fn cuMemAlloc_v2(ptr: *mut CUdeviceptr, size: usize) =>
+            policy::malloc(Api::cuMemAlloc_v2, ptr.cast(), size, |out| real::cuMemAlloc_v2(out.cast(), size));
+        fn cuMemAllocManaged(ptr: *mut CUdeviceptr, size: usize, flags: c_uint) =>
+            policy::malloc_managed(Api::cuMemAllocManaged, ptr.cast(), size, flags, |out| real::cuMemAllocManaged(out.cast(), size, flags));
+        fn cuMemAllocAsync(ptr: *mut CUdeviceptr, size: usize, stream: CUstream) =>
+            policy::malloc(Api::cuMemAllocAsync, ptr.cast(), size, |out| real::cuMemAllocAsync(out.cast(), size, stream));
+        fn cuMemAllocAsync_ptsz(ptr: *mut CUdeviceptr, size: usize, stream: CUstream) =>
+            policy::malloc(Api::cuMemAllocAsync_ptsz, ptr.cast(), size, |out| real::cuMemAllocAsync_ptsz(out.cast(), size, stream));
+        fn cuMemAllocFromPoolAsync(ptr: *mut CUdeviceptr, size: usize, pool: CUmemoryPool, stream: CUstream) =>
+            policy::malloc(Api::cuMemAllocFromPoolAsync, ptr.cast(), size, |out| real::cuMemAllocFromPoolAsync(out.cast(), size, pool, stream));
+        fn cuMemAllocFromPoolAsync_ptsz(ptr: *mut CUdeviceptr, size: usize, pool: CUmemoryPool, stream: CUstream) =>
+            policy::malloc(Api::cuMemAllocFromPoolAsync_ptsz, ptr.cast(), size, |out| real::cuMemAllocFromPoolAsync_ptsz(out.cast(), size, pool, stream));
+        fn cuMemFree_v2(ptr: CUdeviceptr) =>
+            policy::free(Api::cuMemFree_v2, ptr as *mut c_void, |p| real::cuMemFree_v2(p as CUdeviceptr));
+        fn cuMemFreeAsync(ptr: CUdeviceptr, stream: CUstream) =>
+            policy::free(Api::cuMemFreeAsync, ptr as *mut c_void, |p| real::cuMemFreeAsync(p as CUdeviceptr, stream));
+        fn cuMemFreeAsync_ptsz(ptr: CUdeviceptr, stream: CUstream) =>
+            policy::free(Api::cuMemFreeAsync_ptsz, ptr as *mut c_void, |p| real::cuMemFreeAsync_ptsz(p as CUdeviceptr, stream));
+        fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) =>
+            policy::mem_get_info(Backend::Driver, free, total, |f, t| real::cuMemGetInfo_v2(f, t));
     }
     real_only {
         fn cudaGetDevice(device: *mut c_int);
         fn cudaSetDevice(device: c_int);
         fn cudaRuntimeGetVersion(version: *mut c_int);
         fn cudaStreamCreateWithFlags(stream: *mut cudaStream_t, flags: c_uint);
+        fn cuCtxGetDevice(device: *mut CUdevice);
+        fn cuStreamCreate(stream: *mut CUstream, flags: c_uint);
     }
 }

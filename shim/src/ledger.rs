@@ -181,15 +181,14 @@ impl Ledger {
     }
 
     /// Marks a spilled block of `size` bytes as moving onto its device, whose
-    /// bytes the caller has reserved; it stops counting as spilled. False if
-    /// it is gone, already moving, or not spilled, or if its address now
-    /// holds another block (freed and handed out again since it was picked).
-    pub fn begin_promotion(&self, ptr: usize, size: u64) -> bool {
-        let Some(mut block) = self.blocks.get_mut(&ptr) else {
-            return false;
-        };
+    /// bytes the caller has reserved; it stops counting as spilled. Returns
+    /// the API that made it; `None` if it is gone, already moving, or not
+    /// spilled, or if its address now holds another block (freed and handed
+    /// out again since it was picked).
+    pub fn begin_promotion(&self, ptr: usize, size: u64) -> Option<Api> {
+        let mut block = self.blocks.get_mut(&ptr)?;
         if block.moving || block.placement != Placement::Host || block.size != size {
-            return false;
+            return None;
         }
         block.moving = true;
         block.placement = Placement::Device;
@@ -201,7 +200,7 @@ impl Ledger {
                 Some(s.saturating_sub(block.size))
             });
         usage.promotions.fetch_add(1, Ordering::Relaxed);
-        true
+        Some(block.api)
     }
 
     pub fn end_move(&self, ptr: usize) {
@@ -288,12 +287,13 @@ mod tests {
             ledger.promotion_candidates(0, 75),
             vec![(50, 0x1), (20, 0x3)]
         );
-        assert!(
-            !ledger.begin_promotion(0x1, 49),
+        assert_eq!(
+            ledger.begin_promotion(0x1, 49),
+            None,
             "another block at that address"
         );
-        assert!(ledger.begin_promotion(0x1, 50));
-        assert!(!ledger.begin_promotion(0x1, 50), "already moving");
+        assert_eq!(ledger.begin_promotion(0x1, 50), Some(Api::cudaMalloc));
+        assert_eq!(ledger.begin_promotion(0x1, 50), None, "already moving");
         assert!(matches!(ledger.take(0x1), Taken::Moving));
         ledger.end_move(0x1);
         assert_eq!(ledger.device(0).spilled_bytes.load(Ordering::Relaxed), 130);

@@ -6,12 +6,12 @@
 //! is `cudaCpuDeviceId`). The same names, different ABIs: the shim asks
 //! `cudaRuntimeGetVersion` once and casts the symbol to the matching type.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::Ordering;
 
 use cudart_sys::*;
 
-use crate::hooks::real;
+use crate::hooks::{real, Api};
 use crate::state::State;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,43 +101,232 @@ pub fn prefetch(
     }
 }
 
-/// A spilled block: its pages live on the host, and the device reads them
-/// over the link through its mappings instead of faulting them across.
-pub fn place_on_host(state: &State, ptr: *mut c_void, size: usize, device: u32) -> cudaError_t {
-    let rc = advise(
-        state,
-        ptr,
-        size,
-        cudaMemAdviseSetPreferredLocation,
-        Location::Host,
-    );
-    let rc2 = advise(
-        state,
-        ptr,
-        size,
-        cudaMemAdviseSetAccessedBy,
-        Location::Device(device),
-    );
-    first_error(rc, rc2)
+/// Which API a block came through, and so which one moves it: a program
+/// that only links the driver must not be sent through the runtime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Runtime,
+    Driver,
 }
 
-/// A promoted block: it prefers its device, and its pages are moved there
-/// asynchronously on the shim's own stream. Nothing waits for the move:
-/// managed memory is coherent wherever it sits.
-pub fn move_to_device(state: &State, ptr: *mut c_void, size: usize, device: u32) -> cudaError_t {
-    let rc = advise(
-        state,
-        ptr,
-        size,
-        cudaMemAdviseSetPreferredLocation,
-        Location::Device(device),
-    );
-    let stream = shim_stream(state, device);
-    let rc2 = prefetch(state, ptr, size, Location::Device(device), stream);
-    first_error(rc, rc2)
+static DRIVER_ADVISE_V2: Symbol = Symbol::new(c"cuMemAdvise_v2");
+static DRIVER_ADVISE: Symbol = Symbol::new(c"cuMemAdvise");
+static DRIVER_PREFETCH_V2: Symbol = Symbol::new(c"cuMemPrefetchAsync_v2");
+static DRIVER_PREFETCH: Symbol = Symbol::new(c"cuMemPrefetchAsync");
+
+impl Backend {
+    pub fn of(api: Api) -> Backend {
+        if api.is_driver() {
+            Backend::Driver
+        } else {
+            Backend::Runtime
+        }
+    }
+
+    /// The API's name for the shim's own prefetches, in the trace.
+    pub fn prefetch_api(self) -> Api {
+        match self {
+            Backend::Runtime => Api::cudaMemPrefetchAsync,
+            Backend::Driver => Api::cuMemPrefetchAsync,
+        }
+    }
+
+    /// The calling thread's current device (the runtime's, or the current
+    /// context's).
+    pub fn current_device(self) -> Result<u32, c_int> {
+        let mut device: c_int = -1;
+        // SAFETY: writes the int we own.
+        let rc = unsafe {
+            match self {
+                Backend::Runtime => real::cudaGetDevice(&mut device),
+                Backend::Driver => real::cuCtxGetDevice(&mut device),
+            }
+        };
+        if rc != cudaSuccess {
+            return Err(rc);
+        }
+        u32::try_from(device)
+            .ok()
+            .filter(|d| (*d as usize) < crate::config::MAX_DEVICES)
+            .ok_or(cudaErrorInvalidValue)
+    }
+
+    /// The real (free, total) of the current device.
+    pub fn mem_get_info(self) -> Result<(usize, usize), c_int> {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: writes two integers we own.
+        let rc = unsafe {
+            match self {
+                Backend::Runtime => real::cudaMemGetInfo(&mut free, &mut total),
+                Backend::Driver => real::cuMemGetInfo_v2(&mut free, &mut total),
+            }
+        };
+        if rc == cudaSuccess {
+            Ok((free, total))
+        } else {
+            Err(rc)
+        }
+    }
+
+    pub fn malloc_managed(self, size: usize, flags: c_uint) -> (c_int, *mut c_void) {
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        // SAFETY: writes a pointer (a 64-bit device address) we own.
+        let rc = unsafe {
+            match self {
+                Backend::Runtime => real::cudaMallocManaged(&mut ptr, size, flags),
+                Backend::Driver => real::cuMemAllocManaged(
+                    &mut ptr as *mut *mut c_void as *mut CUdeviceptr,
+                    size,
+                    flags,
+                ),
+            }
+        };
+        (rc, ptr)
+    }
+
+    /// Frees managed memory (which the stream-ordered frees refuse).
+    pub fn free_managed(self, ptr: *mut c_void) -> c_int {
+        // SAFETY: a pointer this backend's managed allocation returned.
+        unsafe {
+            match self {
+                Backend::Runtime => real::cudaFree(ptr),
+                Backend::Driver => real::cuMemFree_v2(ptr as CUdeviceptr),
+            }
+        }
+    }
+
+    fn advise(
+        self,
+        state: &State,
+        ptr: *mut c_void,
+        size: usize,
+        advice: c_int,
+        to: Location,
+    ) -> c_int {
+        match self {
+            Backend::Runtime => advise(state, ptr, size, advice, to),
+            // SAFETY: each symbol is cast to the form its name has.
+            Backend::Driver => unsafe {
+                if let Some(f) = DRIVER_ADVISE_V2.get() {
+                    let f: cuMemAdvise_v2_fn = std::mem::transmute(f);
+                    f(ptr as CUdeviceptr, size, advice, to.as_mem_location())
+                } else if let Some(f) = DRIVER_ADVISE.get() {
+                    let f: cuMemAdvise_fn = std::mem::transmute(f);
+                    f(ptr as CUdeviceptr, size, advice, to.as_device_id())
+                } else {
+                    crate::policy::missing("cuMemAdvise")
+                }
+            },
+        }
+    }
+
+    fn prefetch(self, state: &State, ptr: *mut c_void, size: usize, to: Location) -> c_int {
+        let device = match to {
+            Location::Device(d) => d,
+            Location::Host => 0,
+        };
+        let stream = self.stream(state, device);
+        match self {
+            Backend::Runtime => prefetch(state, ptr, size, to, stream),
+            // SAFETY: each symbol is cast to the form its name has.
+            Backend::Driver => unsafe {
+                if let Some(f) = DRIVER_PREFETCH_V2.get() {
+                    let f: cuMemPrefetchAsync_v2_fn = std::mem::transmute(f);
+                    f(ptr as CUdeviceptr, size, to.as_mem_location(), 0, stream)
+                } else if let Some(f) = DRIVER_PREFETCH.get() {
+                    let f: cuMemPrefetchAsync_fn = std::mem::transmute(f);
+                    f(ptr as CUdeviceptr, size, to.as_device_id(), stream)
+                } else {
+                    crate::policy::missing("cuMemPrefetchAsync")
+                }
+            },
+        }
+    }
+
+    /// A spilled block: its pages live on the host, and the device reads
+    /// them over the link through its mappings instead of faulting them across.
+    pub fn place_on_host(self, state: &State, ptr: *mut c_void, size: usize, device: u32) -> c_int {
+        let rc = self.advise(
+            state,
+            ptr,
+            size,
+            cudaMemAdviseSetPreferredLocation,
+            Location::Host,
+        );
+        let rc2 = self.advise(
+            state,
+            ptr,
+            size,
+            cudaMemAdviseSetAccessedBy,
+            Location::Device(device),
+        );
+        first_error(rc, rc2)
+    }
+
+    /// A promoted block: it prefers its device, and its pages are moved
+    /// there asynchronously on the shim's own stream. Nothing waits for the
+    /// move: managed memory is coherent wherever it sits.
+    pub fn move_to_device(
+        self,
+        state: &State,
+        ptr: *mut c_void,
+        size: usize,
+        device: u32,
+    ) -> c_int {
+        let rc = self.advise(
+            state,
+            ptr,
+            size,
+            cudaMemAdviseSetPreferredLocation,
+            Location::Device(device),
+        );
+        let rc2 = self.prefetch(state, ptr, size, Location::Device(device));
+        first_error(rc, rc2)
+    }
+
+    /// The shim's non-blocking stream for `device`, made once. Null (the
+    /// default stream) if it cannot be made. The driver's is made in the
+    /// calling thread's current context, which is the block's when its own
+    /// free triggers the promotion.
+    fn stream(self, state: &State, device: u32) -> *mut c_void {
+        let slot = match self {
+            Backend::Runtime => &state.streams[device as usize],
+            Backend::Driver => &state.driver_streams[device as usize],
+        };
+        let known = slot.load(Ordering::Acquire);
+        if !known.is_null() {
+            return known;
+        }
+        let stream = match self {
+            Backend::Runtime => runtime_stream(device),
+            Backend::Driver => {
+                let mut stream: CUstream = std::ptr::null_mut();
+                // SAFETY: writes a handle we own.
+                let rc = unsafe { real::cuStreamCreate(&mut stream, CU_STREAM_NON_BLOCKING) };
+                if rc == CUDA_SUCCESS {
+                    stream
+                } else {
+                    std::ptr::null_mut()
+                }
+            }
+        };
+        if stream.is_null() {
+            return stream;
+        }
+        match slot.compare_exchange(
+            std::ptr::null_mut(),
+            stream,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => stream,
+            // Another thread made one first; ours stays unused (streams are cheap).
+            Err(theirs) => theirs,
+        }
+    }
 }
 
-fn first_error(a: cudaError_t, b: cudaError_t) -> cudaError_t {
+fn first_error(a: c_int, b: c_int) -> c_int {
     if a != cudaSuccess {
         a
     } else {
@@ -145,32 +334,12 @@ fn first_error(a: cudaError_t, b: cudaError_t) -> cudaError_t {
     }
 }
 
-/// The calling thread's current device.
-pub fn current_device() -> Result<u32, cudaError_t> {
-    let mut device: c_int = -1;
-    // SAFETY: writes the int we own.
-    let rc = unsafe { real::cudaGetDevice(&mut device) };
-    if rc != cudaSuccess {
-        return Err(rc);
-    }
-    u32::try_from(device)
-        .ok()
-        .filter(|d| (*d as usize) < crate::config::MAX_DEVICES)
-        .ok_or(cudaErrorInvalidValue)
-}
-
-/// The shim's non-blocking stream on `device`, made once. Null (the default
-/// stream) if it cannot be made.
-fn shim_stream(state: &State, device: u32) -> cudaStream_t {
-    let slot = &state.streams[device as usize];
-    let known = slot.load(Ordering::Acquire);
-    if !known.is_null() {
-        return known;
-    }
-    let previous = current_device().ok();
+/// A non-blocking runtime stream on `device`; the caller's current device
+/// is put back afterwards.
+fn runtime_stream(device: u32) -> cudaStream_t {
+    let previous = Backend::Runtime.current_device().ok();
     let mut stream: cudaStream_t = std::ptr::null_mut();
-    // SAFETY: plain runtime calls with values we own; the caller's current
-    // device is put back before returning.
+    // SAFETY: plain runtime calls with values we own.
     unsafe {
         if previous != Some(device) {
             real::cudaSetDevice(device as c_int);
@@ -182,17 +351,5 @@ fn shim_stream(state: &State, device: u32) -> cudaStream_t {
             real::cudaSetDevice(previous as c_int);
         }
     }
-    if stream.is_null() {
-        return stream;
-    }
-    match slot.compare_exchange(
-        std::ptr::null_mut(),
-        stream,
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    ) {
-        Ok(_) => stream,
-        // Another thread made one first; ours stays unused (streams are cheap).
-        Err(theirs) => theirs,
-    }
+    stream
 }

@@ -13,7 +13,7 @@ use cudart_sys::*;
 use crate::config::{human_bytes, Limit, Spill};
 use crate::hooks::{real, Api};
 use crate::ledger::{Block, Taken};
-use crate::placement::{self, current_device};
+use crate::placement::{self, Backend};
 use crate::state::{config, state, State, QUOTA_NONE, QUOTA_UNRESOLVED};
 use vramshare_common::event::{Op, Placement};
 
@@ -24,8 +24,9 @@ pub fn missing(name: &str) -> cudaError_t {
 }
 
 /// The device's quota in bytes, `None` for no limit. A percentage is resolved
-/// against the device's total on first use; `device` must be current.
-pub fn device_quota(state: &State, device: u32) -> Option<u64> {
+/// against the device's total on first use (asked through `backend`);
+/// `device` must be current.
+pub fn device_quota(state: &State, device: u32, backend: Backend) -> Option<u64> {
     match state.cached_quota(device) {
         QUOTA_NONE => return None,
         QUOTA_UNRESOLVED => {}
@@ -33,18 +34,20 @@ pub fn device_quota(state: &State, device: u32) -> Option<u64> {
     }
     // First use of this device: learn the runtime's version now, with the
     // runtime surely up, for the advise calls and the trace.
-    placement::runtime_major(state);
+    if backend == Backend::Runtime {
+        placement::runtime_major(state);
+    }
     let quota = match config().quota.for_device(device) {
         None => QUOTA_NONE,
         Some(Limit::Bytes(bytes)) => bytes.min(QUOTA_NONE - 1),
         Some(Limit::Percent(share)) => {
-            let (mut free, mut total) = (0usize, 0usize);
-            // SAFETY: writes two integers we own.
-            let rc = unsafe { real::cudaMemGetInfo(&mut free, &mut total) };
-            if rc != cudaSuccess {
-                warn!("cannot read device {device}'s memory size (CUDA error {rc}); its {share}% quota applies once it can");
-                return None;
-            }
+            let total = match backend.mem_get_info() {
+                Ok((_, total)) => total,
+                Err(rc) => {
+                    warn!("cannot read device {device}'s memory size (CUDA error {rc}); its {share}% quota applies once it can");
+                    return None;
+                }
+            };
             let bytes = (total as f64 * share / 100.0) as u64;
             info!(
                 "device {device}: quota {share}% of {} = {}",
@@ -93,7 +96,8 @@ where
         always_spill,
     } = request;
     let state = state();
-    let device = match current_device() {
+    let backend = Backend::of(api);
+    let device = match backend.current_device() {
         Ok(device) => device,
         Err(rc) => {
             // No usable device (no driver, say): CUDA answers for itself.
@@ -102,7 +106,7 @@ where
             return real_rc;
         }
     };
-    let quota = device_quota(state, device);
+    let quota = device_quota(state, device, backend);
     let usage = state.ledger.device(device);
     let fits = match quota {
         None => {
@@ -179,9 +183,8 @@ fn spill(
         );
         return reject(cudaErrorMemoryAllocation);
     }
-    let mut ptr: *mut c_void = std::ptr::null_mut();
-    // SAFETY: writes a pointer we own.
-    let rc = unsafe { real::cudaMallocManaged(&mut ptr, size as usize, flags) };
+    let backend = Backend::of(api);
+    let (rc, ptr) = backend.malloc_managed(size as usize, flags);
     if rc != cudaSuccess || ptr.is_null() {
         return reject(if rc == cudaSuccess {
             cudaErrorMemoryAllocation
@@ -189,7 +192,7 @@ fn spill(
             rc
         });
     }
-    let advised = placement::place_on_host(state, ptr, size as usize, device);
+    let advised = backend.place_on_host(state, ptr, size as usize, device);
     if advised != cudaSuccess {
         warn!(
             "advising a spilled block of {} failed (CUDA error {advised}); it stays usable",
@@ -279,15 +282,21 @@ pub unsafe fn malloc(
     unsafe { allocate_into(api, out, size, real_alloc, cudaMemAttachGlobal, false) }
 }
 
-/// The caller's own managed memory counts against the quota while it fits;
-/// beyond, it is advised to live on the host (spill mode or not: managed
-/// memory may live there by nature).
+/// `cudaMallocManaged` and `cuMemAllocManaged`: the caller's own managed
+/// memory counts against the quota while it fits; beyond, it is advised to
+/// live on the host (spill mode or not: managed memory may live there by
+/// nature).
 ///
 /// # Safety
 /// `out` is the caller's pointer, as CUDA would receive it.
-pub unsafe fn malloc_managed(out: *mut *mut c_void, size: usize, flags: c_uint) -> cudaError_t {
-    let real_alloc = |out| unsafe { real::cudaMallocManaged(out, size, flags) };
-    unsafe { allocate_into(Api::cudaMallocManaged, out, size, real_alloc, flags, true) }
+pub unsafe fn malloc_managed(
+    api: Api,
+    out: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+    real_alloc: impl FnOnce(*mut *mut c_void) -> cudaError_t,
+) -> cudaError_t {
+    unsafe { allocate_into(api, out, size, real_alloc, flags, true) }
 }
 
 /// An allocation whose only output is the pointer written to `out`.
@@ -426,8 +435,8 @@ pub unsafe fn free(
             }
         }
     };
-    let rc = if block.managed && api != Api::cudaFree {
-        unsafe { real::cudaFree(ptr) }
+    let rc = if block.managed && !matches!(api, Api::cudaFree | Api::cuMemFree_v2) {
+        Backend::of(api).free_managed(ptr)
     } else {
         real_free(ptr)
     };
@@ -441,19 +450,19 @@ pub unsafe fn free(
         rc,
     );
     if block.placement == Placement::Device {
-        promote(state, block.device);
+        promote(state, block.device, Backend::of(api));
     }
     rc
 }
 
 /// Brings spilled blocks back onto `device`, largest first, while they fit
 /// under its quota.
-fn promote(state: &State, device: u32) {
+fn promote(state: &State, device: u32, backend: Backend) {
     let usage = state.ledger.device(device);
     if usage.spilled_bytes.load(Ordering::Acquire) == 0 {
         return;
     }
-    let Some(quota) = device_quota(state, device) else {
+    let Some(quota) = device_quota(state, device, backend) else {
         return;
     };
     let room = quota.saturating_sub(usage.device_bytes.load(Ordering::Acquire));
@@ -461,15 +470,17 @@ fn promote(state: &State, device: u32) {
         if !state.ledger.try_reserve(device, size, quota) {
             continue;
         }
-        if !state.ledger.begin_promotion(ptr, size) {
+        // Each block moves through the API that made it.
+        let Some(api) = state.ledger.begin_promotion(ptr, size) else {
             state.ledger.unreserve(device, size);
             continue;
-        }
-        let rc = placement::move_to_device(state, ptr as *mut c_void, size as usize, device);
+        };
+        let block_backend = Backend::of(api);
+        let rc = block_backend.move_to_device(state, ptr as *mut c_void, size as usize, device);
         state.ledger.end_move(ptr);
         state.record(
             Op::Promote,
-            Api::cudaMemPrefetchAsync,
+            block_backend.prefetch_api(),
             device as i32,
             ptr,
             size,
@@ -483,21 +494,27 @@ fn promote(state: &State, device: u32) {
     }
 }
 
-/// `cudaMemGetInfo` as the quota sees it: total = min(quota, physical),
-/// free = min(quota - in use, physical free), never below zero.
+/// `cudaMemGetInfo` and `cuMemGetInfo_v2` as the quota sees it: total =
+/// min(quota, physical), free = min(quota - in use, physical free), never
+/// below zero.
 ///
 /// # Safety
 /// The pointers are the caller's, as CUDA would receive them.
-pub unsafe fn mem_get_info(free: *mut usize, total: *mut usize) -> cudaError_t {
-    let rc = unsafe { real::cudaMemGetInfo(free, total) };
+pub unsafe fn mem_get_info(
+    backend: Backend,
+    free: *mut usize,
+    total: *mut usize,
+    real_info: impl FnOnce(*mut usize, *mut usize) -> cudaError_t,
+) -> cudaError_t {
+    let rc = real_info(free, total);
     if rc != cudaSuccess || free.is_null() || total.is_null() {
         return rc;
     }
     let state = state();
-    let Ok(device) = current_device() else {
+    let Ok(device) = backend.current_device() else {
         return rc;
     };
-    if let Some(quota) = device_quota(state, device) {
+    if let Some(quota) = device_quota(state, device, backend) {
         let used = state
             .ledger
             .device(device)

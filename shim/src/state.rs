@@ -37,6 +37,8 @@ pub struct State {
     quotas: Vec<AtomicU64>,
     /// The shim's own non-blocking stream per device, made on first promotion.
     pub streams: Vec<AtomicPtr<c_void>>,
+    /// The same for blocks allocated through the driver API.
+    pub driver_streams: Vec<AtomicPtr<c_void>>,
     /// The runtime's major version (12, 13), 0 until asked.
     pub runtime_major: AtomicI32,
     pub runtime_version: AtomicI32,
@@ -160,6 +162,9 @@ impl State {
                 .map(|_| AtomicU64::new(QUOTA_UNRESOLVED))
                 .collect(),
             streams: (0..MAX_DEVICES)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
+            driver_streams: (0..MAX_DEVICES)
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect(),
             runtime_major: AtomicI32::new(0),

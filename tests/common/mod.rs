@@ -112,7 +112,36 @@ pub fn fake_dir(runtime: Runtime) -> &'static Path {
             let link = dir.join("libcudart.so");
             let _ = std::fs::remove_file(&link);
             std::os::unix::fs::symlink(&soname, &link).unwrap();
+            // The fake driver beside it, and a client of the driver API.
+            let driver = dir.join("libcuda.so.1");
+            cc(&[
+                "-O1",
+                "-shared",
+                "-fPIC",
+                "-o",
+                driver.to_str().unwrap(),
+                tests_dir().join("fake/cuda.c").to_str().unwrap(),
+                "-Wl,-soname,libcuda.so.1",
+                "-lpthread",
+            ]);
+            let link = dir.join("libcuda.so");
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink("libcuda.so.1", &link).unwrap();
             build_clients(&dir);
+            let out = dir.join("driver_client");
+            cc(&[
+                "-O1",
+                "-o",
+                out.to_str().unwrap(),
+                tests_dir()
+                    .join("clients/driver_client.c")
+                    .to_str()
+                    .unwrap(),
+                &format!("-L{}", dir.display()),
+                &format!("-Wl,-rpath,{}", dir.display()),
+                "-lcuda",
+                "-lcudart",
+            ]);
             dirs.insert(major, dir);
         }
         dirs

@@ -1,0 +1,82 @@
+/*
+ * A program that allocates through the CUDA driver API (linked against
+ * libcuda.so.1), and through the runtime too, driven by its arguments:
+ *   malloc:NAME:SIZE  managed:NAME:SIZE  async:NAME:SIZE  pool:NAME:SIZE
+ *   free:NAME  freeasync:NAME  meminfo  touch:NAME  rtmalloc:NAME:SIZE (cudaMalloc)
+ * SIZE is bytes, or with K, M or G (binary). Each step prints one line.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+CUresult cuInit(unsigned flags);
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size);
+CUresult cuMemAllocManaged(CUdeviceptr *p, size_t size, unsigned flags);
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, void *stream);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, void *pool, void *stream);
+CUresult cuMemFree_v2(CUdeviceptr p);
+CUresult cuMemFreeAsync(CUdeviceptr p, void *stream);
+CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total);
+int cudaMalloc(void **p, size_t size);
+
+#define MAX_NAMES 64
+static struct { char name[32]; CUdeviceptr ptr; size_t size; } names[MAX_NAMES];
+
+static size_t parse_size(const char *s) {
+    char *end;
+    unsigned long long v = strtoull(s, &end, 0);
+    return *end == 'K' ? v << 10 : *end == 'M' ? v << 20 : *end == 'G' ? v << 30 : v;
+}
+
+static int slot(const char *name) {
+    for (int i = 0; i < MAX_NAMES; i++)
+        if (!strcmp(names[i].name, name)) return i;
+    for (int i = 0; i < MAX_NAMES; i++)
+        if (!names[i].name[0]) { snprintf(names[i].name, sizeof names[i].name, "%s", name); return i; }
+    exit(3);
+}
+
+int main(int argc, char **argv) {
+    if (cuInit(0)) printf("cuInit failed\n");
+    for (int a = 1; a < argc; a++) {
+        char step[256], *fields[4] = {0};
+        int n = 0;
+        snprintf(step, sizeof step, "%s", argv[a]);
+        for (char *tok = strtok(step, ":"); tok && n < 4; tok = strtok(NULL, ":")) fields[n++] = tok;
+        const char *op = fields[0];
+        CUdeviceptr p = 0;
+        CUresult rc;
+        if (!strcmp(op, "malloc") || !strcmp(op, "managed") || !strcmp(op, "async") || !strcmp(op, "pool") || !strcmp(op, "rtmalloc")) {
+            size_t size = parse_size(fields[2]);
+            if (!strcmp(op, "malloc")) rc = cuMemAlloc_v2(&p, size);
+            else if (!strcmp(op, "managed")) rc = cuMemAllocManaged(&p, size, 1);
+            else if (!strcmp(op, "async")) rc = cuMemAllocAsync(&p, size, 0);
+            else if (!strcmp(op, "pool")) rc = cuMemAllocFromPoolAsync(&p, size, 0, 0);
+            else rc = cudaMalloc((void **)&p, size);
+            int i = slot(fields[1]);
+            if (rc == 0) { names[i].ptr = p; names[i].size = size; }
+            printf("%s %s rc=%d ptr=%#llx\n", op, fields[1], rc, rc == 0 ? p : 0ULL);
+        } else if (!strcmp(op, "free") || !strcmp(op, "freeasync")) {
+            CUdeviceptr target = names[slot(fields[1])].ptr;
+            rc = !strcmp(op, "free") ? cuMemFree_v2(target) : cuMemFreeAsync(target, 0);
+            printf("%s %s rc=%d\n", op, fields[1], rc);
+        } else if (!strcmp(op, "meminfo")) {
+            size_t free_bytes = 0, total = 0;
+            rc = cuMemGetInfo_v2(&free_bytes, &total);
+            printf("meminfo rc=%d free=%zu total=%zu\n", rc, free_bytes, total);
+        } else if (!strcmp(op, "touch")) {
+            int i = slot(fields[1]);
+            char *c = (char *)names[i].ptr;
+            c[0] = 1;
+            c[names[i].size - 1] = 2;
+            printf("touch %s ok\n", fields[1]);
+        } else {
+            fprintf(stderr, "driver_client: unknown step %s\n", op);
+            return 3;
+        }
+        fflush(stdout);
+    }
+    return 0;
+}

@@ -1,0 +1,205 @@
+//! Programs that allocate through the CUDA driver API (`cuMemAlloc_v2` and
+//! kin, linked directly against libcuda.so.1), on a fake driver that logs
+//! every call: held to the same quota, spilled with the driver's own calls.
+
+mod common;
+
+use common::*;
+
+fn driver_client(env: &[(&str, &str)], steps: &[&str]) -> Run {
+    run_in(fake_dir(Runtime::Fake13), "driver_client", steps, env, true)
+}
+
+#[test]
+fn driver_allocations_are_held_to_the_quota_and_spill_through_the_driver() {
+    let run = driver_client(
+        &[("VRAMSHARE_QUOTA", "32MiB")],
+        &[
+            "malloc:a:32M",
+            "malloc:b:16M",
+            "touch:b",
+            "meminfo",
+            "free:a",
+            "touch:b",
+            "free:b",
+        ],
+    );
+    run.assert_ok();
+    assert_eq!(run.rc("malloc b"), 0, "over quota, spilled");
+    let b = run.field("malloc b", "ptr");
+    let b_word = format!("ptr={}", b);
+    assert_eq!(
+        run.calls_with(&[
+            "cuMemAllocManaged",
+            &format!("size={}", 16 * MIB),
+            "flags=1",
+            "rc=0"
+        ])
+        .len(),
+        1,
+        "{:#?}",
+        run.calls
+    );
+    assert_eq!(
+        run.calls_with(&["cuMemAdvise_v2", &b_word, "advice=3", "loc=host", "rc=0"])
+            .len(),
+        1,
+        "{:#?}",
+        run.calls
+    );
+    assert_eq!(
+        run.calls_with(&[
+            "cuMemAdvise_v2",
+            &b_word,
+            "advice=5",
+            "loc=device:0",
+            "rc=0"
+        ])
+        .len(),
+        1
+    );
+    assert_eq!(
+        run.meminfo(),
+        vec![(0, 32 * MIB)],
+        "cuMemGetInfo_v2 reports the quota"
+    );
+    // Freeing a promotes b, through the driver, on the shim's own stream.
+    assert_eq!(run.calls_with(&["cuStreamCreate", "flags=1"]).len(), 1);
+    assert_eq!(
+        run.calls_with(&[
+            "cuMemAdvise_v2",
+            &b_word,
+            "advice=3",
+            "loc=device:0",
+            "rc=0"
+        ])
+        .len(),
+        1
+    );
+    assert_eq!(
+        run.calls_with(&[
+            "cuMemPrefetchAsync_v2",
+            &b_word,
+            "loc=device:0",
+            "stream=own",
+            "rc=0"
+        ])
+        .len(),
+        1
+    );
+    assert!(
+        run.calls.iter().all(|c| !c.contains(" cuda")),
+        "a driver-only program never reaches the runtime: {:#?}",
+        run.calls
+    );
+    let promoted = run.events("promote");
+    assert_eq!(
+        (promoted.len(), promoted[0]["api"].as_str()),
+        (1, Some("cuMemPrefetchAsync"))
+    );
+    let allocs: Vec<(String, String)> = run
+        .events("alloc")
+        .iter()
+        .map(|e| {
+            (
+                e["api"].as_str().unwrap().to_string(),
+                e["placement"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        allocs,
+        [("cuMemAlloc_v2", "device"), ("cuMemAlloc_v2", "host")]
+            .map(|(a, p)| (a.to_string(), p.to_string()))
+    );
+    let process = &run.trace()["processes"][0];
+    assert_eq!(process["leaked"], serde_json::Value::Array(vec![]));
+    assert_eq!(process["peak_device"]["0"], 32 * MIB);
+}
+
+#[test]
+fn a_spilled_block_freed_stream_ordered_goes_to_cu_mem_free() {
+    let run = driver_client(
+        &[("VRAMSHARE_QUOTA", "32MiB")],
+        &["async:a:32M", "async:b:16M", "freeasync:b", "freeasync:a"],
+    );
+    run.assert_ok();
+    let b = format!("ptr={}", run.field("async b", "ptr"));
+    assert_eq!(run.rc("freeasync b"), 0);
+    assert_eq!(
+        run.calls_with(&["cuMemFree_v2", &b, "rc=0"]).len(),
+        1,
+        "{:#?}",
+        run.calls
+    );
+    assert!(run.calls_with(&["cuMemFreeAsync", &b]).is_empty());
+    assert_eq!(
+        run.calls_with(&["cuMemFreeAsync", "rc=0"]).len(),
+        1,
+        "a, on the device, freed as asked"
+    );
+}
+
+#[test]
+fn runtime_and_driver_allocations_share_one_quota() {
+    let run = driver_client(
+        &[("VRAMSHARE_QUOTA", "32MiB")],
+        &["rtmalloc:a:24M", "malloc:b:16M", "pool:c:8M", "meminfo"],
+    );
+    run.assert_ok();
+    let placements: Vec<(String, String)> = run
+        .events("alloc")
+        .iter()
+        .map(|e| {
+            (
+                e["api"].as_str().unwrap().to_string(),
+                e["placement"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("cudaMalloc", "device"),
+        ("cuMemAlloc_v2", "host"),
+        ("cuMemAllocFromPoolAsync", "device"),
+    ];
+    assert_eq!(
+        placements,
+        expected.map(|(a, p)| (a.to_string(), p.to_string()))
+    );
+    assert_eq!(run.meminfo(), vec![(0, 32 * MIB)]);
+}
+
+#[test]
+fn driver_spill_off_unknown_pointers_and_no_device() {
+    let run = driver_client(
+        &[("VRAMSHARE_QUOTA", "32MiB"), ("VRAMSHARE_SPILL", "off")],
+        &["malloc:a:24M", "malloc:b:16M", "managed:c:16M"],
+    );
+    run.assert_ok();
+    assert_eq!(run.rc("malloc b"), 2, "CUDA_ERROR_OUT_OF_MEMORY");
+    assert_eq!(
+        run.rc("managed c"),
+        0,
+        "the caller's managed memory may live on the host"
+    );
+    assert_eq!(run.events("reject").len(), 1);
+
+    let steps = ["free:nothing", "malloc:a:1M", "meminfo"];
+    let bare = run_in(
+        fake_dir(Runtime::Fake13),
+        "driver_client",
+        &steps,
+        &[("FAKE_CUDA_NO_DEVICE", "1")],
+        false,
+    );
+    let shimmed = driver_client(
+        &[("FAKE_CUDA_NO_DEVICE", "1"), ("VRAMSHARE_QUOTA", "32MiB")],
+        &steps,
+    );
+    assert_eq!(shimmed.stdout, bare.stdout, "errors pass through unchanged");
+    assert!(
+        shimmed.stdout.contains("malloc a rc=100"),
+        "{}",
+        shimmed.stdout
+    );
+}

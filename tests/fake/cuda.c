@@ -1,0 +1,99 @@
+/*
+ * A fake CUDA driver (libcuda.so.1) for testing vramshare's driver-API hooks
+ * without a GPU: the driver's allocation calls over the memory of memory.h,
+ * each logged. Advice and prefetch exist in both forms, the CUdevice one
+ * and the CUmemLocation one (`_v2`), and log which was called.
+ */
+#include "memory.h"
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef int CUdevice;
+typedef void *CUstream;
+typedef void *CUmemoryPool;
+typedef struct { int type; int id; } CUmemLocation;
+
+CUresult cuInit(unsigned flags) { return no_device() ? NO_DEVICE : OK; }
+CUresult cuCtxGetDevice(CUdevice *d) { if (no_device()) return NO_DEVICE; *d = current_device; return OK; }
+
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size) {
+    CUresult rc = fake_alloc((void **)p, size, 0);
+    trace("cuMemAlloc_v2 size=%zu device=%d rc=%d ptr=%p", size, current_device, rc, rc ? NULL : (void *)*p);
+    return rc;
+}
+CUresult cuMemAllocManaged(CUdeviceptr *p, size_t size, unsigned flags) {
+    CUresult rc = fake_alloc((void **)p, size, 1);
+    trace("cuMemAllocManaged size=%zu flags=%u rc=%d ptr=%p", size, flags, rc, rc ? NULL : (void *)*p);
+    return rc;
+}
+#define ASYNC_ALLOC(name, ...)                                        \
+    CUresult name(CUdeviceptr *p, size_t size, __VA_ARGS__) {         \
+        CUresult rc = fake_alloc((void **)p, size, 0);                \
+        trace(#name " size=%zu rc=%d", size, rc);                     \
+        return rc;                                                    \
+    }
+ASYNC_ALLOC(cuMemAllocAsync, CUstream s)
+ASYNC_ALLOC(cuMemAllocAsync_ptsz, CUstream s)
+ASYNC_ALLOC(cuMemAllocFromPoolAsync, CUmemoryPool pool, CUstream s)
+ASYNC_ALLOC(cuMemAllocFromPoolAsync_ptsz, CUmemoryPool pool, CUstream s)
+
+CUresult cuMemFree_v2(CUdeviceptr p) {
+    CUresult rc = fake_free((void *)p);
+    trace("cuMemFree_v2 ptr=%p rc=%d", (void *)p, rc);
+    return rc;
+}
+static CUresult free_async(const char *name, CUdeviceptr p) {
+    /* The real driver refuses managed memory here. */
+    CUresult rc = p && is_managed((void *)p) ? INVALID_VALUE : fake_free((void *)p);
+    trace("%s ptr=%p rc=%d", name, (void *)p, rc);
+    return rc;
+}
+CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { return free_async("cuMemFreeAsync", p); }
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return free_async("cuMemFreeAsync_ptsz", p); }
+
+CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
+    if (no_device()) return NO_DEVICE;
+    pthread_mutex_lock(&lock);
+    *total = capacity();
+    *free_bytes = capacity() - used[current_device];
+    pthread_mutex_unlock(&lock);
+    trace("cuMemGetInfo_v2 device=%d", current_device);
+    return OK;
+}
+
+CUresult cuStreamCreate(CUstream *s, unsigned flags) {
+    if (no_device()) return NO_DEVICE;
+    *s = malloc(1);
+    trace("cuStreamCreate flags=%u", flags);
+    return OK;
+}
+
+static const char *where(int type, int id, char *buf) {
+    if (type == 2) return "host";
+    snprintf(buf, 32, "device:%d", id);
+    return buf;
+}
+CUresult cuMemAdvise_v2(CUdeviceptr p, size_t n, int advice, CUmemLocation loc) {
+    char buf[32];
+    CUresult rc = is_managed_range((void *)p, n) ? OK : INVALID_VALUE;
+    trace("cuMemAdvise_v2 ptr=%p size=%zu advice=%d loc=%s rc=%d", (void *)p, n, advice, where(loc.type, loc.id, buf), rc);
+    return rc;
+}
+CUresult cuMemAdvise(CUdeviceptr p, size_t n, int advice, CUdevice d) {
+    char buf[32];
+    CUresult rc = is_managed_range((void *)p, n) ? OK : INVALID_VALUE;
+    trace("cuMemAdvise ptr=%p size=%zu advice=%d loc=%s rc=%d", (void *)p, n, advice, where(d == -1 ? 2 : 1, d, buf), rc);
+    return rc;
+}
+CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned flags, CUstream s) {
+    char buf[32];
+    CUresult rc = is_managed_range((void *)p, n) ? OK : INVALID_VALUE;
+    trace("cuMemPrefetchAsync_v2 ptr=%p size=%zu loc=%s stream=%s rc=%d", (void *)p, n, where(loc.type, loc.id, buf), s ? "own" : "default", rc);
+    return rc;
+}
+CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice d, CUstream s) {
+    char buf[32];
+    CUresult rc = is_managed_range((void *)p, n) ? OK : INVALID_VALUE;
+    trace("cuMemPrefetchAsync ptr=%p size=%zu loc=%s stream=%s rc=%d", (void *)p, n, where(d == -1 ? 2 : 1, d, buf), s ? "own" : "default", rc);
+    return rc;
+}

@@ -1,0 +1,135 @@
+/*
+ * What the fake CUDA runtime (cudart.c) and the fake driver (cuda.c) share:
+ * device memory that is host memory with a capacity per device, managed
+ * memory that does not count against it, and the call log.
+ *
+ * Environment: FAKE_CUDA_CAPACITY (bytes per device, default 1 GiB),
+ * FAKE_CUDA_DEVICES (default 2), FAKE_CUDA_NO_DEVICE=1 (every call fails with
+ * "no device", as on a machine without a GPU), FAKE_CUDA_LOG (a file each
+ * call appends one line to).
+ *
+ * Each library includes this file and so has its own table: a program that
+ * uses both sees two separate pools of fake device memory.
+ */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { OK = 0, INVALID_VALUE = 1, MEMORY_ALLOCATION = 2, NO_DEVICE = 100 };
+#define MAX_DEVICES 8
+#define BUCKETS 4096
+
+struct block { void *ptr; size_t size; int device; int managed; struct block *next; };
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct block *table[BUCKETS];
+static size_t used[MAX_DEVICES];
+static __thread int current_device;
+static int log_fd = -2;
+
+static size_t env_size(const char *name, size_t fallback) {
+    const char *v = getenv(name);
+    return v && *v ? strtoull(v, NULL, 10) : fallback;
+}
+/* Read once at load, so that the fake's own cost stays small next to the
+ * shim's in benchmarks. */
+static size_t capacity_bytes = (size_t)1 << 30;
+static int devices = 2, no_device_flag;
+__attribute__((constructor)) static void read_settings(void) {
+    capacity_bytes = env_size("FAKE_CUDA_CAPACITY", capacity_bytes);
+    devices = (int)env_size("FAKE_CUDA_DEVICES", devices);
+    no_device_flag = env_size("FAKE_CUDA_NO_DEVICE", 0) != 0;
+}
+static size_t capacity(void) { return capacity_bytes; }
+static int device_count(void) { return devices; }
+static int no_device(void) { return no_device_flag; }
+
+static void trace(const char *fmt, ...) {
+    if (log_fd == -2) {
+        const char *path = getenv("FAKE_CUDA_LOG");
+        log_fd = path ? open(path, O_WRONLY | O_CREAT | O_APPEND, 0644) : -1;
+    }
+    if (log_fd < 0) return;
+    char line[512];
+    int n = snprintf(line, sizeof line, "pid=%d ", (int)getpid());
+    va_list ap;
+    va_start(ap, fmt);
+    n += vsnprintf(line + n, sizeof line - n - 1, fmt, ap);
+    va_end(ap);
+    line[n++] = '\n';
+    (void)!write(log_fd, line, n); /* one write per line: lines never interleave */
+}
+
+static size_t bucket(void *p) { return ((uintptr_t)p >> 4) % BUCKETS; }
+
+static int fake_alloc(void **out, size_t size, int managed) {
+    if (no_device()) return NO_DEVICE;
+    if (!out) return INVALID_VALUE;
+    if (size == 0) { *out = NULL; return OK; }
+    int dev = current_device;
+    pthread_mutex_lock(&lock);
+    if (!managed && (size > capacity() || used[dev] > capacity() - size)) {
+        pthread_mutex_unlock(&lock);
+        return MEMORY_ALLOCATION;
+    }
+    if (managed && size > ((size_t)1 << 40)) { pthread_mutex_unlock(&lock); return MEMORY_ALLOCATION; }
+    /* malloc does not touch the pages: large fake blocks cost address space only. */
+    void *p = malloc(size);
+    struct block *b = malloc(sizeof *b);
+    if (!p || !b) { free(p); free(b); pthread_mutex_unlock(&lock); return MEMORY_ALLOCATION; }
+    *b = (struct block){p, size, dev, managed, table[bucket(p)]};
+    table[bucket(p)] = b;
+    if (!managed) used[dev] += size;
+    pthread_mutex_unlock(&lock);
+    *out = p;
+    return OK;
+}
+
+static struct block *find(const void *p) {
+    for (struct block *b = table[bucket((void *)p)]; b; b = b->next)
+        if (b->ptr == p) return b;
+    return NULL;
+}
+
+static int fake_free(void *p) {
+    if (no_device()) return NO_DEVICE;
+    if (!p) return OK;
+    pthread_mutex_lock(&lock);
+    struct block **link = &table[bucket(p)];
+    while (*link && (*link)->ptr != p) link = &(*link)->next;
+    struct block *b = *link;
+    if (!b) { pthread_mutex_unlock(&lock); return INVALID_VALUE; }
+    *link = b->next;
+    if (!b->managed) used[b->device] -= b->size;
+    pthread_mutex_unlock(&lock);
+    free(b->ptr);
+    free(b);
+    return OK;
+}
+
+/* Whether [p, p + n) lies inside one managed allocation (advice and
+ * prefetches may name part of a block). */
+static int is_managed_range(const void *p, size_t n) {
+    const char *start = p;
+    int managed = 0;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < BUCKETS && !managed; i++)
+        for (struct block *b = table[i]; b && !managed; b = b->next)
+            managed = b->managed && start >= (char *)b->ptr && n <= b->size && start - (char *)b->ptr <= (ptrdiff_t)(b->size - n);
+    pthread_mutex_unlock(&lock);
+    return managed;
+}
+static int is_managed(const void *p) {
+    pthread_mutex_lock(&lock);
+    struct block *b = find(p);
+    int managed = b && b->managed;
+    pthread_mutex_unlock(&lock);
+    return managed;
+}
+
