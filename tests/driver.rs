@@ -203,3 +203,36 @@ fn driver_spill_off_unknown_pointers_and_no_device() {
         shimmed.stdout
     );
 }
+
+#[test]
+fn pitched_driver_allocations() {
+    let run = driver_client(
+        &[("VRAMSHARE_QUOTA", "32MiB")],
+        &[
+            "malloc:a:30M",
+            "pitch:p:1000:1024",
+            "pitch:q:3000:4096",
+            "touch:q",
+            "free:q",
+            "free:p",
+        ],
+    );
+    run.assert_ok();
+    assert_eq!(
+        run.field("pitch p", "pitch"),
+        "1024",
+        "1M: fits on the device"
+    );
+    assert_eq!(
+        run.field("pitch q", "pitch"),
+        "3072",
+        "12M: spilled, with the driver's row alignment"
+    );
+    let allocs = run.events("alloc");
+    let placements: Vec<&str> = allocs
+        .iter()
+        .map(|e| e["placement"].as_str().unwrap())
+        .collect();
+    assert_eq!(placements, ["device", "device", "host"]);
+    assert_eq!(allocs[2]["api"], "cuMemAllocPitch_v2");
+}

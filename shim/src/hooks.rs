@@ -78,7 +78,7 @@ hooks! {
         fn cudaMallocManaged(ptr: *mut *mut c_void, size: usize, flags: c_uint) =>
             policy::malloc_managed(Api::cudaMallocManaged, ptr, size, flags, |out| real::cudaMallocManaged(out, size, flags));
         fn cudaMallocPitch(ptr: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize) =>
-            policy::malloc_pitch(ptr, pitch, width, height);
+            policy::malloc_pitch(Api::cudaMallocPitch, ptr, pitch, width, height, || real::cudaMallocPitch(ptr, pitch, width, height));
         fn cudaMalloc3D(pitched: *mut cudaPitchedPtr, extent: cudaExtent) =>
             policy::malloc_3d(pitched, extent);
         fn cudaMallocAsync(ptr: *mut *mut c_void, size: usize, stream: cudaStream_t) =>
@@ -105,6 +105,8 @@ hooks! {
             policy::malloc(Api::cuMemAlloc_v2, ptr.cast(), size, |out| real::cuMemAlloc_v2(out.cast(), size));
         fn cuMemAllocManaged(ptr: *mut CUdeviceptr, size: usize, flags: c_uint) =>
             policy::malloc_managed(Api::cuMemAllocManaged, ptr.cast(), size, flags, |out| real::cuMemAllocManaged(out.cast(), size, flags));
+        fn cuMemAllocPitch_v2(ptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, element: c_uint) =>
+            policy::malloc_pitch(Api::cuMemAllocPitch_v2, ptr.cast(), pitch, width, height, || real::cuMemAllocPitch_v2(ptr, pitch, width, height, element));
         fn cuMemAllocAsync(ptr: *mut CUdeviceptr, size: usize, stream: CUstream) =>
             policy::malloc(Api::cuMemAllocAsync, ptr.cast(), size, |out| real::cuMemAllocAsync(out.cast(), size, stream));
         fn cuMemAllocAsync_ptsz(ptr: *mut CUdeviceptr, size: usize, stream: CUstream) =>

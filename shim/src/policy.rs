@@ -340,20 +340,22 @@ fn estimated_pitch(width: usize) -> Option<usize> {
 /// # Safety
 /// The pointers are the caller's, as CUDA would receive them.
 pub unsafe fn malloc_pitch(
+    api: Api,
     out: *mut *mut c_void,
     pitch: *mut usize,
     width: usize,
     height: usize,
+    real_pitch: impl Fn() -> cudaError_t,
 ) -> cudaError_t {
     let estimate = estimated_pitch(width).and_then(|p| Some((p, p.checked_mul(height)?)));
     let (Some((est_pitch, size)), false, false) = (estimate, out.is_null(), pitch.is_null()) else {
-        return unsafe { real::cudaMallocPitch(out, pitch, width, height) };
+        return real_pitch();
     };
     allocate(Request {
-        api: Api::cudaMallocPitch,
+        api,
         size: size as u64,
         on_device: || unsafe {
-            let rc = real::cudaMallocPitch(out, pitch, width, height);
+            let rc = real_pitch();
             if rc == cudaSuccess {
                 (rc, *out, (*pitch as u64).saturating_mul(height as u64))
             } else {

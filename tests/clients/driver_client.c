@@ -2,7 +2,8 @@
  * A program that allocates through the CUDA driver API (linked against
  * libcuda.so.1), and through the runtime too, driven by its arguments:
  *   malloc:NAME:SIZE  managed:NAME:SIZE  async:NAME:SIZE  pool:NAME:SIZE
- *   free:NAME  freeasync:NAME  meminfo  touch:NAME  rtmalloc:NAME:SIZE (cudaMalloc)
+ *   pitch:NAME:WIDTH:HEIGHT  free:NAME  freeasync:NAME  meminfo  touch:NAME
+ *   rtmalloc:NAME:SIZE (cudaMalloc)
  * SIZE is bytes, or with K, M or G (binary). Each step prints one line.
  */
 #include <stdio.h>
@@ -15,6 +16,7 @@ CUresult cuInit(unsigned flags);
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size);
 CUresult cuMemAllocManaged(CUdeviceptr *p, size_t size, unsigned flags);
 CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, void *stream);
+CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t width, size_t height, unsigned element);
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, void *pool, void *stream);
 CUresult cuMemFree_v2(CUdeviceptr p);
 CUresult cuMemFreeAsync(CUdeviceptr p, void *stream);
@@ -58,6 +60,12 @@ int main(int argc, char **argv) {
             int i = slot(fields[1]);
             if (rc == 0) { names[i].ptr = p; names[i].size = size; }
             printf("%s %s rc=%d ptr=%#llx\n", op, fields[1], rc, rc == 0 ? p : 0ULL);
+        } else if (!strcmp(op, "pitch")) {
+            size_t pitch = 0, w = parse_size(fields[2]), h = parse_size(fields[3]);
+            rc = cuMemAllocPitch_v2(&p, &pitch, w, h, 4);
+            int i = slot(fields[1]);
+            if (rc == 0) { names[i].ptr = p; names[i].size = pitch * h; }
+            printf("pitch %s rc=%d ptr=%#llx pitch=%zu\n", fields[1], rc, rc == 0 ? p : 0ULL, pitch);
         } else if (!strcmp(op, "free") || !strcmp(op, "freeasync")) {
             CUdeviceptr target = names[slot(fields[1])].ptr;
             rc = !strcmp(op, "free") ? cuMemFree_v2(target) : cuMemFreeAsync(target, 0);

@@ -26,6 +26,13 @@ CUresult cuMemAllocManaged(CUdeviceptr *p, size_t size, unsigned flags) {
     trace("cuMemAllocManaged size=%zu flags=%u rc=%d ptr=%p", size, flags, rc, rc ? NULL : (void *)*p);
     return rc;
 }
+CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t width, size_t height, unsigned element) {
+    size_t row = (width + 511) / 512 * 512;
+    CUresult rc = fake_alloc((void **)p, row * height, 0);
+    if (rc == OK) *pitch = row;
+    trace("cuMemAllocPitch_v2 width=%zu height=%zu element=%u rc=%d", width, height, element, rc);
+    return rc;
+}
 #define ASYNC_ALLOC(name, ...)                                        \
     CUresult name(CUdeviceptr *p, size_t size, __VA_ARGS__) {         \
         CUresult rc = fake_alloc((void **)p, size, 0);                \
