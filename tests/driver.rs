@@ -236,3 +236,48 @@ fn pitched_driver_allocations() {
     assert_eq!(placements, ["device", "device", "host"]);
     assert_eq!(allocs[2]["api"], "cuMemAllocPitch_v2");
 }
+
+#[test]
+fn functions_fetched_by_name_are_the_hooks() {
+    for how in ["proc", "proc_v2", "entry", "entry_version"] {
+        let fetch = format!("fetch:{how}");
+        let steps = [
+            fetch.as_str(),
+            "fmalloc:a:32M",
+            "fmalloc:b:16M",
+            "fmeminfo",
+            "ffree:b",
+            "ffree:a",
+        ];
+        let run = driver_client(&[("VRAMSHARE_QUOTA", "32MiB")], &steps);
+        run.assert_ok();
+        assert_eq!(
+            run.line(&format!("fetch {how}")),
+            format!("fetch {how} ok=1")
+        );
+        assert_eq!(
+            run.meminfo(),
+            vec![(0, 32 * MIB)],
+            "{how}: the fetched cuMemGetInfo reports the quota"
+        );
+        let allocs: Vec<&str> = run
+            .events("alloc")
+            .iter()
+            .map(|e| e["placement"].as_str().unwrap())
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|p| if p == "host" { "host" } else { "device" })
+            .collect();
+        assert_eq!(
+            allocs,
+            ["device", "host"],
+            "{how}: the fetched cuMemAlloc is held to the quota"
+        );
+        assert_eq!(
+            run.events("free").len(),
+            2,
+            "{how}: and the fetched cuMemFree releases"
+        );
+        assert_eq!(run.calls_with(&["cuMemAllocManaged"]).len(), 1, "{how}");
+    }
+}

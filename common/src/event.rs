@@ -92,6 +92,12 @@ named_enum! {
         cuMemGetInfo_v2 = 23 => "cuMemGetInfo_v2",
         /// The shim's own prefetches of driver-API blocks.
         cuMemPrefetchAsync = 24 => "cuMemPrefetchAsync",
+        cuGetProcAddress = 25 => "cuGetProcAddress",
+        cuGetProcAddress_v2 = 26 => "cuGetProcAddress_v2",
+        cudaGetDriverEntryPoint = 27 => "cudaGetDriverEntryPoint",
+        cudaGetDriverEntryPoint_ptsz = 28 => "cudaGetDriverEntryPoint_ptsz",
+        cudaGetDriverEntryPointByVersion = 29 => "cudaGetDriverEntryPointByVersion",
+        cudaGetDriverEntryPointByVersion_ptsz = 30 => "cudaGetDriverEntryPointByVersion_ptsz",
     }
 }
 

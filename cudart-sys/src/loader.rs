@@ -63,6 +63,11 @@ impl Symbol {
     }
 }
 
+/// The real function `name` (runtime or driver), looked up now, uncached.
+pub fn lookup(name: &CStr) -> Option<*mut c_void> {
+    resolve(name)
+}
+
 fn resolve(name: &CStr) -> Option<*mut c_void> {
     let is_driver = !name.to_bytes().starts_with(b"cuda");
     let library = if is_driver {

@@ -9,7 +9,8 @@
 //! a hook is one line here, its policy, and that variant.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
-use std::ffi::{c_int, c_uint, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::sync::OnceLock;
 
 use cudart_sys::*;
 
@@ -46,6 +47,22 @@ macro_rules! hooks {
         /// without an `Api` variant of its name fail to compile).
         #[allow(dead_code)]
         pub const HOOKED: &[Api] = &[ $( Api::$name, )* ];
+
+        /// For each hook: the real function's address and the hook's, so
+        /// that a function pointer handed out by the driver's own lookup
+        /// (`cuGetProcAddress` and the runtime's entry points) can be swapped
+        /// for the hook of exactly that function.
+        fn hook_addresses() -> Vec<(usize, usize)> {
+            let mut pairs = Vec::new();
+            $(
+                // SAFETY: the literal ends in its only NUL.
+                let name = unsafe { std::ffi::CStr::from_bytes_with_nul_unchecked(concat!(stringify!($name), "\0").as_bytes()) };
+                if let Some(real) = cudart_sys::lookup(name) {
+                    pairs.push((real as usize, $name as *const () as usize));
+                }
+            )*
+            pairs
+        }
 
         /// The real runtime's functions, resolved on first use. A missing one
         /// answers `cudaErrorNotSupported` (and says so once in the log).
@@ -123,6 +140,21 @@ hooks! {
             policy::free(Api::cuMemFreeAsync_ptsz, ptr as *mut c_void, |p| real::cuMemFreeAsync_ptsz(p as CUdeviceptr, stream));
         fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) =>
             policy::mem_get_info(Backend::Driver, free, total, |f, t| real::cuMemGetInfo_v2(f, t));
+
+        // Every way a program fetches driver functions by name: the pointer
+        // handed back is swapped for the hook when it is a hooked function.
+        fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) =>
+            swap_for_hook(real::cuGetProcAddress(symbol, pfn, version, flags), pfn);
+        fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) =>
+            swap_for_hook(real::cuGetProcAddress_v2(symbol, pfn, version, flags, status), pfn);
+        fn cudaGetDriverEntryPoint(symbol: *const c_char, pfn: *mut *mut c_void, flags: u64, status: *mut c_int) =>
+            swap_for_hook(real::cudaGetDriverEntryPoint(symbol, pfn, flags, status), pfn);
+        fn cudaGetDriverEntryPoint_ptsz(symbol: *const c_char, pfn: *mut *mut c_void, flags: u64, status: *mut c_int) =>
+            swap_for_hook(real::cudaGetDriverEntryPoint_ptsz(symbol, pfn, flags, status), pfn);
+        fn cudaGetDriverEntryPointByVersion(symbol: *const c_char, pfn: *mut *mut c_void, version: c_uint, flags: u64, status: *mut c_int) =>
+            swap_for_hook(real::cudaGetDriverEntryPointByVersion(symbol, pfn, version, flags, status), pfn);
+        fn cudaGetDriverEntryPointByVersion_ptsz(symbol: *const c_char, pfn: *mut *mut c_void, version: c_uint, flags: u64, status: *mut c_int) =>
+            swap_for_hook(real::cudaGetDriverEntryPointByVersion_ptsz(symbol, pfn, version, flags, status), pfn);
     }
     real_only {
         fn cudaGetDevice(device: *mut c_int);
@@ -132,4 +164,26 @@ hooks! {
         fn cuCtxGetDevice(device: *mut CUdevice);
         fn cuStreamCreate(stream: *mut CUstream, flags: c_uint);
     }
+}
+
+/// After a successful lookup, replaces a real function's address with its
+/// hook's. Anything else (other functions, other versions of a hooked name,
+/// failures) is handed back as the driver gave it.
+///
+/// # Safety
+/// `pfn` is the caller's pointer, as the driver would receive it.
+unsafe fn swap_for_hook(rc: c_int, pfn: *mut *mut c_void) -> c_int {
+    static HOOKS: OnceLock<Vec<(usize, usize)>> = OnceLock::new();
+    if rc != CUDA_SUCCESS || pfn.is_null() {
+        return rc;
+    }
+    let found = unsafe { *pfn } as usize;
+    if let Some((_, hook)) = HOOKS
+        .get_or_init(hook_addresses)
+        .iter()
+        .find(|(real, _)| *real == found)
+    {
+        unsafe { *pfn = *hook as *mut c_void };
+    }
+    rc
 }

@@ -4,6 +4,8 @@
  *   malloc:NAME:SIZE  managed:NAME:SIZE  async:NAME:SIZE  pool:NAME:SIZE
  *   pitch:NAME:WIDTH:HEIGHT  free:NAME  freeasync:NAME  meminfo  touch:NAME
  *   rtmalloc:NAME:SIZE (cudaMalloc)
+ *   fetch:HOW (proc, proc_v2, entry, entry_version), then fmalloc:NAME:SIZE,
+ *   ffree:NAME, fmeminfo through the fetched cuMemAlloc, cuMemFree, cuMemGetInfo
  * SIZE is bytes, or with K, M or G (binary). Each step prints one line.
  */
 #include <stdio.h>
@@ -22,6 +24,25 @@ CUresult cuMemFree_v2(CUdeviceptr p);
 CUresult cuMemFreeAsync(CUdeviceptr p, void *stream);
 CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total);
 int cudaMalloc(void **p, size_t size);
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, unsigned long long flags);
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags, int *status);
+int cudaGetDriverEntryPoint(const char *symbol, void **pfn, unsigned long long flags, int *status);
+int cudaGetDriverEntryPointByVersion(const char *symbol, void **pfn, unsigned version, unsigned long long flags, int *status);
+
+/* cuMemAlloc, cuMemFree and cuMemGetInfo as fetched by name (fetch:HOW). */
+static CUresult (*fetched_alloc)(CUdeviceptr *, size_t);
+static CUresult (*fetched_free)(CUdeviceptr);
+static CUresult (*fetched_info)(size_t *, size_t *);
+
+static void *fetch(const char *how, const char *symbol) {
+    void *f = NULL;
+    int status = 0;
+    if (!strcmp(how, "proc")) cuGetProcAddress(symbol, &f, 13000, 0);
+    else if (!strcmp(how, "proc_v2")) cuGetProcAddress_v2(symbol, &f, 13000, 0, &status);
+    else if (!strcmp(how, "entry")) cudaGetDriverEntryPoint(symbol, &f, 0, &status);
+    else cudaGetDriverEntryPointByVersion(symbol, &f, 13000, 0, &status);
+    return f;
+}
 
 #define MAX_NAMES 64
 static struct { char name[32]; CUdeviceptr ptr; size_t size; } names[MAX_NAMES];
@@ -60,6 +81,24 @@ int main(int argc, char **argv) {
             int i = slot(fields[1]);
             if (rc == 0) { names[i].ptr = p; names[i].size = size; }
             printf("%s %s rc=%d ptr=%#llx\n", op, fields[1], rc, rc == 0 ? p : 0ULL);
+        } else if (!strcmp(op, "fetch")) {
+            fetched_alloc = fetch(fields[1], "cuMemAlloc");
+            fetched_free = fetch(fields[1], "cuMemFree");
+            fetched_info = fetch(fields[1], "cuMemGetInfo");
+            printf("fetch %s ok=%d\n", fields[1], fetched_alloc && fetched_free && fetched_info);
+        } else if (!strcmp(op, "fmalloc")) {
+            size_t size = parse_size(fields[2]);
+            rc = fetched_alloc(&p, size);
+            int i = slot(fields[1]);
+            if (rc == 0) { names[i].ptr = p; names[i].size = size; }
+            printf("fmalloc %s rc=%d ptr=%#llx\n", fields[1], rc, rc == 0 ? p : 0ULL);
+        } else if (!strcmp(op, "ffree")) {
+            rc = fetched_free(names[slot(fields[1])].ptr);
+            printf("ffree %s rc=%d\n", fields[1], rc);
+        } else if (!strcmp(op, "fmeminfo")) {
+            size_t free_bytes = 0, total = 0;
+            rc = fetched_info(&free_bytes, &total);
+            printf("meminfo rc=%d free=%zu total=%zu\n", rc, free_bytes, total);
         } else if (!strcmp(op, "pitch")) {
             size_t pitch = 0, w = parse_size(fields[2]), h = parse_size(fields[3]);
             rc = cuMemAllocPitch_v2(&p, &pitch, w, h, 4);

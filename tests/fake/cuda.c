@@ -6,6 +6,8 @@
  */
 #include "memory.h"
 
+#include <string.h>
+
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 typedef int CUdevice;
@@ -103,4 +105,27 @@ CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice d, CUstream s) {
     CUresult rc = is_managed_range((void *)p, n) ? OK : INVALID_VALUE;
     trace("cuMemPrefetchAsync ptr=%p size=%zu loc=%s stream=%s rc=%d", (void *)p, n, where(d == -1 ? 2 : 1, d, buf), s ? "own" : "default", rc);
     return rc;
+}
+
+/* The driver's lookup by name, as the real one: the base name and the CUDA
+ * version pick the function (here always the _v2 forms), and the per-thread
+ * default stream flag picks the _ptsz forms. */
+#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags, int *status) {
+    int ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+    void *found = NULL;
+    if (!strcmp(symbol, "cuMemAlloc")) found = (void *)cuMemAlloc_v2;
+    else if (!strcmp(symbol, "cuMemFree")) found = (void *)cuMemFree_v2;
+    else if (!strcmp(symbol, "cuMemGetInfo")) found = (void *)cuMemGetInfo_v2;
+    else if (!strcmp(symbol, "cuMemAllocManaged")) found = (void *)cuMemAllocManaged;
+    else if (!strcmp(symbol, "cuMemAllocAsync")) found = ptsz ? (void *)cuMemAllocAsync_ptsz : (void *)cuMemAllocAsync;
+    else if (!strcmp(symbol, "cuMemFreeAsync")) found = ptsz ? (void *)cuMemFreeAsync_ptsz : (void *)cuMemFreeAsync;
+    else if (!strcmp(symbol, "cuInit")) found = (void *)cuInit;
+    trace("cuGetProcAddress symbol=%s version=%d flags=%llu found=%s", symbol, version, flags, found ? "yes" : "no");
+    if (status) *status = found ? 0 : 1;
+    *pfn = found;
+    return found ? OK : 500; /* CUDA_ERROR_NOT_FOUND */
+}
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, unsigned long long flags) {
+    return cuGetProcAddress_v2(symbol, pfn, version, flags, NULL);
 }

@@ -16,6 +16,8 @@
  */
 #include "memory.h"
 
+#include <dlfcn.h>
+
 #ifndef FAKE_CUDA_MAJOR
 #error "build with -DFAKE_CUDA_MAJOR=12 or 13"
 #endif
@@ -143,3 +145,28 @@ cudaError_t cudaMemPrefetchAsync(const void *p, size_t n, int device, cudaStream
     return rc;
 }
 #endif
+
+/* Driver entry points, as the real runtime gives them: looked up in the
+ * loaded libcuda.so.1 through its own cuGetProcAddress_v2 (found with dlsym,
+ * not through the program's symbol table). */
+typedef cudaError_t (*proc_address_fn)(const char *, void **, int, unsigned long long, int *);
+static cudaError_t entry_point(const char *symbol, void **pfn, int version, unsigned long long flags, int *status) {
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    proc_address_fn lookup = driver ? (proc_address_fn)dlsym(driver, "cuGetProcAddress_v2") : NULL;
+    if (!lookup) return 35; /* cudaErrorInsufficientDriver */
+    cudaError_t rc = lookup(symbol, pfn, version, flags, status);
+    trace("cudaGetDriverEntryPoint symbol=%s rc=%d", symbol, rc);
+    return rc ? 500 : OK; /* cudaErrorSymbolNotFound */
+}
+cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **pfn, unsigned long long flags, int *status) {
+    return entry_point(symbol, pfn, FAKE_CUDA_MAJOR * 1000, flags, status);
+}
+cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **pfn, unsigned long long flags, int *status) {
+    return entry_point(symbol, pfn, FAKE_CUDA_MAJOR * 1000, flags | 2, status);
+}
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **pfn, unsigned version, unsigned long long flags, int *status) {
+    return entry_point(symbol, pfn, (int)version, flags, status);
+}
+cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **pfn, unsigned version, unsigned long long flags, int *status) {
+    return entry_point(symbol, pfn, (int)version, flags | 2, status);
+}
