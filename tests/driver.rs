@@ -281,3 +281,76 @@ fn functions_fetched_by_name_are_the_hooks() {
         assert_eq!(run.calls_with(&["cuMemAllocManaged"]).len(), 1, "{how}");
     }
 }
+
+#[test]
+fn physical_memory_of_the_virtual_memory_api_counts_from_create_to_release() {
+    for spill in ["host", "off"] {
+        let steps = [
+            "create:a:24M",
+            "create:b:16M",
+            "create:h:64M:host",
+            "meminfo",
+            "malloc:m:4M",
+            "release:a",
+            "create:b:16M",
+            "meminfo",
+            "release:b",
+            "release:h",
+        ];
+        let run = driver_client(
+            &[("VRAMSHARE_QUOTA", "32MiB"), ("VRAMSHARE_SPILL", spill)],
+            &steps,
+        );
+        run.assert_ok();
+        let creates: Vec<i32> = run
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("create b"))
+            .map(|l| {
+                l.split("rc=")
+                    .nth(1)
+                    .unwrap()
+                    .split(' ')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(
+            creates,
+            vec![2, 0],
+            "spill {spill}: CUDA_ERROR_OUT_OF_MEMORY over the quota, then room after a's release"
+        );
+        assert_eq!(
+            run.rc("create h"),
+            0,
+            "host-located memory is not the device's"
+        );
+        assert_eq!(
+            run.meminfo(),
+            vec![(8 * MIB, 32 * MIB), (12 * MIB, 32 * MIB)],
+            "a, then m (4M, device) and b"
+        );
+        assert_eq!(
+            run.calls_with(&[
+                "cuMemCreate",
+                "location=device",
+                &format!("size={}", 16 * MIB)
+            ])
+            .len(),
+            1,
+            "the refused create never reached the driver"
+        );
+        let creates = run
+            .events("alloc")
+            .into_iter()
+            .filter(|e| e["api"] == "cuMemCreate")
+            .count();
+        assert_eq!(creates, 2, "a and the second b");
+        assert_eq!(run.events("reject").len(), 1);
+        let process = &run.trace()["processes"][0];
+        assert_eq!(process["device_in_use"]["0"], 4 * MIB, "only m is left");
+        assert_eq!(process["leaked"][0]["api"], "cuMemAlloc_v2");
+    }
+}

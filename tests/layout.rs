@@ -156,6 +156,8 @@ int main(void) {
     VALUE(CU_DEVICE_CPU); VALUE(CU_MEM_ATTACH_GLOBAL); VALUE(CU_STREAM_NON_BLOCKING);
     VALUE(sizeof(CUdeviceptr)); VALUE(sizeof(CUdevice)); VALUE(sizeof(CUresult));
     VALUE(sizeof(CUmemLocation)); VALUE(offsetof(CUmemLocation, id));
+    VALUE(sizeof(CUmemAllocationProp)); VALUE(offsetof(CUmemAllocationProp, location));
+    VALUE(sizeof(CUmemGenericAllocationHandle));
     return 0;
 }
 "#,
@@ -176,7 +178,7 @@ int main(void) {
         .map(|l| l.rsplit_once(' ').unwrap())
         .map(|(k, v)| (k, v.parse().unwrap()))
         .collect();
-    let ours: [(&str, i64); 16] = [
+    let ours: [(&str, i64); 19] = [
         ("CUDA_SUCCESS", CUDA_SUCCESS as i64),
         ("CUDA_ERROR_INVALID_VALUE", CUDA_ERROR_INVALID_VALUE as i64),
         ("CUDA_ERROR_OUT_OF_MEMORY", CUDA_ERROR_OUT_OF_MEMORY as i64),
@@ -204,6 +206,18 @@ int main(void) {
         ("sizeof(CUdevice)", size_of::<CUdevice>() as i64),
         ("sizeof(CUresult)", size_of::<CUresult>() as i64),
         ("sizeof(CUmemLocation)", size_of::<CUmemLocation>() as i64),
+        (
+            "sizeof(CUmemAllocationProp)",
+            size_of::<CUmemAllocationProp>() as i64,
+        ),
+        (
+            "offsetof(CUmemAllocationProp, location)",
+            std::mem::offset_of!(CUmemAllocationProp, location) as i64,
+        ),
+        (
+            "sizeof(CUmemGenericAllocationHandle)",
+            size_of::<CUmemGenericAllocationHandle>() as i64,
+        ),
         (
             "offsetof(CUmemLocation, id)",
             std::mem::offset_of!(CUmemLocation, id) as i64,

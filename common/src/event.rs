@@ -98,6 +98,9 @@ named_enum! {
         cudaGetDriverEntryPoint_ptsz = 28 => "cudaGetDriverEntryPoint_ptsz",
         cudaGetDriverEntryPointByVersion = 29 => "cudaGetDriverEntryPointByVersion",
         cudaGetDriverEntryPointByVersion_ptsz = 30 => "cudaGetDriverEntryPointByVersion_ptsz",
+        /// Physical memory of the virtual memory API; the event's `ptr` is the handle.
+        cuMemCreate = 31 => "cuMemCreate",
+        cuMemRelease = 32 => "cuMemRelease",
     }
 }
 

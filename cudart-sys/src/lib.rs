@@ -4,7 +4,7 @@
 //! Names follow NVIDIA's headers (`driver_types.h`, `cuda_runtime_api.h`) so
 //! that `tests/layout.rs` can check every value against them. C enums are
 //! `int`-sized on every platform CUDA supports, so they are `c_int` here.
-#![allow(non_camel_case_types, non_upper_case_globals)]
+#![allow(non_camel_case_types, non_upper_case_globals, non_snake_case)]
 
 use std::os::raw::{c_int, c_uint, c_void};
 
@@ -151,3 +151,18 @@ pub type cuMemPrefetchAsync_v2_fn =
 /// `cuMemPrefetchAsync(ptr, count, CUdevice, stream)`.
 pub type cuMemPrefetchAsync_fn =
     unsafe extern "C" fn(CUdeviceptr, usize, CUdevice, CUstream) -> CUresult;
+
+/// `CUmemGenericAllocationHandle`: physical memory of the virtual memory API.
+pub type CUmemGenericAllocationHandle = u64;
+
+/// `CUmemAllocationProp` (what `cuMemCreate` is asked for); vramshare reads
+/// only `location`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUmemAllocationProp {
+    pub type_: c_int,
+    pub requestedHandleTypes: c_int,
+    pub location: CUmemLocation,
+    pub win32HandleMetaData: *mut c_void,
+    pub allocFlags: [u8; 8],
+}

@@ -141,6 +141,13 @@ hooks! {
         fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) =>
             policy::mem_get_info(Backend::Driver, free, total, |f, t| real::cuMemGetInfo_v2(f, t));
 
+        // Physical memory of the virtual memory API (PyTorch's expandable
+        // segments): counted from creation to release.
+        fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: u64) =>
+            policy::mem_create(handle, size, prop, || real::cuMemCreate(handle, size, prop, flags));
+        fn cuMemRelease(handle: CUmemGenericAllocationHandle) =>
+            policy::mem_release(handle, || real::cuMemRelease(handle));
+
         // Every way a program fetches driver functions by name: the pointer
         // handed back is swapped for the hook when it is a hooked function.
         fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) =>

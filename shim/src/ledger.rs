@@ -46,6 +46,9 @@ pub struct Ledger {
     /// Keyed by address; Fx hashing, since addresses are not chosen by an
     /// adversary and SipHash would double the cost of a lookup.
     blocks: DashMap<usize, Block, FxBuildHasher>,
+    /// Physical memory made with the virtual memory API (`cuMemCreate`), by
+    /// handle; always device bytes.
+    handles: DashMap<u64, Block, FxBuildHasher>,
     /// Per-device counters: the process's slot in the shared registry (so
     /// `vramshare ps` sees them as they change), or local ones without it.
     counters: &'static [DeviceCounters],
@@ -74,6 +77,7 @@ impl Ledger {
         assert_eq!(counters.len(), MAX_DEVICES);
         Self {
             blocks: DashMap::with_hasher(FxBuildHasher),
+            handles: DashMap::with_hasher(FxBuildHasher),
             counters,
             spilled: (0..MAX_DEVICES).map(|_| Mutex::default()).collect(),
         }
@@ -134,6 +138,20 @@ impl Ledger {
             lock(&self.spilled[block.device as usize]).insert((block.size, ptr));
         }
         stale
+    }
+
+    /// Records physical memory made on a device (bytes already reserved).
+    pub fn insert_handle(&self, handle: u64, block: Block) {
+        if let Some(stale) = self.handles.insert(handle, block) {
+            self.unreserve(stale.device, stale.size);
+        }
+    }
+
+    /// Removes physical memory by handle and releases its bytes.
+    pub fn take_handle(&self, handle: u64) -> Option<Block> {
+        let (_, block) = self.handles.remove(&handle)?;
+        self.unreserve(block.device, block.size);
+        Some(block)
     }
 
     /// Removes a block and releases the bytes it held.
@@ -209,11 +227,20 @@ impl Ledger {
         }
     }
 
-    /// Every block still recorded, by address.
+    /// Every block still recorded, by address, then every physical
+    /// allocation by handle.
     pub fn live_blocks(&self) -> Vec<(usize, Block)> {
         let mut live: Vec<(usize, Block)> =
             self.blocks.iter().map(|e| (*e.key(), *e.value())).collect();
         live.sort_by_key(|(ptr, _)| *ptr);
+        // Then physical memory by handle (the trace names a handle as its `ptr`).
+        let mut handles: Vec<(usize, Block)> = self
+            .handles
+            .iter()
+            .map(|e| (*e.key() as usize, *e.value()))
+            .collect();
+        handles.sort_by_key(|(handle, _)| *handle);
+        live.extend(handles);
         live
     }
 

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 use cudart_sys::*;
 
-use crate::config::{human_bytes, Limit, Spill};
+use crate::config::{human_bytes, Limit, Spill, MAX_DEVICES};
 use crate::hooks::{real, Api};
 use crate::ledger::{Block, Taken};
 use crate::placement::{self, Backend};
@@ -528,6 +528,128 @@ pub unsafe fn mem_get_info(
             *total = (*total).min(quota);
             *free = (*free).min(quota.saturating_sub(used));
         }
+    }
+    rc
+}
+
+/// `cuMemCreate`: physical memory on a device counts against its quota from
+/// creation to `cuMemRelease` (reserving address space costs nothing). Over
+/// the quota the answer is `CUDA_ERROR_OUT_OF_MEMORY` in either spill mode,
+/// so PyTorch's expandable segments raise their own out-of-memory error:
+/// physical memory placed on the host for the device is not tried yet.
+/// Memory made on the host passes through untracked.
+///
+/// # Safety
+/// The pointers are the caller's, as the driver would receive them.
+pub unsafe fn mem_create(
+    handle: *mut CUmemGenericAllocationHandle,
+    size: usize,
+    prop: *const CUmemAllocationProp,
+    real_create: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let location = if handle.is_null() || prop.is_null() {
+        None
+    } else {
+        Some(unsafe { (*prop).location })
+    };
+    let device = match location {
+        Some(l)
+            if l.type_ == CU_MEM_LOCATION_TYPE_DEVICE
+                && (0..MAX_DEVICES as i32).contains(&l.id) =>
+        {
+            l.id as u32
+        }
+        _ => return real_create(),
+    };
+    let state = state();
+    let api = Api::cuMemCreate;
+    let size = size as u64;
+    let fits = match device_quota(state, device, Backend::Driver) {
+        None => {
+            state.ledger.reserve(device, size);
+            true
+        }
+        Some(quota) => state.ledger.try_reserve(device, size, quota),
+    };
+    if !fits {
+        info!(
+            "cuMemCreate of {} refused: over device {device}'s quota",
+            human_bytes(size)
+        );
+        return record_rejection(
+            state,
+            api,
+            device,
+            size,
+            Placement::Device,
+            CUDA_ERROR_OUT_OF_MEMORY,
+        );
+    }
+    let rc = real_create();
+    if rc != CUDA_SUCCESS {
+        state.ledger.unreserve(device, size);
+        return record_rejection(state, api, device, size, Placement::Device, rc);
+    }
+    let made = unsafe { *handle };
+    state.ledger.insert_handle(
+        made,
+        Block {
+            size,
+            device,
+            placement: Placement::Device,
+            api,
+            managed: false,
+            moving: false,
+        },
+    );
+    state
+        .ledger
+        .device(device)
+        .allocations
+        .fetch_add(1, Ordering::Relaxed);
+    state.record(
+        Op::Alloc,
+        api,
+        device as i32,
+        made as usize,
+        size,
+        Placement::Device,
+        rc,
+    );
+    rc
+}
+
+/// `cuMemRelease`: the handle's bytes stop counting, and spilled blocks may
+/// come back into the room.
+pub fn mem_release(
+    handle: CUmemGenericAllocationHandle,
+    real_release: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let state = state();
+    let block = state.ledger.take_handle(handle);
+    let rc = real_release();
+    match block {
+        Some(block) => {
+            state.record(
+                Op::Free,
+                Api::cuMemRelease,
+                block.device as i32,
+                handle as usize,
+                block.size,
+                Placement::Device,
+                rc,
+            );
+            promote(state, block.device, Backend::Driver);
+        }
+        None => state.record(
+            Op::Free,
+            Api::cuMemRelease,
+            -1,
+            handle as usize,
+            0,
+            Placement::Unknown,
+            rc,
+        ),
     }
     rc
 }

@@ -4,6 +4,7 @@
  *   malloc:NAME:SIZE  managed:NAME:SIZE  async:NAME:SIZE  pool:NAME:SIZE
  *   pitch:NAME:WIDTH:HEIGHT  free:NAME  freeasync:NAME  meminfo  touch:NAME
  *   rtmalloc:NAME:SIZE (cudaMalloc)
+ *   create:NAME:SIZE[:host] (cuMemCreate on device 0, or on the host)  release:NAME
  *   fetch:HOW (proc, proc_v2, entry, entry_version), then fmalloc:NAME:SIZE,
  *   ffree:NAME, fmeminfo through the fetched cuMemAlloc, cuMemFree, cuMemGetInfo
  * SIZE is bytes, or with K, M or G (binary). Each step prints one line.
@@ -28,6 +29,10 @@ CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, unsigned 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags, int *status);
 int cudaGetDriverEntryPoint(const char *symbol, void **pfn, unsigned long long flags, int *status);
 int cudaGetDriverEntryPointByVersion(const char *symbol, void **pfn, unsigned version, unsigned long long flags, int *status);
+
+typedef struct { int type; int requestedHandleTypes; struct { int type; int id; } location; void *win32; unsigned char flags[8]; } CUmemAllocationProp;
+CUresult cuMemCreate(unsigned long long *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags);
+CUresult cuMemRelease(unsigned long long handle);
 
 /* cuMemAlloc, cuMemFree and cuMemGetInfo as fetched by name (fetch:HOW). */
 static CUresult (*fetched_alloc)(CUdeviceptr *, size_t);
@@ -81,6 +86,17 @@ int main(int argc, char **argv) {
             int i = slot(fields[1]);
             if (rc == 0) { names[i].ptr = p; names[i].size = size; }
             printf("%s %s rc=%d ptr=%#llx\n", op, fields[1], rc, rc == 0 ? p : 0ULL);
+        } else if (!strcmp(op, "create")) {
+            CUmemAllocationProp prop = {0};
+            prop.type = 1; /* pinned */
+            prop.location.type = fields[3] && !strcmp(fields[3], "host") ? 2 : 1;
+            unsigned long long handle = 0;
+            rc = cuMemCreate(&handle, parse_size(fields[2]), &prop, 0);
+            if (rc == 0) names[slot(fields[1])].ptr = handle;
+            printf("create %s rc=%d handle=%llu\n", fields[1], rc, handle);
+        } else if (!strcmp(op, "release")) {
+            rc = cuMemRelease(names[slot(fields[1])].ptr);
+            printf("release %s rc=%d\n", fields[1], rc);
         } else if (!strcmp(op, "fetch")) {
             fetched_alloc = fetch(fields[1], "cuMemAlloc");
             fetched_free = fetch(fields[1], "cuMemFree");

@@ -107,6 +107,49 @@ CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice d, CUstream s) {
     return rc;
 }
 
+/* Physical memory of the virtual memory API: handles are small numbers;
+ * device-located memory counts against the device's capacity. */
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct { int type; int requestedHandleTypes; CUmemLocation location; void *win32; unsigned char flags[8]; } CUmemAllocationProp;
+#define MAX_HANDLES 256
+static struct { CUmemGenericAllocationHandle handle; size_t size; int device; } handles[MAX_HANDLES];
+static CUmemGenericAllocationHandle next_handle = 1;
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags) {
+    if (no_device()) return NO_DEVICE;
+    if (!handle || !prop) return INVALID_VALUE;
+    int on_device = prop->location.type == 1, dev = prop->location.id;
+    CUresult rc = OK;
+    pthread_mutex_lock(&lock);
+    if (on_device && (size > capacity() || used[dev] > capacity() - size)) rc = MEMORY_ALLOCATION;
+    int i = 0;
+    while (rc == OK && i < MAX_HANDLES && handles[i].handle) i++;
+    if (rc == OK && i == MAX_HANDLES) rc = MEMORY_ALLOCATION;
+    if (rc == OK) {
+        handles[i].handle = next_handle++;
+        handles[i].size = size;
+        handles[i].device = on_device ? dev : -1;
+        if (on_device) used[dev] += size;
+        *handle = handles[i].handle;
+    }
+    pthread_mutex_unlock(&lock);
+    trace("cuMemCreate size=%zu location=%s rc=%d handle=%llu", size, on_device ? "device" : "host", rc, rc ? 0ULL : *handle);
+    return rc;
+}
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+    CUresult rc = INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_HANDLES; i++)
+        if (handle && handles[i].handle == handle) {
+            if (handles[i].device >= 0) used[handles[i].device] -= handles[i].size;
+            handles[i].handle = 0;
+            rc = OK;
+        }
+    pthread_mutex_unlock(&lock);
+    trace("cuMemRelease handle=%llu rc=%d", handle, rc);
+    return rc;
+}
+
 /* The driver's lookup by name, as the real one: the base name and the CUDA
  * version pick the function (here always the _v2 forms), and the per-thread
  * default stream flag picks the _ptsz forms. */
@@ -121,6 +164,8 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsign
     else if (!strcmp(symbol, "cuMemAllocAsync")) found = ptsz ? (void *)cuMemAllocAsync_ptsz : (void *)cuMemAllocAsync;
     else if (!strcmp(symbol, "cuMemFreeAsync")) found = ptsz ? (void *)cuMemFreeAsync_ptsz : (void *)cuMemFreeAsync;
     else if (!strcmp(symbol, "cuInit")) found = (void *)cuInit;
+    else if (!strcmp(symbol, "cuMemCreate")) found = (void *)cuMemCreate;
+    else if (!strcmp(symbol, "cuMemRelease")) found = (void *)cuMemRelease;
     trace("cuGetProcAddress symbol=%s version=%d flags=%llu found=%s", symbol, version, flags, found ? "yes" : "no");
     if (status) *status = found ? 0 : 1;
     *pfn = found;
