@@ -97,16 +97,7 @@ fn driver_allocations_are_held_to_the_quota_and_spill_through_the_driver() {
         (promoted.len(), promoted[0]["api"].as_str()),
         (1, Some("cuMemPrefetchAsync"))
     );
-    let allocs: Vec<(String, String)> = run
-        .events("alloc")
-        .iter()
-        .map(|e| {
-            (
-                e["api"].as_str().unwrap().to_string(),
-                e["placement"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
+    let allocs = run.allocations();
     assert_eq!(
         allocs,
         [("cuMemAlloc_v2", "device"), ("cuMemAlloc_v2", "host")]
@@ -147,16 +138,7 @@ fn runtime_and_driver_allocations_share_one_quota() {
         &["rtmalloc:a:24M", "malloc:b:16M", "pool:c:8M", "meminfo"],
     );
     run.assert_ok();
-    let placements: Vec<(String, String)> = run
-        .events("alloc")
-        .iter()
-        .map(|e| {
-            (
-                e["api"].as_str().unwrap().to_string(),
-                e["placement"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
+    let placements = run.allocations();
     let expected = [
         ("cudaMalloc", "device"),
         ("cuMemAlloc_v2", "host"),

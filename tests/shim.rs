@@ -601,16 +601,7 @@ fn pitched_async_and_pool_allocations() {
     );
     assert_eq!(run.field("pitched w", "pitch"), "3072");
     assert_eq!(run.field("pitched w", "xsize"), "3000");
-    let placements: Vec<(String, String)> = run
-        .events("alloc")
-        .iter()
-        .map(|e| {
-            (
-                e["api"].as_str().unwrap().to_string(),
-                e["placement"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
+    let placements = run.allocations();
     let expect = [
         ("cudaMallocPitch", "device"),
         ("cudaMalloc3D", "device"),

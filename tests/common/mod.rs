@@ -234,6 +234,19 @@ impl Run {
             .collect()
     }
 
+    /// The trace's allocations in order, as (api, placement).
+    pub fn allocations(&self) -> Vec<(String, String)> {
+        self.events("alloc")
+            .iter()
+            .map(|e| {
+                (
+                    e["api"].as_str().unwrap().to_string(),
+                    e["placement"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
     /// The trace's events of `op` in order.
     pub fn events(&self, op: &str) -> Vec<Value> {
         self.trace()["events"]
