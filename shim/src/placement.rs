@@ -1,10 +1,13 @@
-//! Moving managed memory between host and device: the advise and prefetch
-//! calls, in the form the loaded runtime expects.
+//! Moving managed memory between host and device, through the API that made
+//! it ([`Backend`]): the advise and prefetch calls, in the form the loaded
+//! library expects.
 //!
 //! CUDA 13's `cudaMemAdvise` and `cudaMemPrefetchAsync` take a
 //! `struct cudaMemLocation` by value; CUDA 12's take an `int device` (the host
 //! is `cudaCpuDeviceId`). The same names, different ABIs: the shim asks
 //! `cudaRuntimeGetVersion` once and casts the symbol to the matching type.
+//! The driver names its location forms `_v2` (`cuMemAdvise_v2`), so there
+//! the symbol that exists decides.
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::Ordering;
@@ -57,7 +60,7 @@ pub fn runtime_major(state: &State) -> i32 {
     major
 }
 
-pub fn advise(
+fn advise(
     state: &State,
     ptr: *mut c_void,
     size: usize,
@@ -79,7 +82,7 @@ pub fn advise(
     }
 }
 
-pub fn prefetch(
+fn prefetch(
     state: &State,
     ptr: *mut c_void,
     size: usize,
