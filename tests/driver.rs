@@ -336,3 +336,43 @@ fn physical_memory_of_the_virtual_memory_api_counts_from_create_to_release() {
         assert_eq!(process["leaked"][0]["api"], "cuMemAlloc_v2");
     }
 }
+
+#[test]
+fn a_driver_only_program_never_gets_the_runtime_loaded() {
+    let steps = [
+        "malloc:a:32M",
+        "malloc:b:16M",
+        "fetch:proc_v2",
+        "fmalloc:c:1M",
+        "free:a",
+        "ffree:c",
+        "maps",
+    ];
+    // LD_LIBRARY_PATH lets a careless shim find the fake runtime by name.
+    let dir = fake_dir(Runtime::Fake13);
+    let run = run_in(
+        dir,
+        "driver_only_client",
+        &steps,
+        &[
+            ("VRAMSHARE_QUOTA", "32MiB"),
+            ("LD_LIBRARY_PATH", dir.to_str().unwrap()),
+        ],
+        true,
+    );
+    run.assert_ok();
+    assert_eq!(run.line("maps"), "maps runtime_loaded=0");
+    assert_eq!(
+        run.events("promote").len(),
+        1,
+        "b promoted through the driver"
+    );
+    let process = &run.trace()["processes"][0];
+    assert!(
+        process["runtime"]
+            .as_str()
+            .unwrap()
+            .ends_with("libcuda.so.1"),
+        "{process}"
+    );
+}

@@ -106,7 +106,8 @@ pub struct ProcessJson {
     /// Allocations never freed; empty in a dump of live processes.
     pub leaked: Vec<LeakJson>,
     pub events_dropped: u64,
-    /// The runtime library the shim called, and its version.
+    /// The CUDA runtime the process loaded (or, for a driver-only program,
+    /// the driver), and the runtime's version (0 if it was never asked).
     pub runtime: String,
     pub runtime_version: i32,
 }

@@ -54,10 +54,14 @@ macro_rules! hooks {
         /// for the hook of exactly that function.
         fn hook_addresses() -> Vec<(usize, usize)> {
             let mut pairs = Vec::new();
+            // Only libraries already loaded: finding the runtime must not
+            // load it into a program that uses the driver alone.
+            let runtime_loaded = cudart_sys::loaded_object_named("libcudart.so").is_some();
             $(
                 // SAFETY: the literal ends in its only NUL.
                 let name = unsafe { std::ffi::CStr::from_bytes_with_nul_unchecked(concat!(stringify!($name), "\0").as_bytes()) };
-                if let Some(real) = cudart_sys::lookup(name) {
+                let is_runtime = stringify!($name).starts_with("cuda");
+                if let Some(real) = (runtime_loaded || !is_runtime).then(|| cudart_sys::lookup(name)).flatten() {
                     pairs.push((real as usize, $name as *const () as usize));
                 }
             )*

@@ -94,7 +94,10 @@ pub fn process_summary(state: &State) -> ProcessJson {
         counts,
         leaked,
         events_dropped: state.trace.as_ref().map_or(0, |t| t.dropped()),
-        runtime: cudart_sys::runtime_library().name.clone(),
+        // The libraries the process loaded itself (nothing is loaded here).
+        runtime: cudart_sys::loaded_object_named("libcudart.so")
+            .or_else(|| cudart_sys::loaded_object_named("libcuda.so."))
+            .unwrap_or_default(),
         // Asked on first use of each device; never asked here, at exit, when
         // the runtime may already be shutting down.
         runtime_version: state.runtime_version.load(Ordering::Relaxed),

@@ -3,7 +3,8 @@
  * libcuda.so.1), and through the runtime too, driven by its arguments:
  *   malloc:NAME:SIZE  managed:NAME:SIZE  async:NAME:SIZE  pool:NAME:SIZE
  *   pitch:NAME:WIDTH:HEIGHT  free:NAME  freeasync:NAME  meminfo  touch:NAME
- *   rtmalloc:NAME:SIZE (cudaMalloc)
+ *   rtmalloc:NAME:SIZE (cudaMalloc)  maps (whether a CUDA runtime is loaded)
+ * Built with -DDRIVER_ONLY it links the driver alone (no rtmalloc, no entry points).
  *   create:NAME:SIZE[:host] (cuMemCreate on device 0, or on the host)  release:NAME
  *   fetch:HOW (proc, proc_v2, entry, entry_version), then fmalloc:NAME:SIZE,
  *   ffree:NAME, fmeminfo through the fetched cuMemAlloc, cuMemFree, cuMemGetInfo
@@ -24,11 +25,13 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, void *pool, void *
 CUresult cuMemFree_v2(CUdeviceptr p);
 CUresult cuMemFreeAsync(CUdeviceptr p, void *stream);
 CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total);
+#ifndef DRIVER_ONLY
 int cudaMalloc(void **p, size_t size);
-CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, unsigned long long flags);
-CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags, int *status);
 int cudaGetDriverEntryPoint(const char *symbol, void **pfn, unsigned long long flags, int *status);
 int cudaGetDriverEntryPointByVersion(const char *symbol, void **pfn, unsigned version, unsigned long long flags, int *status);
+#endif
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, unsigned long long flags);
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags, int *status);
 
 typedef struct { int type; int requestedHandleTypes; struct { int type; int id; } location; void *win32; unsigned char flags[8]; } CUmemAllocationProp;
 CUresult cuMemCreate(unsigned long long *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags);
@@ -44,8 +47,10 @@ static void *fetch(const char *how, const char *symbol) {
     int status = 0;
     if (!strcmp(how, "proc")) cuGetProcAddress(symbol, &f, 13000, 0);
     else if (!strcmp(how, "proc_v2")) cuGetProcAddress_v2(symbol, &f, 13000, 0, &status);
+#ifndef DRIVER_ONLY
     else if (!strcmp(how, "entry")) cudaGetDriverEntryPoint(symbol, &f, 0, &status);
     else cudaGetDriverEntryPointByVersion(symbol, &f, 13000, 0, &status);
+#endif
     return f;
 }
 
@@ -82,10 +87,21 @@ int main(int argc, char **argv) {
             else if (!strcmp(op, "managed")) rc = cuMemAllocManaged(&p, size, 1);
             else if (!strcmp(op, "async")) rc = cuMemAllocAsync(&p, size, 0);
             else if (!strcmp(op, "pool")) rc = cuMemAllocFromPoolAsync(&p, size, 0, 0);
+#ifndef DRIVER_ONLY
             else rc = cudaMalloc((void **)&p, size);
+#else
+            else rc = 1;
+#endif
             int i = slot(fields[1]);
             if (rc == 0) { names[i].ptr = p; names[i].size = size; }
             printf("%s %s rc=%d ptr=%#llx\n", op, fields[1], rc, rc == 0 ? p : 0ULL);
+        } else if (!strcmp(op, "maps")) {
+            FILE *maps = fopen("/proc/self/maps", "r");
+            char line[512];
+            int runtime = 0;
+            while (maps && fgets(line, sizeof line, maps)) runtime |= strstr(line, "libcudart") != NULL;
+            if (maps) fclose(maps);
+            printf("maps runtime_loaded=%d\n", runtime);
         } else if (!strcmp(op, "create")) {
             CUmemAllocationProp prop = {0};
             prop.type = 1; /* pinned */

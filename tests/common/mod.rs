@@ -142,6 +142,20 @@ pub fn fake_dir(runtime: Runtime) -> &'static Path {
                 "-lcuda",
                 "-lcudart",
             ]);
+            let out = dir.join("driver_only_client");
+            cc(&[
+                "-O1",
+                "-DDRIVER_ONLY",
+                "-o",
+                out.to_str().unwrap(),
+                tests_dir()
+                    .join("clients/driver_client.c")
+                    .to_str()
+                    .unwrap(),
+                &format!("-L{}", dir.display()),
+                &format!("-Wl,-rpath,{}", dir.display()),
+                "-lcuda",
+            ]);
             dirs.insert(major, dir);
         }
         dirs
