@@ -364,8 +364,8 @@ fn a_driver_only_program_never_gets_the_runtime_loaded() {
     assert_eq!(run.line("maps"), "maps runtime_loaded=0");
     assert_eq!(
         run.events("promote").len(),
-        1,
-        "b promoted through the driver"
+        2,
+        "b and c promoted through the driver"
     );
     let process = &run.trace()["processes"][0];
     assert!(
