@@ -376,3 +376,72 @@ fn a_driver_only_program_never_gets_the_runtime_loaded() {
         "{process}"
     );
 }
+
+#[test]
+fn dlsym_hands_back_the_hooks_and_answers_as_glibc_otherwise() {
+    let dir = fake_dir(Runtime::Fake13);
+    let steps = [
+        "default",
+        "next",
+        "lookup:libcuda.so.1:cuMemAlloc_v2",
+        "lookup:libcudart.so.13:cudaMalloc",
+        "lookup:libcuda.so.1:cuInit",
+        "lookup:libcuda.so.1:cuMemAlloc",
+        "lookup:libc.so.6:getpid",
+        "alloc:a:24",
+        "alloc:b:16",
+    ];
+    let path = [
+        ("VRAMSHARE_QUOTA", "32MiB"),
+        ("LD_LIBRARY_PATH", dir.to_str().unwrap()),
+    ];
+    let run = run_in(dir, "dlsym_client", &steps, &path, true);
+    run.assert_ok();
+    assert_eq!(
+        run.line("default"),
+        "default same=1",
+        "RTLD_DEFAULT as glibc"
+    );
+    assert_eq!(
+        run.line("next"),
+        "next ok=1 wrapped=1",
+        "RTLD_NEXT relative to its caller: the interposer finds libc's getpid"
+    );
+    assert_eq!(
+        run.field("lookup cuMemAlloc_v2", "owner"),
+        "libvramshare.so",
+        "a driver hook"
+    );
+    assert_eq!(
+        run.field("lookup cudaMalloc", "owner"),
+        "libvramshare.so",
+        "a runtime hook"
+    );
+    assert_eq!(
+        run.field("lookup cuInit", "owner"),
+        "libcuda.so.1",
+        "not hooked: the driver's own"
+    );
+    assert_eq!(
+        run.field("lookup cuMemAlloc", "owner"),
+        "none",
+        "not in the fake: still not found"
+    );
+    assert_eq!(run.field("lookup getpid", "owner"), "libc.so.6");
+    assert_eq!((run.rc("alloc a"), run.rc("alloc b")), (0, 0));
+    let placements: Vec<String> = run
+        .allocations()
+        .into_iter()
+        .map(|(_, placement)| placement)
+        .collect();
+    assert_eq!(
+        placements,
+        ["device", "host"],
+        "allocations through a dlsym'd pointer are held to the quota"
+    );
+
+    // Without the shim, the same lookups find the libraries' own functions.
+    let bare = run_in(dir, "dlsym_client", &steps[..4], &path, false);
+    assert_eq!(bare.field("lookup cuMemAlloc_v2", "owner"), "libcuda.so.1");
+    assert_eq!(bare.line("next"), "next ok=1 wrapped=1");
+}

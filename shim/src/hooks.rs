@@ -48,6 +48,16 @@ macro_rules! hooks {
         #[allow(dead_code)]
         pub const HOOKED: &[Api] = &[ $( Api::$name, )* ];
 
+        /// The exported hook of exactly this name, if there is one.
+        pub fn hook_named(name: &[u8]) -> Option<*mut c_void> {
+            $(
+                if name == stringify!($name).as_bytes() {
+                    return Some($name as *const () as *mut c_void);
+                }
+            )*
+            None
+        }
+
         /// For each hook: the real function's address and the hook's, so
         /// that a function pointer handed out by the driver's own lookup
         /// (`cuGetProcAddress` and the runtime's entry points) can be swapped

@@ -10,11 +10,14 @@
 //! - [`placement`]: the advise and prefetch calls for CUDA 12 and 13;
 //! - [`ledger`]: every pointer handed out, and per-device counters;
 //! - [`trace`], [`report`]: events, and the JSON written at exit;
-//! - [`config`], [`state`], [`log`]: variables, process state, stderr.
+//! - [`config`], [`state`], [`log`]: variables, process state, stderr;
+//! - `dlsym`: lookups in a CUDA library's handle hand back the hooks.
 
 #[macro_use]
 mod log;
 pub mod config;
+#[cfg(all(target_arch = "x86_64", not(test)))]
+mod dlsym;
 mod guard;
 pub mod hooks;
 mod ledger;
@@ -30,6 +33,9 @@ mod trace;
 #[cfg_attr(test, allow(dead_code))]
 extern "C" fn on_load() {
     let _ = std::panic::catch_unwind(|| {
+        // glibc's dlsym, before anyone looks anything up through ours.
+        #[cfg(all(target_arch = "x86_64", not(test)))]
+        dlsym::resolve_real();
         let config = state::load_config();
         log::set_level(config.log);
         // Processes of one job that share a trace file (no `%p` in its name)

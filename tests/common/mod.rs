@@ -142,6 +142,29 @@ pub fn fake_dir(runtime: Runtime) -> &'static Path {
                 "-lcuda",
                 "-lcudart",
             ]);
+            // A program that finds CUDA through dlopen and dlsym, with an
+            // RTLD_NEXT interposer of getpid linked in.
+            let wrap = dir.join("libgetpid_wrap.so");
+            cc(&[
+                "-O1",
+                "-shared",
+                "-fPIC",
+                "-o",
+                wrap.to_str().unwrap(),
+                tests_dir().join("clients/getpid_wrap.c").to_str().unwrap(),
+                "-ldl",
+            ]);
+            let out = dir.join("dlsym_client");
+            cc(&[
+                "-O1",
+                "-o",
+                out.to_str().unwrap(),
+                tests_dir().join("clients/dlsym_client.c").to_str().unwrap(),
+                &format!("-L{}", dir.display()),
+                &format!("-Wl,-rpath,{}", dir.display()),
+                "-lgetpid_wrap",
+                "-ldl",
+            ]);
             let out = dir.join("driver_only_client");
             cc(&[
                 "-O1",
