@@ -109,7 +109,7 @@ fn driver_allocations_are_held_to_the_quota_and_spill_through_the_driver() {
 }
 
 #[test]
-fn a_spilled_block_freed_stream_ordered_goes_to_cu_mem_free() {
+fn managed_blocks_freed_stream_ordered_go_to_cu_mem_free() {
     let run = driver_client(
         &[("VRAMSHARE_QUOTA", "32MiB")],
         &["async:a:32M", "async:b:16M", "freeasync:b", "freeasync:a"],
@@ -128,6 +128,23 @@ fn a_spilled_block_freed_stream_ordered_goes_to_cu_mem_free() {
         run.calls_with(&["cuMemFreeAsync", "rc=0"]).len(),
         1,
         "a, on the device, freed as asked"
+    );
+}
+
+#[test]
+fn the_callers_own_managed_memory_freed_stream_ordered_goes_to_cu_mem_free() {
+    let run = driver_client(
+        &[("VRAMSHARE_QUOTA", "32MiB")],
+        &["managed:m:1M", "freeasync:m"],
+    );
+    run.assert_ok();
+    let m = format!("ptr={}", run.field("managed m", "ptr"));
+    assert_eq!(run.rc("freeasync m"), 0);
+    assert_eq!(
+        run.calls_with(&["cuMemFree_v2", &m, "rc=0"]).len(),
+        1,
+        "{:#?}",
+        run.calls
     );
 }
 

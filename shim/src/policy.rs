@@ -130,7 +130,7 @@ where
         } else if taken < size {
             state.ledger.unreserve(device, size - taken);
         }
-        let managed = api == Api::cudaMallocManaged;
+        let managed = matches!(api, Api::cudaMallocManaged | Api::cuMemAllocManaged);
         let block = Block {
             size: taken,
             device,
