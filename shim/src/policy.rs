@@ -408,9 +408,11 @@ pub unsafe fn malloc_3d(pitched: *mut cudaPitchedPtr, extent: cudaExtent) -> cud
     })
 }
 
-/// `cudaFree` and `cudaFreeAsync`. A spilled block is managed memory (also
-/// once promoted) and is always given back with `cudaFree` (which waits for the device first, as
-/// the stream order of `cudaFreeAsync` requires). A pointer the shim did not
+/// `cudaFree`, `cudaFreeAsync` and the driver's `cuMemFree_v2`,
+/// `cuMemFreeAsync`. Managed memory (a spilled block, also once promoted, or
+/// the caller's own) is always given back with `cudaFree` or `cuMemFree_v2`,
+/// which wait for the device first, as a stream-ordered free requires, and
+/// which the stream-ordered frees would refuse. A pointer the shim did not
 /// hand out goes to the real function, which answers for it.
 ///
 /// # Safety
