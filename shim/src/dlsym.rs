@@ -10,7 +10,9 @@
 //! lookups in the driver are left alone (it calls the driver through them
 //! from inside the hooks, which must reach the real functions), and so are
 //! the shim's own (they happen inside a hook, where the guard passes them
-//! through). x86-64 only.
+//! through). x86-64 only. glibc's `dlsym` is found when the library loads;
+//! a lookup made before that (by another library's constructor) is answered
+//! from here, where `RTLD_NEXT` would be relative to the shim.
 
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
