@@ -294,6 +294,16 @@ fn dump_and_report_name_the_leak_a_client_left() {
     assert_eq!(trace.events_lost, Some(0));
     let ops: Vec<&str> = trace.events.iter().map(|e| e.op.as_str()).collect();
     assert_eq!(ops, ["alloc", "alloc", "free", "alloc", "free"]);
+    // The client has exited; its registry slot still names it.
+    let process = &trace.processes[0];
+    assert!(
+        process
+            .cmdline
+            .ends_with("client malloc:kept:24M malloc:b:16M free:b malloc:c:1M free:c"),
+        "{process:?}"
+    );
+    assert_eq!(process.quota["0"], 32 * MIB);
+    assert_eq!(process.device_in_use["0"], 24 * MIB, "what it held at exit");
     assert!(trace
         .events
         .iter()

@@ -56,9 +56,13 @@ pub fn dump(dir: &Path, pid: Option<u32>, output: Option<&Path>) -> Result<ExitC
     cursor.drain(&ring, &mut events, true);
     events.retain(|e| pid.is_none_or(|p| e.pid == p));
 
-    // Processes: the live ones from the registry, and a bare entry for each
-    // other pid that has events in the ring.
-    let live = crate::ps::live_processes(dir).unwrap_or_default();
+    // Processes: the live ones from the registry; for each other pid with
+    // events, the registry's record of it after it exited if the slot is
+    // still there (the latest one registered before its first event, in case
+    // the pid was reused), or else a bare entry.
+    let registry = crate::ps::registry(dir).ok();
+    let live = registry.as_ref().map(|r| r.live()).unwrap_or_default();
+    let gone = registry.as_ref().map(|r| r.gone()).unwrap_or_default();
     let mut processes: Vec<ProcessJson> = live
         .iter()
         .filter(|p| pid.is_none_or(|want| p.pid == want))
@@ -70,10 +74,22 @@ pub fn dump(dir: &Path, pid: Option<u32>, output: Option<&Path>) -> Result<ExitC
         .map(|e| e.pid)
         .filter(|p| !known.contains(p))
         .collect();
-    processes.extend(others.into_iter().map(|pid| ProcessJson {
-        pid,
-        ..ProcessJson::default()
-    }));
+    for other in others {
+        let first_event = events
+            .iter()
+            .filter(|e| e.pid == other)
+            .map(|e| e.t_ns)
+            .min()
+            .unwrap_or(u64::MAX);
+        let record = gone
+            .iter()
+            .filter(|g| g.pid == other && g.registered_ns <= first_event)
+            .max_by_key(|g| g.registered_ns);
+        processes.push(record.map(process_json).unwrap_or(ProcessJson {
+            pid: other,
+            ..ProcessJson::default()
+        }));
+    }
 
     let trace = TraceJson {
         events_lost: Some(overwritten_before + cursor.lost),

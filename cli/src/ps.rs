@@ -10,11 +10,14 @@ use vramshare_common::files::open_existing;
 use vramshare_common::registry::{DeviceInfo, ProcessInfo, Registry, RegistryFile};
 use vramshare_common::size::human_bytes;
 
-pub fn live_processes(dir: &Path) -> Result<Vec<ProcessInfo>, String> {
+/// The shared registry in `dir`, checked.
+pub fn registry(dir: &Path) -> Result<Registry<memmap2::Mmap>, String> {
     let map = open_existing::<RegistryFile>(dir).map_err(|e| e.to_string())?;
-    let registry =
-        Registry::new(map).map_err(|why| format!("{}: {why}", dir.join("registry").display()))?;
-    Ok(registry.live())
+    Registry::new(map).map_err(|why| format!("{}: {why}", dir.join("registry").display()))
+}
+
+pub fn live_processes(dir: &Path) -> Result<Vec<ProcessInfo>, String> {
+    Ok(registry(dir)?.live())
 }
 
 #[derive(Serialize)]

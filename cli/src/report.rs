@@ -88,7 +88,7 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
         let quota = match of(&process.quota) {
             Some(bytes) => human_bytes(bytes),
             None if recorded => "none".to_string(),
-            None => "not recorded (the process had exited before the dump)".to_string(),
+            None => "not recorded (the process's registry slot was taken by another)".to_string(),
         };
         let on_device = |e: &&&EventJson| e.device.to_string() == *device;
         let sum = |op: Op, placement: Option<Placement>| -> (usize, u64) {

@@ -5,7 +5,10 @@
 //!
 //! Layout (native byte order; `registry` in `VRAMSHARE_DIR`): a 64-byte
 //! header (magic `VSHREG01`, version 1, slot size, slot count, as in the
-//! ring), then the slots. A slot is free, being claimed, or live. A live
+//! ring), then the slots. A slot is free, being claimed, live, or exited
+//! (kept, with the process's numbers at exit, until a new process needs
+//! the slot: `vramshare dump` names the processes of the events it finds
+//! from there). Never-used slots are taken before exited ones. A live
 //! slot is trusted only while its pid is running *with the start time the
 //! slot recorded*: a process killed with SIGKILL leaves its slot live, and
 //! readers see it as dead (and the next process to claim a slot reclaims it).
@@ -31,6 +34,7 @@ pub const NO_QUOTA: u64 = u64::MAX;
 const FREE: u32 = 0;
 const CLAIMING: u32 = 1;
 const LIVE: u32 = 2;
+const EXITED: u32 = 3;
 
 /// One device's numbers for one process.
 #[repr(C)]
@@ -148,9 +152,9 @@ impl ProcessSlot {
         &self.devices
     }
 
-    /// Gives the slot back (at exit).
+    /// Gives the slot back at exit, keeping what it says for `dump`.
     pub fn release(&self) {
-        self.state.store(FREE, Ordering::Release);
+        self.state.store(EXITED, Ordering::Release);
     }
 
     fn cmdline(&self) -> String {
@@ -164,14 +168,16 @@ impl ProcessSlot {
         String::from_utf8_lossy(&bytes).into_owned()
     }
 
-    /// The slot's contents if it belongs to a live process.
-    fn snapshot(&self) -> Option<ProcessInfo> {
-        if self.state.load(Ordering::Acquire) != LIVE {
+    /// The slot's contents if it belongs to a live process (`live`), or to
+    /// one that has exited or died (`!live`).
+    fn snapshot(&self, live: bool) -> Option<ProcessInfo> {
+        let state = self.state.load(Ordering::Acquire);
+        if state != LIVE && state != EXITED {
             return None;
         }
         let pid = self.pid.load(Ordering::Relaxed);
         let start_time = self.start_time.load(Ordering::Relaxed);
-        if !process::is_alive(pid, start_time) {
+        if live != (state == LIVE && process::is_alive(pid, start_time)) {
             return None;
         }
         let info = ProcessInfo {
@@ -189,15 +195,17 @@ impl ProcessSlot {
                 .collect(),
         };
         // Reclaimed by another process while we copied: not this one any more.
-        let same = self.state.load(Ordering::Acquire) == LIVE
+        let same = self.state.load(Ordering::Acquire) == state
             && self.pid.load(Ordering::Relaxed) == pid
             && self.start_time.load(Ordering::Relaxed) == start_time;
         same.then_some(info)
     }
 
-    /// Whether the slot can be taken: free, or held by a process that is gone.
+    /// Whether the slot can be taken: free, exited, or held by a process
+    /// that is gone.
     fn reclaimable(&self, state: u32) -> bool {
         state == FREE
+            || state == EXITED
             || !process::is_alive(
                 self.pid.load(Ordering::Relaxed),
                 self.start_time.load(Ordering::Relaxed),
@@ -257,7 +265,16 @@ impl<M: AsRef<[u8]>> Registry<M> {
     pub fn live(&self) -> Vec<ProcessInfo> {
         self.slots()
             .iter()
-            .filter_map(ProcessSlot::snapshot)
+            .filter_map(|slot| slot.snapshot(true))
+            .collect()
+    }
+
+    /// Processes that have exited (or died) and whose slots are not yet
+    /// taken again, with their numbers as they left them.
+    pub fn gone(&self) -> Vec<ProcessInfo> {
+        self.slots()
+            .iter()
+            .filter_map(|slot| slot.snapshot(false))
             .collect()
     }
 }
@@ -272,7 +289,17 @@ impl Registry<MmapMut> {
         cmdline: &str,
         spill_off: bool,
     ) -> Option<&ProcessSlot> {
-        for slot in self.slots() {
+        // Never-used slots first, so that exited processes stay visible to
+        // `dump` for as long as there is room.
+        let never_used = self
+            .slots()
+            .iter()
+            .filter(|s| s.state.load(Ordering::Acquire) == FREE);
+        let others = self
+            .slots()
+            .iter()
+            .filter(|s| s.state.load(Ordering::Acquire) != FREE);
+        for slot in never_used.chain(others) {
             let state = slot.state.load(Ordering::Acquire);
             if !slot.reclaimable(state) {
                 continue;
@@ -349,6 +376,16 @@ mod tests {
         );
         slot.release();
         assert!(reader.live().is_empty());
+        let gone = reader.gone();
+        assert_eq!(
+            (gone.len(), gone[0].cmdline.as_str()),
+            (1, "python train.py"),
+            "kept for dump"
+        );
+        assert_eq!(
+            gone[0].devices[0].1.device_bytes, 4096,
+            "with its numbers at exit"
+        );
     }
 
     #[test]
@@ -360,20 +397,32 @@ mod tests {
         // The same pid with another start time: a process that died, its pid reused.
         let stale = registry.claim(me, start - 1, "dead job", false).unwrap();
         assert!(registry.live().is_empty(), "never trusted");
-        let mine = registry
-            .claim(
-                me,
-                start,
-                "live job with a long command line ".repeat(10).as_str(),
-                true,
-            )
-            .unwrap();
+        assert_eq!(registry.gone()[0].cmdline, "dead job", "but kept for dump");
+        let long = "live job with a long command line ".repeat(10);
+        let mine = registry.claim(me, start, &long, true).unwrap();
         assert!(
-            std::ptr::eq(stale, mine),
-            "the dead process's slot is reclaimed first"
+            !std::ptr::eq(stale, mine),
+            "never-used slots are taken first"
         );
+        for _ in 2..DEFAULT_SLOTS {
+            registry.claim(me, start, "filler", false).unwrap();
+        }
+        let last = registry.claim(me, start, "one more", false).unwrap();
+        assert!(
+            std::ptr::eq(stale, last),
+            "then the dead process's slot is reclaimed"
+        );
+        assert!(
+            registry.claim(me, start, "too many", false).is_none(),
+            "all held by a live process"
+        );
+        assert!(registry.gone().is_empty());
         let live = registry.live();
-        assert_eq!(live[0].cmdline.len(), CMDLINE_BYTES);
-        assert!(live[0].spill_off);
+        let long_one = live.iter().find(|p| p.spill_off).unwrap();
+        assert_eq!(
+            long_one.cmdline.len(),
+            CMDLINE_BYTES,
+            "cut to the slot's room"
+        );
     }
 }
