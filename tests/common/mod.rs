@@ -60,24 +60,36 @@ fn build_root() -> PathBuf {
 
 /// Builds the clients in `dir` against the `libcudart.so` found there.
 pub fn build_clients(dir: &Path) {
+    for client in ["client", "stress"] {
+        program(dir, client, &[], &["-lcudart", "-lpthread"]);
+    }
+}
+
+/// Builds `tests/clients/NAME.c` into `dir/NAME`, linked against the
+/// libraries in `dir` with `libs`.
+pub fn program(dir: &Path, name: &str, flags: &[&str], libs: &[&str]) {
+    program_as(dir, name, name, flags, libs);
+}
+
+/// The same, from `tests/clients/SOURCE.c` into `dir/OUTPUT`.
+pub fn program_as(dir: &Path, source: &str, output: &str, flags: &[&str], libs: &[&str]) {
+    let source = tests_dir().join(format!("clients/{source}.c"));
+    let out = dir.join(output);
     let include = format!("-I{}", tests_dir().join("clients").display());
     let lib_dir = format!("-L{}", dir.display());
     let rpath = format!("-Wl,-rpath,{}", dir.display());
-    for client in ["client", "stress"] {
-        let source = tests_dir().join(format!("clients/{client}.c"));
-        let out = dir.join(client);
-        cc(&[
-            "-O1",
-            "-o",
-            out.to_str().unwrap(),
-            source.to_str().unwrap(),
-            &include,
-            &lib_dir,
-            &rpath,
-            "-lcudart",
-            "-lpthread",
-        ]);
-    }
+    let mut args = vec![
+        "-O1",
+        "-o",
+        out.to_str().unwrap(),
+        source.to_str().unwrap(),
+        &include,
+        &lib_dir,
+        &rpath,
+    ];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(libs);
+    cc(&args);
 }
 
 /// Builds a fake runtime (with NVIDIA's symbol version node) and the clients
@@ -128,57 +140,24 @@ pub fn fake_dir(runtime: Runtime) -> &'static Path {
             let _ = std::fs::remove_file(&link);
             std::os::unix::fs::symlink("libcuda.so.1", &link).unwrap();
             build_clients(&dir);
-            let out = dir.join("driver_client");
-            cc(&[
-                "-O1",
-                "-o",
-                out.to_str().unwrap(),
-                tests_dir()
-                    .join("clients/driver_client.c")
-                    .to_str()
-                    .unwrap(),
-                &format!("-L{}", dir.display()),
-                &format!("-Wl,-rpath,{}", dir.display()),
-                "-lcuda",
-                "-lcudart",
-            ]);
+            program(&dir, "driver_client", &[], &["-lcuda", "-lcudart"]);
+            program_as(
+                &dir,
+                "driver_client",
+                "driver_only_client",
+                &["-DDRIVER_ONLY"],
+                &["-lcuda"],
+            );
             // A program that finds CUDA through dlopen and dlsym, with an
             // RTLD_NEXT interposer of getpid linked in.
-            let wrap = dir.join("libgetpid_wrap.so");
-            cc(&[
-                "-O1",
-                "-shared",
-                "-fPIC",
-                "-o",
-                wrap.to_str().unwrap(),
-                tests_dir().join("clients/getpid_wrap.c").to_str().unwrap(),
-                "-ldl",
-            ]);
-            let out = dir.join("dlsym_client");
-            cc(&[
-                "-O1",
-                "-o",
-                out.to_str().unwrap(),
-                tests_dir().join("clients/dlsym_client.c").to_str().unwrap(),
-                &format!("-L{}", dir.display()),
-                &format!("-Wl,-rpath,{}", dir.display()),
-                "-lgetpid_wrap",
-                "-ldl",
-            ]);
-            let out = dir.join("driver_only_client");
-            cc(&[
-                "-O1",
-                "-DDRIVER_ONLY",
-                "-o",
-                out.to_str().unwrap(),
-                tests_dir()
-                    .join("clients/driver_client.c")
-                    .to_str()
-                    .unwrap(),
-                &format!("-L{}", dir.display()),
-                &format!("-Wl,-rpath,{}", dir.display()),
-                "-lcuda",
-            ]);
+            program_as(
+                &dir,
+                "getpid_wrap",
+                "libgetpid_wrap.so",
+                &["-shared", "-fPIC"],
+                &["-ldl"],
+            );
+            program(&dir, "dlsym_client", &[], &["-lgetpid_wrap", "-ldl"]);
             dirs.insert(major, dir);
         }
         dirs
