@@ -1,50 +1,23 @@
 //! `vramshare dump`: the shared trace ring as `vramshare-trace/1` JSON.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::ExitCode;
 
 use vramshare_common::files::open_existing;
 use vramshare_common::registry::ProcessInfo;
 use vramshare_common::ring::{Cursor, Ring, RingFile};
-use vramshare_common::trace_json::{Counts, EventJson, ProcessJson, TraceJson};
+use vramshare_common::trace_json::{EventJson, ProcessJson, TraceJson};
 
 /// A live process's summary from its registry slot (no leaks: it still runs).
 fn process_json(info: &ProcessInfo) -> ProcessJson {
-    let per_device = |value: &dyn Fn(&vramshare_common::registry::DeviceInfo) -> u64| {
-        info.devices
-            .iter()
-            .map(|(d, i)| (d.to_string(), value(i)))
-            .collect::<BTreeMap<_, _>>()
-    };
     ProcessJson {
         pid: info.pid,
         cmdline: info.cmdline.clone(),
-        quota: info
-            .devices
-            .iter()
-            .filter_map(|(d, i)| Some((d.to_string(), i.quota?)))
-            .collect(),
         spill: if info.spill_off { "off" } else { "host" }.to_string(),
-        peak_device: per_device(&|i| i.peak_device),
-        peak_spilled: per_device(&|i| i.peak_spilled),
-        device_in_use: per_device(&|i| i.device_bytes),
-        spilled_in_use: per_device(&|i| i.spilled_bytes),
-        counts: info
-            .devices
-            .iter()
-            .map(|(d, i)| {
-                let counts = Counts {
-                    allocations: i.allocations,
-                    spills: i.spills,
-                    promotions: i.promotions,
-                    rejections: i.rejections,
-                };
-                (d.to_string(), counts)
-            })
-            .collect(),
         ..ProcessJson::default()
     }
+    .with_devices(&info.devices)
 }
 
 pub fn dump(dir: &Path, pid: Option<u32>, output: Option<&Path>) -> Result<ExitCode, String> {

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::event::{Api, Event, Op, Placement};
+use crate::registry::DeviceInfo;
 
 pub const SCHEMA: &str = "vramshare-trace/1";
 
@@ -110,6 +111,32 @@ pub struct ProcessJson {
     /// the driver), and the runtime's version (0 if it was never asked).
     pub runtime: String,
     pub runtime_version: i32,
+}
+
+impl ProcessJson {
+    /// Fills the per-device maps (quota, peaks, bytes in use, counts) from
+    /// the counters of each device, as the shim keeps them and the registry
+    /// shows them.
+    pub fn with_devices(mut self, devices: &[(u32, DeviceInfo)]) -> ProcessJson {
+        for (device, info) in devices {
+            let key = device.to_string();
+            if let Some(quota) = info.quota {
+                self.quota.insert(key.clone(), quota);
+            }
+            self.peak_device.insert(key.clone(), info.peak_device);
+            self.peak_spilled.insert(key.clone(), info.peak_spilled);
+            self.device_in_use.insert(key.clone(), info.device_bytes);
+            self.spilled_in_use.insert(key.clone(), info.spilled_bytes);
+            let counts = Counts {
+                allocations: info.allocations,
+                spills: info.spills,
+                promotions: info.promotions,
+                rejections: info.rejections,
+            };
+            self.counts.insert(key, counts);
+        }
+        self
+    }
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]

@@ -5,18 +5,15 @@
 //! part in under an `flock`, and a file left by an earlier job (another
 //! `VRAMSHARE_JOB`) is replaced rather than merged into.
 
-use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::Ordering;
 
-use crate::config::{Quota, Spill, MAX_DEVICES};
-use crate::state::{config, State, QUOTA_NONE, QUOTA_UNRESOLVED};
-use vramshare_common::trace_json::{
-    Counts, EventJson, LeakJson, PerDevice, ProcessJson, TraceJson,
-};
+use crate::config::{Limit, Quota, Spill};
+use crate::state::{config, State, QUOTA_UNRESOLVED};
+use vramshare_common::trace_json::{EventJson, LeakJson, ProcessJson, TraceJson};
 
 /// The variable that ties the processes of one job together.
 pub const JOB_VARIABLE: &str = "VRAMSHARE_JOB";
@@ -27,45 +24,11 @@ pub fn trace_path(template: &str, pid: u32) -> String {
 
 pub fn process_summary(state: &State) -> ProcessJson {
     let config = config();
-    let mut quota = PerDevice::new();
-    for device in 0..MAX_DEVICES as u32 {
-        match state.cached_quota(device) {
-            QUOTA_NONE => {}
-            QUOTA_UNRESOLVED => {
-                if let (Quota::PerDevice(_), Some(crate::config::Limit::Bytes(b))) =
-                    (&config.quota, config.quota.for_device(device))
-                {
-                    quota.insert(device.to_string(), b);
-                }
-            }
-            bytes => {
-                quota.insert(device.to_string(), bytes);
-            }
-        }
-    }
-    let (mut peak_device, mut peak_spilled, mut device_in_use, mut spilled_in_use) = (
-        PerDevice::new(),
-        PerDevice::new(),
-        PerDevice::new(),
-        PerDevice::new(),
-    );
-    let mut counts = BTreeMap::new();
-    for (device, usage) in state.ledger.active_devices() {
-        let key = device.to_string();
-        peak_device.insert(key.clone(), usage.peak_device.load(Ordering::Relaxed));
-        peak_spilled.insert(key.clone(), usage.peak_spilled.load(Ordering::Relaxed));
-        device_in_use.insert(key.clone(), usage.device_bytes.load(Ordering::Relaxed));
-        spilled_in_use.insert(key.clone(), usage.spilled_bytes.load(Ordering::Relaxed));
-        counts.insert(
-            key,
-            Counts {
-                allocations: usage.allocations.load(Ordering::Relaxed),
-                spills: usage.spills.load(Ordering::Relaxed),
-                promotions: usage.promotions.load(Ordering::Relaxed),
-                rejections: usage.rejections.load(Ordering::Relaxed),
-            },
-        );
-    }
+    let devices: Vec<_> = state
+        .ledger
+        .active_devices()
+        .map(|(device, counters)| (device, counters.snapshot()))
+        .collect();
     let leaked = state
         .ledger
         .live_blocks()
@@ -78,20 +41,14 @@ pub fn process_summary(state: &State) -> ProcessJson {
             api: block.api.name().to_string(),
         })
         .collect();
-    ProcessJson {
+    let mut summary = ProcessJson {
         pid: state.pid,
         cmdline: vramshare_common::process::cmdline(state.pid),
-        quota,
         spill: match config.spill {
             Spill::Host => "host",
             Spill::Off => "off",
         }
         .to_string(),
-        peak_device,
-        peak_spilled,
-        device_in_use,
-        spilled_in_use,
-        counts,
         leaked,
         events_dropped: state.trace.as_ref().map_or(0, |t| t.dropped()),
         // The libraries the process loaded itself (nothing is loaded here).
@@ -101,7 +58,19 @@ pub fn process_summary(state: &State) -> ProcessJson {
         // Asked on first use of each device; never asked here, at exit, when
         // the runtime may already be shutting down.
         runtime_version: state.runtime_version.load(Ordering::Relaxed),
+        ..ProcessJson::default()
     }
+    .with_devices(&devices);
+    // Quotas of listed devices the process never used (resolved ones are in
+    // the counters already).
+    if let Quota::PerDevice(list) = &config.quota {
+        for (device, limit) in list {
+            if let (Limit::Bytes(bytes), QUOTA_UNRESOLVED) = (limit, state.cached_quota(*device)) {
+                summary.quota.insert(device.to_string(), *bytes);
+            }
+        }
+    }
+    summary
 }
 
 pub fn trace_json(state: &State, job: Option<String>) -> TraceJson {
