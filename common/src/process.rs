@@ -1,32 +1,30 @@
 //! Facts about processes from the kernel: identity that survives pid reuse,
 //! command lines, and a clock shared by all processes of the machine.
 
+/// The fields of `/proc/PID/stat` after the command name: the state first
+/// (field 3), the start time 20th (field 22). The name is in parentheses and
+/// may hold spaces or parentheses itself, so fields count from the last ')'.
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    Some(after_name.split_whitespace().map(str::to_string).collect())
+}
+
 /// The process's start time in clock ticks since boot (`/proc/PID/stat`,
 /// field 22). A pid and this together name one process: a reused pid has a
 /// later start time.
 pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is in parentheses and may hold spaces or
-    // parentheses itself: count fields from the last ')'.
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    after_name.split_whitespace().nth(19)?.parse().ok()
+    stat_fields(pid)?.get(19)?.parse().ok()
 }
 
 /// Whether the process that had `pid` and `start` is still running (a
 /// zombie counts as gone: it holds no GPU memory).
 pub fn is_alive(pid: u32, start: u64) -> bool {
-    if pid == 0 {
-        return false;
-    }
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    let Some(fields) = stat_fields(pid).filter(|_| pid != 0) else {
         return false;
     };
-    let Some(after_name) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-        return false;
-    };
-    let mut fields = after_name.split_whitespace();
-    let state = fields.next();
-    let started = fields.nth(18).and_then(|s| s.parse::<u64>().ok());
+    let state = fields.first().map(String::as_str);
+    let started = fields.get(19).and_then(|s| s.parse::<u64>().ok());
     state != Some("Z") && state != Some("X") && started == Some(start)
 }
 

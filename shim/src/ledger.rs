@@ -56,6 +56,13 @@ pub struct Ledger {
     spilled: Vec<Mutex<BTreeSet<(u64, usize)>>>,
 }
 
+/// Takes `amount` off a counter, never below zero.
+fn subtract(counter: &AtomicU64, amount: u64) {
+    let _ = counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |value| {
+        Some(value.saturating_sub(amount))
+    });
+}
+
 /// Raises a peak; reads first, so that threads below the peak do not write
 /// (and bounce) its cache line on every allocation.
 fn raise_peak(peak: &AtomicU64, value: u64) {
@@ -114,12 +121,7 @@ impl Ledger {
     }
 
     pub fn unreserve(&self, device: u32, size: u64) {
-        let usage = self.device(device);
-        let _ = usage
-            .device_bytes
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                Some(used.saturating_sub(size))
-            });
+        subtract(&self.device(device).device_bytes, size);
     }
 
     /// Records a block the real runtime handed out. Device bytes must already
@@ -173,12 +175,7 @@ impl Ledger {
             Placement::Device => self.unreserve(block.device, block.size),
             Placement::Host => {
                 lock(&self.spilled[block.device as usize]).remove(&(block.size, ptr));
-                let _ =
-                    usage
-                        .spilled_bytes
-                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
-                            Some(s.saturating_sub(block.size))
-                        });
+                subtract(&usage.spilled_bytes, block.size);
             }
             Placement::Unknown => {}
         }
@@ -212,11 +209,7 @@ impl Ledger {
         block.placement = Placement::Device;
         let usage = self.device(block.device);
         lock(&self.spilled[block.device as usize]).remove(&(block.size, ptr));
-        let _ = usage
-            .spilled_bytes
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
-                Some(s.saturating_sub(block.size))
-            });
+        subtract(&usage.spilled_bytes, block.size);
         usage.promotions.fetch_add(1, Ordering::Relaxed);
         Some(block.api)
     }
