@@ -11,49 +11,6 @@ use cudart_sys::*;
 
 #[test]
 fn ffi_matches_nvidias_headers() {
-    let Some(cu13) = nvidia_runtime() else { return };
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-layout");
-    std::fs::create_dir_all(&dir).unwrap();
-    let source = dir.join("layout.c");
-    std::fs::write(
-        &source,
-        r#"#include <stdio.h>
-#include <driver_types.h>
-#define VALUE(x) printf(#x " %lld\n", (long long)(x))
-int main(void) {
-    VALUE(cudaSuccess); VALUE(cudaErrorInvalidValue); VALUE(cudaErrorMemoryAllocation);
-    VALUE(cudaErrorInitializationError); VALUE(cudaErrorInsufficientDriver);
-    VALUE(cudaErrorNoDevice); VALUE(cudaErrorNotSupported);
-    VALUE(cudaMemAdviseSetPreferredLocation); VALUE(cudaMemAdviseSetAccessedBy);
-    VALUE(cudaMemLocationTypeDevice); VALUE(cudaMemLocationTypeHost); VALUE(cudaMemLocationTypeHostNuma);
-    VALUE(cudaCpuDeviceId); VALUE(cudaMemAttachGlobal); VALUE(cudaMemAttachHost); VALUE(cudaStreamNonBlocking);
-    VALUE(sizeof(cudaError_t)); VALUE(sizeof(enum cudaMemoryAdvise)); VALUE(sizeof(cudaStream_t));
-    VALUE(sizeof(struct cudaMemLocation)); VALUE(_Alignof(struct cudaMemLocation));
-    VALUE(sizeof(struct cudaExtent)); VALUE(sizeof(struct cudaPitchedPtr));
-    VALUE(offsetof(struct cudaMemLocation, id)); VALUE(offsetof(struct cudaPitchedPtr, pitch));
-    VALUE(offsetof(struct cudaPitchedPtr, ysize)); VALUE(offsetof(struct cudaExtent, depth));
-    return 0;
-}
-"#,
-    )
-    .unwrap();
-    let exe = dir.join("layout");
-    cc(&[
-        "-std=c11",
-        "-include",
-        "stddef.h",
-        "-o",
-        exe.to_str().unwrap(),
-        source.to_str().unwrap(),
-        &format!("-I{}", cu13.join("include").display()),
-    ]);
-    let output = std::process::Command::new(&exe).output().unwrap();
-    let text = String::from_utf8(output.stdout).unwrap();
-    let nvidia: std::collections::HashMap<&str, i64> = text
-        .lines()
-        .map(|l| l.rsplit_once(' ').unwrap())
-        .map(|(k, v)| (k, v.parse().unwrap()))
-        .collect();
     let ours: [(&str, i64); 27] = [
         ("cudaSuccess", cudaSuccess as i64),
         ("cudaErrorInvalidValue", cudaErrorInvalidValue as i64),
@@ -128,56 +85,11 @@ int main(void) {
             std::mem::offset_of!(cudaExtent, depth) as i64,
         ),
     ];
-    for (name, value) in ours {
-        assert_eq!(
-            nvidia.get(name),
-            Some(&value),
-            "{name}: NVIDIA's header against cudart-sys\n{text}"
-        );
-    }
+    matches_header("driver_types.h", &ours);
 }
 
 #[test]
 fn driver_ffi_matches_nvidias_cuda_h() {
-    let Some(cu13) = nvidia_runtime() else { return };
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-layout");
-    std::fs::create_dir_all(&dir).unwrap();
-    let source = dir.join("driver_layout.c");
-    std::fs::write(
-        &source,
-        r#"#include <stdio.h>
-#include <stddef.h>
-#include <cuda.h>
-#define VALUE(x) printf(#x " %lld\n", (long long)(x))
-int main(void) {
-    VALUE(CUDA_SUCCESS); VALUE(CUDA_ERROR_INVALID_VALUE); VALUE(CUDA_ERROR_OUT_OF_MEMORY); VALUE(CUDA_ERROR_NOT_SUPPORTED);
-    VALUE(CU_MEM_ADVISE_SET_PREFERRED_LOCATION); VALUE(CU_MEM_ADVISE_SET_ACCESSED_BY);
-    VALUE(CU_MEM_LOCATION_TYPE_DEVICE); VALUE(CU_MEM_LOCATION_TYPE_HOST);
-    VALUE(CU_DEVICE_CPU); VALUE(CU_MEM_ATTACH_GLOBAL); VALUE(CU_STREAM_NON_BLOCKING);
-    VALUE(sizeof(CUdeviceptr)); VALUE(sizeof(CUdevice)); VALUE(sizeof(CUresult));
-    VALUE(sizeof(CUmemLocation)); VALUE(offsetof(CUmemLocation, id));
-    VALUE(sizeof(CUmemAllocationProp)); VALUE(offsetof(CUmemAllocationProp, location));
-    VALUE(sizeof(CUmemGenericAllocationHandle));
-    return 0;
-}
-"#,
-    )
-    .unwrap();
-    let exe = dir.join("driver_layout");
-    cc(&[
-        "-std=c11",
-        "-o",
-        exe.to_str().unwrap(),
-        source.to_str().unwrap(),
-        &format!("-I{}", cu13.join("include").display()),
-    ]);
-    let text =
-        String::from_utf8(std::process::Command::new(&exe).output().unwrap().stdout).unwrap();
-    let nvidia: std::collections::HashMap<&str, i64> = text
-        .lines()
-        .map(|l| l.rsplit_once(' ').unwrap())
-        .map(|(k, v)| (k, v.parse().unwrap()))
-        .collect();
     let ours: [(&str, i64); 19] = [
         ("CUDA_SUCCESS", CUDA_SUCCESS as i64),
         ("CUDA_ERROR_INVALID_VALUE", CUDA_ERROR_INVALID_VALUE as i64),
@@ -223,11 +135,50 @@ int main(void) {
             std::mem::offset_of!(CUmemLocation, id) as i64,
         ),
     ];
+    matches_header("cuda.h", &ours);
+}
+
+/// Compiles a C program that prints each named value as NVIDIA's `header`
+/// defines it, and checks it against ours.
+fn matches_header(header: &str, ours: &[(&str, i64)]) {
+    let Some(cu13) = nvidia_runtime() else { return };
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-layout");
+    std::fs::create_dir_all(&dir).unwrap();
+    let stem = header.trim_end_matches(".h");
+    let source = dir.join(format!("{stem}.c"));
+    let values: String = ours
+        .iter()
+        .map(|(name, _)| format!("    VALUE({name});\n"))
+        .collect();
+    std::fs::write(
+        &source,
+        format!(
+            "#include <stdio.h>\n#include <stddef.h>\n#include <{header}>\n\
+             #define VALUE(x) printf(#x \" %lld\\n\", (long long)(x))\n\
+             int main(void) {{\n{values}    return 0;\n}}\n"
+        ),
+    )
+    .unwrap();
+    let exe = dir.join(stem);
+    cc(&[
+        "-std=c11",
+        "-o",
+        exe.to_str().unwrap(),
+        source.to_str().unwrap(),
+        &format!("-I{}", cu13.join("include").display()),
+    ]);
+    let text =
+        String::from_utf8(std::process::Command::new(&exe).output().unwrap().stdout).unwrap();
+    let nvidia: std::collections::HashMap<&str, i64> = text
+        .lines()
+        .map(|l| l.rsplit_once(' ').unwrap())
+        .map(|(k, v)| (k, v.parse().unwrap()))
+        .collect();
     for (name, value) in ours {
         assert_eq!(
             nvidia.get(name),
-            Some(&value),
-            "{name}: NVIDIA's cuda.h against cudart-sys\n{text}"
+            Some(value),
+            "{name}: NVIDIA's {header} against cudart-sys\n{text}"
         );
     }
 }
