@@ -431,25 +431,35 @@ fn files_of_another_user_are_refused() {
     std::os::unix::fs::chown(dir.path(), Some(65534), None).unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     // The shim refuses the folder too, and the job runs on, traced in memory.
-    let trace = dir.path().with_extension("trace.json");
-    let out = Command::new(client_path())
-        .args(["malloc:a:1M", "free:a"])
-        .env("LD_PRELOAD", shim_library())
-        .env("VRAMSHARE_DIR", dir.path())
-        .env("VRAMSHARE_TRACE", &trace)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let stderr = text(&out.stderr);
+    let run = client_in(dir.path(), &["malloc:a:1M", "free:a"]);
+    run.assert_ok();
     assert_eq!(
-        stderr.matches("cannot use the shared files").count(),
+        run.stderr.matches("cannot use the shared files").count(),
         1,
-        "warned once: {stderr}"
+        "warned once: {}",
+        run.stderr
     );
-    assert!(stderr.contains("belongs to uid 65534"), "{stderr}");
-    let trace = TraceJson::parse(&std::fs::read_to_string(&trace).unwrap()).unwrap();
-    assert_eq!(trace.events.len(), 2, "traced into its own memory");
-    let _ = std::fs::remove_file(dir.path().with_extension("trace.json"));
+    assert!(
+        run.stderr.contains("belongs to uid 65534"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        run.trace()["events"].as_array().unwrap().len(),
+        2,
+        "traced into its own memory"
+    );
+}
+
+/// The test client under the shim, with `dir` as its shared folder.
+fn client_in(dir: &Path, steps: &[&str]) -> Run {
+    run_in(
+        fake_dir(Runtime::Fake13),
+        "client",
+        steps,
+        &[("VRAMSHARE_DIR", dir.to_str().unwrap())],
+        true,
+    )
 }
 
 #[test]
@@ -457,21 +467,14 @@ fn the_shim_carries_on_past_a_corrupt_ring() {
     let dir = tempfile::tempdir().unwrap();
     make_files(dir.path());
     patch(&dir.path().join("ring"), 0, b"garbage!");
-    let trace = dir.path().join("t.json");
-    let out = Command::new(client_path())
-        .args(["malloc:a:1M", "malloc:b:1M", "free:a"])
-        .env("LD_PRELOAD", shim_library())
-        .env("VRAMSHARE_DIR", dir.path())
-        .env("VRAMSHARE_TRACE", &trace)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let stderr = text(&out.stderr);
-    assert_eq!(stderr.lines().count(), 1, "one warning: {stderr}");
+    let run = client_in(dir.path(), &["malloc:a:1M", "malloc:b:1M", "free:a"]);
+    run.assert_ok();
+    assert_eq!(run.stderr.lines().count(), 1, "one warning: {}", run.stderr);
     assert!(
-        stderr.contains("cannot use the shared files") && stderr.contains("wrong magic number"),
-        "{stderr}"
+        run.stderr.contains("cannot use the shared files")
+            && run.stderr.contains("wrong magic number"),
+        "{}",
+        run.stderr
     );
-    let trace = TraceJson::parse(&std::fs::read_to_string(&trace).unwrap()).unwrap();
-    assert_eq!(trace.events.len(), 3);
+    assert_eq!(run.trace()["events"].as_array().unwrap().len(), 3);
 }
