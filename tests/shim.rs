@@ -165,6 +165,65 @@ fn spill_off_answers_out_of_memory() {
     assert_eq!(process["spill"], "off");
 }
 
+/// A caching allocator (`tests/clients/caching_allocator.c`) holding 32 MiB
+/// of freed blocks under a 64 MiB quota, then asking for 40 and 60 MiB.
+fn caching_allocator_run(library: &str) -> Run {
+    let dir = fake_dir(Runtime::Fake13);
+    let library = dir.join(library);
+    run_in(
+        dir,
+        "cache_client",
+        &[
+            library.to_str().unwrap(),
+            "alloc:a:32",
+            "alloc:b:16",
+            "free:a",
+            "alloc:c:40",
+            "alloc:d:60",
+        ],
+        &[("VRAMSHARE_QUOTA", "64MiB")],
+        true,
+    )
+}
+
+#[test]
+fn pytorchs_cache_is_emptied_before_anything_spills() {
+    let run = caching_allocator_run("libc10_cuda.so");
+    run.assert_ok();
+    // c: refused once, the cache gave back a, and the retry fit on the device.
+    assert_eq!(run.rc("alloc c"), 0);
+    assert_eq!(run.field("alloc c", "retries"), "1");
+    // d: refused once, nothing left to give back, so the retry spilled.
+    assert_eq!(run.rc("alloc d"), 0);
+    assert_eq!(run.field("alloc d", "retries"), "2");
+    let sizes = |op: &str| -> Vec<(u64, String)> {
+        run.events(op)
+            .iter()
+            .map(|e| (e["size"].as_u64().unwrap() / MIB, e["placement"].as_str().unwrap().to_string()))
+            .collect()
+    };
+    let device = "device".to_string();
+    assert_eq!(sizes("reject"), [(40, device.clone()), (60, device.clone())]);
+    assert_eq!(
+        sizes("alloc"),
+        [(32, device.clone()), (16, device.clone()), (40, device), (60, "host".to_string())]
+    );
+    assert_eq!(run.events("free").len(), 1, "the cached 32 MiB block was freed");
+    let peak = &run.trace()["processes"][0]["peak_device"]["0"];
+    assert_eq!(peak.as_u64().unwrap(), 56 * MIB, "device bytes stayed under the quota");
+}
+
+#[test]
+fn other_callers_are_never_refused_with_spill_host() {
+    let run = caching_allocator_run("libplain_cache.so");
+    run.assert_ok();
+    assert_eq!(run.field("alloc c", "retries"), "0");
+    assert_eq!(run.field("alloc d", "retries"), "0");
+    assert!(run.events("reject").is_empty());
+    let placements: Vec<String> = run.allocations().into_iter().map(|(_, p)| p).collect();
+    assert_eq!(placements, ["device", "device", "host", "host"]);
+}
+
 #[test]
 fn mem_get_info_reports_the_quota() {
     let run = client(

@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 
 use cudart_sys::*;
 
+use crate::cache_retry;
 use crate::config::{human_bytes, Limit, Spill, MAX_DEVICES};
 use crate::hooks::{real, Api};
 use crate::ledger::{Block, Taken};
@@ -116,6 +117,9 @@ where
         Some(quota) => state.ledger.try_reserve(device, size, quota),
     };
     if fits {
+        if api == Api::cudaMalloc {
+            cache_retry::placed();
+        }
         let (rc, ptr, taken) = on_device();
         if rc != cudaSuccess || ptr.is_null() {
             state.ledger.unreserve(device, size);
@@ -149,6 +153,21 @@ where
             api.name(),
             human_bytes(size),
             human_bytes(usage.device_bytes.load(Ordering::Relaxed)),
+            human_bytes(quota)
+        );
+        return record_rejection(
+            state,
+            api,
+            device,
+            size,
+            Placement::Device,
+            cudaErrorMemoryAllocation,
+        );
+    }
+    if api == Api::cudaMalloc && cache_retry::refuse_first_try(device, size) {
+        info!(
+            "cudaMalloc of {} over device {device}'s {} quota answered with out-of-memory once, so that the caller's cache lets go of unused blocks before it retries",
+            human_bytes(size),
             human_bytes(quota)
         );
         return record_rejection(
