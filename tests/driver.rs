@@ -281,77 +281,147 @@ fn functions_fetched_by_name_are_the_hooks() {
     }
 }
 
+/// Physical memory through the virtual memory API, under a 32 MiB quota: a
+/// (24M) fits, b (16M) does not; the caller's own host memory h is not the
+/// device's; after a's release b fits.
+const VMM_STEPS: [&str; 10] = [
+    "create:a:24M",
+    "create:b:16M",
+    "create:h:64M:host",
+    "meminfo",
+    "malloc:m:4M",
+    "release:a",
+    "create:c:16M",
+    "meminfo",
+    "release:c",
+    "release:h",
+];
+
+/// The fake driver's log lines for creates of `size`, as (location, rc).
+fn creates_of(run: &Run, size: u64) -> Vec<(String, String)> {
+    run.calls_with(&["cuMemCreate", &format!("size={size}")])
+        .iter()
+        .map(|c| {
+            let field = |key: &str| {
+                c.split_whitespace()
+                    .find_map(|w| w.strip_prefix(key))
+                    .unwrap()
+                    .to_string()
+            };
+            (field("location="), field("rc="))
+        })
+        .collect()
+}
+
 #[test]
 fn physical_memory_of_the_virtual_memory_api_counts_from_create_to_release() {
     for spill in ["host", "off"] {
-        let steps = [
-            "create:a:24M",
-            "create:b:16M",
-            "create:h:64M:host",
-            "meminfo",
-            "malloc:m:4M",
-            "release:a",
-            "create:b:16M",
-            "meminfo",
-            "release:b",
-            "release:h",
-        ];
         let run = driver_client(
             &[("VRAMSHARE_QUOTA", "32MiB"), ("VRAMSHARE_SPILL", spill)],
-            &steps,
+            &VMM_STEPS,
         );
         run.assert_ok();
-        let creates: Vec<i32> = run
-            .stdout
-            .lines()
-            .filter(|l| l.starts_with("create b"))
-            .map(|l| {
-                l.split("rc=")
-                    .nth(1)
-                    .unwrap()
-                    .split(' ')
-                    .next()
-                    .unwrap()
-                    .parse()
-                    .unwrap()
-            })
-            .collect();
-        assert_eq!(
-            creates,
-            vec![2, 0],
-            "spill {spill}: CUDA_ERROR_OUT_OF_MEMORY over the quota, then room after a's release"
-        );
         assert_eq!(
             run.rc("create h"),
             0,
             "host-located memory is not the device's"
         );
+        assert_eq!(run.rc("create c"), 0, "room after a's release");
+        let host_allocs = run
+            .events("alloc")
+            .into_iter()
+            .filter(|e| e["placement"] == "host")
+            .map(|e| e["size"].as_u64().unwrap())
+            .collect::<Vec<_>>();
+        let rejects = run
+            .events("reject")
+            .into_iter()
+            .map(|e| e["size"].as_u64().unwrap())
+            .collect::<Vec<_>>();
+        if spill == "off" {
+            assert_eq!(
+                run.rc("create b"),
+                2,
+                "CUDA_ERROR_OUT_OF_MEMORY over the quota"
+            );
+            assert_eq!((rejects, host_allocs), (vec![16 * MIB], vec![]));
+            assert_eq!(
+                creates_of(&run, 16 * MIB),
+                [("device".to_string(), "0".to_string())],
+                "the refused create never reached the driver; c did"
+            );
+        } else {
+            assert_eq!(run.rc("create b"), 0, "made on the host instead");
+            assert_eq!((rejects, host_allocs), (vec![], vec![16 * MIB]));
+            assert_eq!(
+                creates_of(&run, 16 * MIB),
+                [
+                    ("host_numa".to_string(), "0".to_string()),
+                    ("device".to_string(), "0".to_string())
+                ],
+                "b in the device's nearest host node, then c on the device"
+            );
+            assert!(
+                run.calls_with(&["cuMemCreate", "location=host_numa", "id=1"])
+                    .len()
+                    == 1
+            );
+            let process = &run.trace()["processes"][0];
+            assert_eq!(process["peak_spilled"]["0"], 16 * MIB);
+        }
         assert_eq!(
             run.meminfo(),
             vec![(8 * MIB, 32 * MIB), (12 * MIB, 32 * MIB)],
-            "a, then m (4M, device) and b"
+            "spill {spill}: a, then m (4M, device) and c"
+        );
+        let process = &run.trace()["processes"][0];
+        let leaked: Vec<&str> = process["leaked"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["api"].as_str().unwrap())
+            .collect();
+        let expected: &[&str] = if spill == "host" {
+            &["cuMemCreate", "cuMemAlloc_v2"]
+        } else {
+            &["cuMemAlloc_v2"]
+        };
+        let mut leaked_sorted = leaked.clone();
+        leaked_sorted.sort();
+        let mut expected_sorted = expected.to_vec();
+        expected_sorted.sort();
+        assert_eq!(
+            leaked_sorted, expected_sorted,
+            "spill {spill}: b (never released) and m"
         );
         assert_eq!(
-            run.calls_with(&[
-                "cuMemCreate",
-                "location=device",
-                &format!("size={}", 16 * MIB)
-            ])
-            .len(),
-            1,
-            "the refused create never reached the driver"
+            process["device_in_use"]["0"],
+            4 * MIB,
+            "spill {spill}: only m is left on the device"
         );
-        let creates = run
-            .events("alloc")
-            .into_iter()
-            .filter(|e| e["api"] == "cuMemCreate")
-            .count();
-        assert_eq!(creates, 2, "a and the second b");
-        assert_eq!(run.events("reject").len(), 1);
-        let process = &run.trace()["processes"][0];
-        assert_eq!(process["device_in_use"]["0"], 4 * MIB, "only m is left");
-        assert_eq!(process["leaked"][0]["api"], "cuMemAlloc_v2");
     }
+}
+
+#[test]
+fn a_driver_without_host_physical_memory_answers_out_of_memory() {
+    let run = driver_client(
+        &[("VRAMSHARE_QUOTA", "32MiB"), ("FAKE_CUDA_NO_HOST_VMM", "1")],
+        &VMM_STEPS,
+    );
+    run.assert_ok();
+    assert_eq!(run.rc("create b"), 2, "CUDA_ERROR_OUT_OF_MEMORY");
+    assert_eq!(
+        creates_of(&run, 16 * MIB),
+        [
+            ("host_numa".to_string(), "1".to_string()),
+            ("host".to_string(), "1".to_string()),
+            ("device".to_string(), "0".to_string())
+        ],
+        "both host forms tried, then c on the device"
+    );
+    let rejects = run.events("reject");
+    assert_eq!(rejects.len(), 1);
+    assert_eq!(rejects[0]["rc"], 2);
 }
 
 #[test]

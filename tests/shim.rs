@@ -199,18 +199,39 @@ fn pytorchs_cache_is_emptied_before_anything_spills() {
     let sizes = |op: &str| -> Vec<(u64, String)> {
         run.events(op)
             .iter()
-            .map(|e| (e["size"].as_u64().unwrap() / MIB, e["placement"].as_str().unwrap().to_string()))
+            .map(|e| {
+                (
+                    e["size"].as_u64().unwrap() / MIB,
+                    e["placement"].as_str().unwrap().to_string(),
+                )
+            })
             .collect()
     };
     let device = "device".to_string();
-    assert_eq!(sizes("reject"), [(40, device.clone()), (60, device.clone())]);
+    assert_eq!(
+        sizes("reject"),
+        [(40, device.clone()), (60, device.clone())]
+    );
     assert_eq!(
         sizes("alloc"),
-        [(32, device.clone()), (16, device.clone()), (40, device), (60, "host".to_string())]
+        [
+            (32, device.clone()),
+            (16, device.clone()),
+            (40, device),
+            (60, "host".to_string())
+        ]
     );
-    assert_eq!(run.events("free").len(), 1, "the cached 32 MiB block was freed");
+    assert_eq!(
+        run.events("free").len(),
+        1,
+        "the cached 32 MiB block was freed"
+    );
     let peak = &run.trace()["processes"][0]["peak_device"]["0"];
-    assert_eq!(peak.as_u64().unwrap(), 56 * MIB, "device bytes stayed under the quota");
+    assert_eq!(
+        peak.as_u64().unwrap(),
+        56 * MIB,
+        "device bytes stayed under the quota"
+    );
 }
 
 #[test]

@@ -130,6 +130,9 @@ pub const CU_MEM_ADVISE_SET_ACCESSED_BY: CUmem_advise = 5;
 pub type CUmemLocationType = c_int;
 pub const CU_MEM_LOCATION_TYPE_DEVICE: CUmemLocationType = 1;
 pub const CU_MEM_LOCATION_TYPE_HOST: CUmemLocationType = 2;
+pub const CU_MEM_LOCATION_TYPE_HOST_NUMA: CUmemLocationType = 3;
+/// `CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID`: the host NUMA node nearest the device (-1: none).
+pub const CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: c_int = 134;
 
 /// `CUmemLocation`: the same layout as `cudaMemLocation`.
 pub type CUmemLocation = cudaMemLocation;

@@ -158,7 +158,7 @@ hooks! {
         // Physical memory of the virtual memory API (PyTorch's expandable
         // segments): counted from creation to release.
         fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: u64) =>
-            policy::mem_create(handle, size, prop, || real::cuMemCreate(handle, size, prop, flags));
+            policy::mem_create(handle, size, prop, |prop| real::cuMemCreate(handle, size, prop, flags));
         fn cuMemRelease(handle: CUmemGenericAllocationHandle) =>
             policy::mem_release(handle, || real::cuMemRelease(handle));
 
@@ -183,6 +183,7 @@ hooks! {
         fn cudaRuntimeGetVersion(version: *mut c_int);
         fn cudaStreamCreateWithFlags(stream: *mut cudaStream_t, flags: c_uint);
         fn cuCtxGetDevice(device: *mut CUdevice);
+        fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_int, device: CUdevice);
         fn cuStreamCreate(stream: *mut CUstream, flags: c_uint);
     }
 }

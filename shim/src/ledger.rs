@@ -142,18 +142,32 @@ impl Ledger {
         stale
     }
 
-    /// Records physical memory made on a device (bytes already reserved).
+    /// Records physical memory made for a device: on it (bytes already
+    /// reserved), or on the host in its stead (counted as spilled here; such
+    /// memory cannot move, so it is never promoted).
     pub fn insert_handle(&self, handle: u64, block: Block) {
+        if block.placement == Placement::Host {
+            let usage = self.device(block.device);
+            let before = usage.spilled_bytes.fetch_add(block.size, Ordering::AcqRel);
+            raise_peak(&usage.peak_spilled, before + block.size);
+        }
         if let Some(stale) = self.handles.insert(handle, block) {
-            self.unreserve(stale.device, stale.size);
+            self.release_handle(&stale);
         }
     }
 
     /// Removes physical memory by handle and releases its bytes.
     pub fn take_handle(&self, handle: u64) -> Option<Block> {
         let (_, block) = self.handles.remove(&handle)?;
-        self.unreserve(block.device, block.size);
+        self.release_handle(&block);
         Some(block)
+    }
+
+    fn release_handle(&self, block: &Block) {
+        match block.placement {
+            Placement::Host => subtract(&self.device(block.device).spilled_bytes, block.size),
+            _ => self.unreserve(block.device, block.size),
+        }
     }
 
     /// Removes a block and releases the bytes it held.

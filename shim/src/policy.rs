@@ -553,12 +553,12 @@ pub unsafe fn mem_get_info(
     rc
 }
 
-/// `cuMemCreate`: physical memory on a device counts against its quota from
-/// creation to `cuMemRelease` (reserving address space costs nothing). Over
-/// the quota the answer is `CUDA_ERROR_OUT_OF_MEMORY` in either spill mode,
-/// so PyTorch's expandable segments raise their own out-of-memory error:
-/// physical memory placed on the host for the device is not tried yet.
-/// Memory made on the host passes through untracked.
+/// `cuMemCreate`: physical memory made on a device counts against its quota
+/// until `cuMemRelease`. Over the quota (spill `host`), the memory is made on
+/// the host instead, in the device's nearest NUMA node, where the driver
+/// allows it; the caller maps it and grants the device access as it would
+/// have, and the GPU reaches it over the link. Where the driver refuses host
+/// memory, the answer is `CUDA_ERROR_OUT_OF_MEMORY`.
 ///
 /// # Safety
 /// The pointers are the caller's, as the driver would receive them.
@@ -566,78 +566,145 @@ pub unsafe fn mem_create(
     handle: *mut CUmemGenericAllocationHandle,
     size: usize,
     prop: *const CUmemAllocationProp,
-    real_create: impl FnOnce() -> CUresult,
+    real_create: impl Fn(*const CUmemAllocationProp) -> CUresult,
 ) -> CUresult {
-    let location = if handle.is_null() || prop.is_null() {
+    let asked = if handle.is_null() || prop.is_null() {
         None
     } else {
-        Some(unsafe { (*prop).location })
+        Some(unsafe { *prop })
     };
-    let device = match location {
-        Some(l)
-            if l.type_ == CU_MEM_LOCATION_TYPE_DEVICE
-                && (0..MAX_DEVICES as i32).contains(&l.id) =>
+    let (asked, device) = match asked {
+        Some(p)
+            if p.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE
+                && (0..MAX_DEVICES as i32).contains(&p.location.id) =>
         {
-            l.id as u32
+            (p, p.location.id as u32)
         }
-        _ => return real_create(),
+        _ => return real_create(prop),
     };
     let state = state();
     let api = Api::cuMemCreate;
     let size = size as u64;
-    let fits = match device_quota(state, device, Backend::Driver) {
+    let quota = device_quota(state, device, Backend::Driver);
+    let fits = match quota {
         None => {
             state.ledger.reserve(device, size);
             true
         }
         Some(quota) => state.ledger.try_reserve(device, size, quota),
     };
-    if !fits {
+    let refuse = |why: &str| {
         info!(
-            "cuMemCreate of {} refused: over device {device}'s quota",
+            "cuMemCreate of {} refused: over device {device}'s quota{why}",
             human_bytes(size)
         );
-        return record_rejection(
+        record_rejection(
             state,
             api,
             device,
             size,
             Placement::Device,
             CUDA_ERROR_OUT_OF_MEMORY,
-        );
-    }
-    let rc = real_create();
-    if rc != CUDA_SUCCESS {
-        state.ledger.unreserve(device, size);
-        return record_rejection(state, api, device, size, Placement::Device, rc);
-    }
+        )
+    };
+    let (rc, placement) = if fits {
+        cache_retry::placed();
+        let rc = real_create(prop);
+        if rc != CUDA_SUCCESS {
+            state.ledger.unreserve(device, size);
+            return record_rejection(state, api, device, size, Placement::Device, rc);
+        }
+        (rc, Placement::Device)
+    } else if config().spill == Spill::Off {
+        return refuse(" (VRAMSHARE_SPILL=off)");
+    } else if cache_retry::refuse_first_try(device, size) {
+        return refuse(", once, so that the caller's cache lets go of unused memory");
+    } else {
+        match create_on_host(device, &asked, &real_create) {
+            Ok(rc) => (rc, Placement::Host),
+            Err(rc) => {
+                info!("cuMemCreate of {} over device {device}'s quota: the driver refused host memory (CUDA error {rc})", human_bytes(size));
+                return record_rejection(
+                    state,
+                    api,
+                    device,
+                    size,
+                    Placement::Host,
+                    CUDA_ERROR_OUT_OF_MEMORY,
+                );
+            }
+        }
+    };
     let made = unsafe { *handle };
     state.ledger.insert_handle(
         made,
         Block {
             size,
             device,
-            placement: Placement::Device,
+            placement,
             api,
             managed: false,
             moving: false,
         },
     );
-    state
-        .ledger
-        .device(device)
-        .allocations
-        .fetch_add(1, Ordering::Relaxed);
+    let usage = state.ledger.device(device);
+    usage.allocations.fetch_add(1, Ordering::Relaxed);
+    if placement == Placement::Host && usage.spills.fetch_add(1, Ordering::Relaxed) == 0 {
+        warn!("device {device} is at its quota: physical memory (cuMemCreate) is now made on the host (the job slows down instead of failing)");
+    }
     state.record(
         Op::Alloc,
         api,
         device as i32,
         made as usize,
         size,
-        Placement::Device,
+        placement,
         rc,
     );
     rc
+}
+
+/// Makes the physical memory asked for `device` on the host: in the NUMA
+/// node nearest the device, or failing that anywhere on the host (which the
+/// driver allows only for memory not shared with other processes).
+fn create_on_host(
+    device: u32,
+    asked: &CUmemAllocationProp,
+    real_create: &impl Fn(*const CUmemAllocationProp) -> CUresult,
+) -> Result<CUresult, CUresult> {
+    let mut numa: std::ffi::c_int = -1;
+    // SAFETY: writes the int we own.
+    let rc = unsafe {
+        real::cuDeviceGetAttribute(
+            &mut numa,
+            CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID,
+            device as CUdevice,
+        )
+    };
+    let numa = if rc == CUDA_SUCCESS && numa >= 0 {
+        numa
+    } else {
+        0
+    };
+    let mut on_numa = *asked;
+    on_numa.location = CUmemLocation {
+        type_: CU_MEM_LOCATION_TYPE_HOST_NUMA,
+        id: numa,
+    };
+    let first = real_create(&on_numa);
+    if first == CUDA_SUCCESS {
+        return Ok(first);
+    }
+    let mut on_host = *asked;
+    on_host.location = CUmemLocation {
+        type_: CU_MEM_LOCATION_TYPE_HOST,
+        id: 0,
+    };
+    on_host.requestedHandleTypes = 0;
+    match real_create(&on_host) {
+        CUDA_SUCCESS => Ok(CUDA_SUCCESS),
+        _ => Err(first),
+    }
 }
 
 /// `cuMemRelease`: the handle's bytes stop counting, and spilled blocks may
@@ -657,7 +724,7 @@ pub fn mem_release(
                 block.device as i32,
                 handle as usize,
                 block.size,
-                Placement::Device,
+                block.placement,
                 rc,
             );
             promote(state, block.device, Backend::Driver);

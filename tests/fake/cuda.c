@@ -15,6 +15,13 @@ typedef void *CUstream;
 typedef void *CUmemoryPool;
 typedef struct { int type; int id; } CUmemLocation;
 
+/* CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID (134): host node 1 is nearest. */
+CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device) {
+    if (no_device()) return NO_DEVICE;
+    if (attribute != 134 || device < 0 || device >= device_count()) return INVALID_VALUE;
+    *value = 1;
+    return OK;
+}
 CUresult cuInit(unsigned flags) { return no_device() ? NO_DEVICE : OK; }
 CUresult cuCtxGetDevice(CUdevice *d) { if (no_device()) return NO_DEVICE; *d = current_device; return OK; }
 
@@ -115,11 +122,14 @@ typedef struct { int type; int requestedHandleTypes; CUmemLocation location; voi
 static struct { CUmemGenericAllocationHandle handle; size_t size; int device; } handles[MAX_HANDLES];
 static CUmemGenericAllocationHandle next_handle = 1;
 
+/* FAKE_CUDA_NO_HOST_VMM=1: a driver that makes physical memory on devices
+ * only, as drivers before CUDA 12.2 do. */
 CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags) {
     if (no_device()) return NO_DEVICE;
     if (!handle || !prop) return INVALID_VALUE;
     int on_device = prop->location.type == 1, dev = prop->location.id;
     CUresult rc = OK;
+    if (!on_device && env_size("FAKE_CUDA_NO_HOST_VMM", 0)) rc = INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if (on_device && (size > capacity() || used[dev] > capacity() - size)) rc = MEMORY_ALLOCATION;
     int i = 0;
@@ -133,7 +143,8 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
         *handle = handles[i].handle;
     }
     pthread_mutex_unlock(&lock);
-    trace("cuMemCreate size=%zu location=%s rc=%d handle=%llu", size, on_device ? "device" : "host", rc, rc ? 0ULL : *handle);
+    const char *where = on_device ? "device" : prop->location.type == 3 ? "host_numa" : "host";
+    trace("cuMemCreate size=%zu location=%s id=%d rc=%d handle=%llu", size, where, prop->location.id, rc, rc ? 0ULL : *handle);
     return rc;
 }
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
