@@ -8,7 +8,6 @@
 //! - [`guard`]: re-entrancy and the panic wall around every hook;
 //! - [`policy`]: quota, placement, promotion, `cudaMemGetInfo`;
 //! - [`placement`]: the advise and prefetch calls for CUDA 12 and 13;
-//! - [`cache_retry`]: lets PyTorch's cache empty itself before a block spills;
 //! - [`ledger`]: every pointer handed out, and per-device counters;
 //! - [`trace`], [`report`]: events, and the JSON written at exit;
 //! - [`config`], [`state`], [`log`]: variables, process state, stderr;
@@ -16,7 +15,6 @@
 
 #[macro_use]
 mod log;
-mod cache_retry;
 pub mod config;
 #[cfg(all(target_arch = "x86_64", not(test)))]
 mod dlsym;

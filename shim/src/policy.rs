@@ -10,7 +10,6 @@ use std::sync::atomic::Ordering;
 
 use cudart_sys::*;
 
-use crate::cache_retry;
 use crate::config::{human_bytes, Limit, Spill, MAX_DEVICES};
 use crate::hooks::{real, Api};
 use crate::ledger::{Block, Taken};
@@ -117,9 +116,6 @@ where
         Some(quota) => state.ledger.try_reserve(device, size, quota),
     };
     if fits {
-        if api == Api::cudaMalloc {
-            cache_retry::placed();
-        }
         let (rc, ptr, taken) = on_device();
         if rc != cudaSuccess || ptr.is_null() {
             state.ledger.unreserve(device, size);
@@ -153,21 +149,6 @@ where
             api.name(),
             human_bytes(size),
             human_bytes(usage.device_bytes.load(Ordering::Relaxed)),
-            human_bytes(quota)
-        );
-        return record_rejection(
-            state,
-            api,
-            device,
-            size,
-            Placement::Device,
-            cudaErrorMemoryAllocation,
-        );
-    }
-    if api == Api::cudaMalloc && cache_retry::refuse_first_try(device, size) {
-        info!(
-            "cudaMalloc of {} over device {device}'s {} quota answered with out-of-memory once, so that the caller's cache lets go of unused blocks before it retries",
-            human_bytes(size),
             human_bytes(quota)
         );
         return record_rejection(
@@ -608,7 +589,6 @@ pub unsafe fn mem_create(
         )
     };
     let (rc, placement) = if fits {
-        cache_retry::placed();
         let rc = real_create(prop);
         if rc != CUDA_SUCCESS {
             state.ledger.unreserve(device, size);
@@ -617,8 +597,6 @@ pub unsafe fn mem_create(
         (rc, Placement::Device)
     } else if config().spill == Spill::Off {
         return refuse(" (VRAMSHARE_SPILL=off)");
-    } else if cache_retry::refuse_first_try(device, size) {
-        return refuse(", once, so that the caller's cache lets go of unused memory");
     } else {
         match create_on_host(device, &asked, &real_create) {
             Ok(rc) => (rc, Placement::Host),

@@ -158,18 +158,6 @@ pub fn fake_dir(runtime: Runtime) -> &'static Path {
                 &["-ldl"],
             );
             program(&dir, "dlsym_client", &[], &["-lgetpid_wrap", "-ldl"]);
-            // A caching allocator under PyTorch's library name and under
-            // another, and a program that loads one of them.
-            for name in ["libc10_cuda.so", "libplain_cache.so"] {
-                program_as(
-                    &dir,
-                    "caching_allocator",
-                    name,
-                    &["-shared", "-fPIC"],
-                    &["-lcudart"],
-                );
-            }
-            program(&dir, "cache_client", &[], &["-ldl"]);
             dirs.insert(major, dir);
         }
         dirs
