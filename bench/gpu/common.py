@@ -1,9 +1,11 @@
 """What the benchmark jobs share: options, the allocator choice, timing and
 the one JSON line each job prints."""
 import argparse
+import ctypes
 import json
 import os
 import sys
+import threading
 import time
 
 import torch
@@ -16,6 +18,8 @@ def options(description, steps):
                         help="every allocation through PyTorch's pluggable allocator in this library (the anchor)")
     parser.add_argument("--fraction", type=float, help="torch.cuda.set_per_process_memory_fraction (the other anchor)")
     parser.add_argument("--expect-oom", action="store_true", help="succeed only on torch.cuda.OutOfMemoryError")
+    parser.add_argument("--traffic", action="store_true",
+                        help="sample the GPU's PCIe traffic (NVML) during the timed steps")
     args = parser.parse_args()
     if args.managed:
         allocator = torch.cuda.memory.CUDAPluggableAllocator(args.managed, "um_alloc", "um_free")
@@ -44,13 +48,48 @@ def report_oom(job, args, error):
     os._exit(0 if args.expect_oom else 1)
 
 
+class LinkTraffic:
+    """Samples the GPU's PCIe throughput through NVML while running: each
+    reading covers 20 ms; rx is what the GPU receives (its reads of host
+    memory), tx what it sends (its writes to host memory)."""
+
+    def __init__(self, device=0):
+        self.nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        self.nvml.nvmlInit_v2()
+        self.handle = ctypes.c_void_p()
+        self.nvml.nvmlDeviceGetHandleByIndex_v2(device, ctypes.byref(self.handle))
+        self.samples = {0: [], 1: []}  # NVML_PCIE_UTIL_TX_BYTES, NVML_PCIE_UTIL_RX_BYTES
+        self.running = False
+
+    def _sample(self):
+        value = ctypes.c_uint()
+        while self.running:
+            for counter in (0, 1):
+                if self.nvml.nvmlDeviceGetPcieThroughput(self.handle, counter, ctypes.byref(value)) == 0:
+                    self.samples[counter].append(value.value * 1e3)  # KB/s to B/s
+
+    def start(self):
+        self.running = True
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.running = False
+        self.thread.join()
+        mean = lambda xs: sum(xs) / len(xs) if xs else None
+        return {"tx_Bps": mean(self.samples[0]), "rx_Bps": mean(self.samples[1]), "samples": len(self.samples[1])}
+
+
 def run(job, args, step, extra=None):
     """Runs 2 warm-up and `args.steps` timed steps of `step()` (which returns a
     float to compare between runs) and prints the job's JSON line."""
     free, total = torch.cuda.mem_get_info()
     values, times = [], []
+    traffic = LinkTraffic() if args.traffic else None
     try:
         for i in range(args.steps + 2):
+            if i == 2 and traffic:
+                traffic.start()
             torch.cuda.synchronize()
             start = time.perf_counter()
             values.append(step())
@@ -58,6 +97,7 @@ def run(job, args, step, extra=None):
             times.append(time.perf_counter() - start)
     except torch.cuda.OutOfMemoryError as error:
         report_oom(job, args, error)
+    link = traffic.stop() if traffic else None
     if args.expect_oom:
         print(json.dumps({"job": job, "oom": False}), flush=True)
         sys.exit(1)
@@ -72,5 +112,11 @@ def run(job, args, step, extra=None):
         "max_allocated": torch.cuda.max_memory_allocated() if not args.managed else None,
         "pid": os.getpid(),
     }
+    if link and link["rx_Bps"] is not None:
+        # Bytes over the link per step, from the mean rates over the timed steps.
+        seconds = sum(timed) / len(timed)
+        line["link_rx_bytes_per_step"] = link["rx_Bps"] * seconds
+        line["link_tx_bytes_per_step"] = link["tx_Bps"] * seconds
+        line["link_samples"] = link["samples"]
     line.update(extra or {})
     print(json.dumps(line), flush=True)

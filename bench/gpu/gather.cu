@@ -1,0 +1,90 @@
+// Embedding-style gathers and scatters over a 16 GiB table, with the table
+// placed four ways, to find what a partly spilled table costs (issue 4,
+// bench/NOTES.md attempt 4):
+//   device     cudaMalloc
+//   host       managed; preferred location host, accessed by the device
+//              (vramshare's spill today)
+//   split      managed; first half preferred on the device and populated by
+//              the GPU's first touch, second half as "host" (the reverted
+//              split placement)
+//   split-pre  as split, with the first half prefetched to the device
+//              before the first touch
+// Each step reads 65,536 rows of 128 floats (75% of them in the table's
+// first 1%) and adds to them, like the sparse job. Prints one line per
+// placement: mean ms per step over 50 steps after 5 warm-up steps.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); exit(1); } } while (0)
+
+const size_t ROWS = 1ull << 25, DIM = 128, LOOKUPS = 65536;
+
+__global__ void init(float *t, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) t[i] = 1e-3f * (i % 1000);
+}
+
+// One warp per lookup: read the row into out, then add a little to it.
+__global__ void step(float *t, const unsigned *index, float *out) {
+    size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+    if (warp >= LOOKUPS) return;
+    float *row = t + (size_t)index[warp] * DIM;
+    float acc = 0;
+    for (size_t k = lane; k < DIM; k += 32) acc += row[k];
+    out[warp * 32 + lane] = acc;
+    for (size_t k = lane; k < DIM; k += 32) atomicAdd(&row[k], 1e-6f);
+}
+
+static void advise(void *p, size_t n, cudaMemoryAdvise a, int dev) {
+    cudaMemLocation loc = {dev < 0 ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice, dev < 0 ? 0 : dev};
+    CHECK(cudaMemAdvise(p, n, a, loc));
+}
+
+int main() {
+    size_t bytes = ROWS * DIM * sizeof(float), half = bytes / 2;
+    std::vector<unsigned> host_index(LOOKUPS);
+    srand(1);
+    for (size_t i = 0; i < LOOKUPS; i++) {
+        size_t r = ((size_t)rand() << 16) ^ rand();
+        host_index[i] = i % 4 < 3 ? r % (ROWS / 100) : r % ROWS;
+    }
+    unsigned *index;
+    float *out;
+    CHECK(cudaMalloc(&index, LOOKUPS * sizeof(unsigned)));
+    CHECK(cudaMalloc(&out, LOOKUPS * 32 * sizeof(float)));
+    CHECK(cudaMemcpy(index, host_index.data(), LOOKUPS * sizeof(unsigned), cudaMemcpyHostToDevice));
+    const char *names[] = {"device", "host", "split", "split-pre"};
+    for (int kind = 0; kind < 4; kind++) {
+        float *t;
+        if (kind == 0) {
+            CHECK(cudaMalloc(&t, bytes));
+        } else {
+            CHECK(cudaMallocManaged(&t, bytes));
+            size_t device_part = kind == 1 ? 0 : half;
+            if (device_part) advise(t, device_part, cudaMemAdviseSetPreferredLocation, 0);
+            advise((char *)t + device_part, bytes - device_part, cudaMemAdviseSetPreferredLocation, -1);
+            advise((char *)t + device_part, bytes - device_part, cudaMemAdviseSetAccessedBy, 0);
+            if (kind == 3) {
+                cudaMemLocation dev = {cudaMemLocationTypeDevice, 0};
+                CHECK(cudaMemPrefetchAsync(t, device_part, dev, 0, 0));
+            }
+        }
+        init<<<4096, 256>>>(t, ROWS * DIM);
+        CHECK(cudaDeviceSynchronize());
+        cudaEvent_t a, b;
+        cudaEventCreate(&a);
+        cudaEventCreate(&b);
+        for (int i = 0; i < 5; i++) step<<<LOOKUPS * 32 / 256, 256>>>(t, index, out);
+        cudaEventRecord(a);
+        for (int i = 0; i < 50; i++) step<<<LOOKUPS * 32 / 256, 256>>>(t, index, out);
+        cudaEventRecord(b);
+        CHECK(cudaEventSynchronize(b));
+        float ms;
+        cudaEventElapsedTime(&ms, a, b);
+        printf("{\"placement\": \"%s\", \"ms_per_step\": %.4f}\n", names[kind], ms / 50);
+        fflush(stdout);
+        CHECK(cudaFree(t));
+    }
+    return 0;
+}
