@@ -51,6 +51,28 @@ fn under_quota_allocations_stay_on_the_device() {
     assert_eq!(run.events("free").len(), 2);
 }
 
+/// The advice calls the fake runtime logged for `ptr`, in order, as (size, advice, location).
+fn advice_for(run: &Run, ptr: u64) -> Vec<(u64, u32, String)> {
+    run.calls
+        .iter()
+        .filter(|c| c.contains("cudaMemAdvise") && c.contains(&format!("ptr={ptr:#x} ")))
+        .map(|c| {
+            let field = |key: &str| {
+                c.split_whitespace()
+                    .find_map(|w| w.strip_prefix(key))
+                    .unwrap()
+                    .to_string()
+            };
+            assert_eq!(field("rc="), "0", "{c}");
+            (
+                field("size=").parse().unwrap(),
+                field("advice=").parse().unwrap(),
+                field("loc="),
+            )
+        })
+        .collect()
+}
+
 fn assert_spilled_with_advice(run: &Run, abi: &str) {
     run.assert_ok();
     assert_eq!(run.rc("malloc a"), 0);
@@ -64,42 +86,26 @@ fn assert_spilled_with_advice(run: &Run, abi: &str) {
         "touch b ok",
         "the spilled block is usable memory"
     );
-    let ptr = run.field("malloc b", "ptr");
+    let b = hex(&run.field("malloc b", "ptr"));
     let managed = run.calls_with(&[
         "cudaMallocManaged",
         &format!("size={}", 16 * MIB),
         "flags=1",
     ]);
     assert_eq!(managed.len(), 1, "{:#?}", run.calls);
-    let abi = format!("abi={abi}");
-    let ptr_word = format!("ptr={ptr}");
     assert_eq!(
-        run.calls_with(&[
-            "cudaMemAdvise",
-            &abi,
-            &ptr_word,
-            "advice=3",
-            "loc=host",
-            "rc=0"
-        ])
-        .len(),
-        1,
-        "{:#?}",
-        run.calls
+        run.calls_with(&["cudaMemAdvise", &format!("abi={abi}")])
+            .len(),
+        2,
+        "the {abi} form"
     );
     assert_eq!(
-        run.calls_with(&[
-            "cudaMemAdvise",
-            &abi,
-            &ptr_word,
-            "advice=5",
-            "loc=device:0",
-            "rc=0"
-        ])
-        .len(),
-        1,
-        "{:#?}",
-        run.calls
+        advice_for(run, b),
+        vec![
+            (16 * MIB, 3, "host".to_string()),
+            (16 * MIB, 5, "device:0".to_string())
+        ],
+        "preferred location host, accessed by the device"
     );
     let spilled: Vec<Value> = run
         .events("alloc")
@@ -110,13 +116,14 @@ fn assert_spilled_with_advice(run: &Run, abi: &str) {
     assert_eq!(spilled[0]["size"], 16 * MIB);
     let process = &run.trace()["processes"][0];
     assert_eq!(process["peak_spilled"]["0"], 16 * MIB);
-    assert_eq!(process["peak_device"]["0"], 24 * MIB);
+    assert_eq!(process["peak_device"]["0"], 32 * MIB);
     assert_eq!(process["counts"]["0"]["spills"], 1);
 }
 
 fn spill_run(runtime: Runtime) -> Run {
+    // a fills the quota: no room is left for any of b.
     let steps = [
-        "malloc:a:24M",
+        "malloc:a:32M",
         "malloc:b:16M",
         "touch:b",
         "free:b",
@@ -137,6 +144,95 @@ fn over_quota_spills_to_host_with_cuda12_advice() {
     let run = spill_run(Runtime::Fake12);
     assert_spilled_with_advice(&run, "12");
     assert_eq!(run.trace()["processes"][0]["runtime_version"], 12080);
+}
+
+#[test]
+fn room_left_under_the_quota_keeps_a_spilled_blocks_head_on_the_device() {
+    for runtime in [Runtime::Fake13, Runtime::Fake12] {
+        let run = client(
+            runtime,
+            &[("VRAMSHARE_QUOTA", Q32)],
+            &[
+                "malloc:a:16M",
+                "malloc:b:24M",
+                "touch:b",
+                "meminfo",
+                "malloc:c:4M",
+                "free:a",
+                "meminfo",
+                "touch:b",
+                "free:b",
+                "free:c",
+            ],
+        );
+        run.assert_ok();
+        let b = hex(&run.field("malloc b", "ptr"));
+        // 16M of room, less a quarter of the quota kept free: b's first 8M
+        // prefer the device; its other 16M live on the host, mapped for it.
+        assert_eq!(
+            advice_for(&run, b),
+            [(8 * MIB, 3, "device:0".to_string())],
+            "{runtime:?}"
+        );
+        assert_eq!(
+            advice_for(&run, b + 8 * MIB)[..2],
+            [
+                (16 * MIB, 3, "host".to_string()),
+                (16 * MIB, 5, "device:0".to_string())
+            ]
+        );
+        assert_eq!(
+            run.meminfo()[0],
+            (8 * MIB, 32 * MIB),
+            "the quarter kept free is there for later allocations"
+        );
+        assert_eq!(
+            run.allocations()[2],
+            ("cudaMalloc".to_string(), "device".to_string()),
+            "c found it"
+        );
+        let b_alloc = &run.events("alloc")[1];
+        assert_eq!(
+            (&b_alloc["placement"], &b_alloc["device_part"]),
+            (&"host".into(), &(8 * MIB).into()),
+            "the trace says how much of b is on the device"
+        );
+        // Freeing a promotes b's host part (its tail), not the whole block.
+        let promoted = run.events("promote");
+        assert_eq!(promoted.len(), 1);
+        assert_eq!(
+            (
+                hex(promoted[0]["ptr"].as_str().unwrap()),
+                promoted[0]["size"].as_u64().unwrap()
+            ),
+            (b, 16 * MIB)
+        );
+        assert_eq!(
+            advice_for(&run, b + 8 * MIB)[2],
+            (16 * MIB, 3, "device:0".to_string())
+        );
+        let tail = format!("ptr={:#x}", b + 8 * MIB);
+        assert_eq!(
+            run.calls_with(&[
+                "cudaMemPrefetchAsync",
+                &tail,
+                &format!("size={}", 16 * MIB),
+                "loc=device:0"
+            ])
+            .len(),
+            1
+        );
+        assert_eq!(
+            run.meminfo()[1],
+            (4 * MIB, 32 * MIB),
+            "b, all 24M of it, and c on the device"
+        );
+        let process = &run.trace()["processes"][0];
+        assert_eq!(process["peak_device"]["0"], 28 * MIB);
+        assert_eq!(process["peak_spilled"]["0"], 16 * MIB);
+        assert_eq!(process["device_in_use"]["0"], 0);
+        assert_eq!(process["spilled_in_use"]["0"], 0);
+    }
 }
 
 #[test]
@@ -185,8 +281,9 @@ fn mem_get_info_reports_the_quota() {
     let lines = run.meminfo();
     assert_eq!(lines[0], (64 * MIB, 64 * MIB));
     assert_eq!(lines[1], (48 * MIB, 64 * MIB));
-    // b spilled: the device still holds only a.
-    assert_eq!(lines[2], (48 * MIB, 64 * MIB));
+    // b spilled; its first 32M are on the device, and a quarter of the
+    // quota is left free.
+    assert_eq!(lines[2], (16 * MIB, 64 * MIB));
 
     // A quota above the device: the physical numbers stand.
     let run = client(
@@ -217,35 +314,30 @@ fn mem_get_info_reports_the_quota() {
 
 #[test]
 fn freed_room_promotes_spilled_blocks_largest_first() {
-    let run = client(
-        Runtime::Fake13,
-        &[("VRAMSHARE_QUOTA", Q32)],
-        &[
-            "malloc:a:30M",
-            "malloc:b:16M",
-            "malloc:d:8M",
-            "free:a",
-            "malloc:c:10M",
-            "meminfo",
-            "free:b",
-            "free:d",
-            "free:c",
-        ],
-    );
+    let steps = [
+        "malloc:a:32M",
+        "malloc:b:16M",
+        "malloc:d:8M",
+        "free:a",
+        "malloc:c:14M",
+        "meminfo",
+        "free:b",
+        "free:d",
+        "free:c",
+    ];
+    let run = client(Runtime::Fake13, &[("VRAMSHARE_QUOTA", Q32)], &steps);
     run.assert_ok();
-    // a (30M) leaves 2M: b and d spill. Freeing a makes 32M of room: b (16M)
-    // and then d (8M) are promoted, largest first. c (10M) does not fit beside
-    // them (16 + 8 + 10 > 32) and spills.
-    // Then freeing b (16M on the device by now) makes room for c: promoted in turn.
-    let b = run.field("malloc b", "ptr");
-    let c = run.field("malloc c", "ptr");
-    let d = run.field("malloc d", "ptr");
-    let promoted: Vec<u64> = run
+    // a fills the quota: b and d spill whole. Freeing a makes 32M of room: b
+    // (16M) and then d (8M) are promoted, largest first. c (14M) finds 8M of
+    // room, the quarter of the quota a split leaves free: it spills whole.
+    // Freeing b then makes room for c, promoted in turn.
+    let [b, c, d] = ["b", "c", "d"].map(|n| hex(&run.field(&format!("malloc {n}"), "ptr")));
+    let promoted: Vec<(u64, u64)> = run
         .events("promote")
         .iter()
-        .map(|p| hex(p["ptr"].as_str().unwrap()))
+        .map(|p| (hex(p["ptr"].as_str().unwrap()), p["size"].as_u64().unwrap()))
         .collect();
-    assert_eq!(promoted, vec![hex(&b), hex(&d), hex(&c)]);
+    assert_eq!(promoted, vec![(b, 16 * MIB), (d, 8 * MIB), (c, 14 * MIB)]);
     assert!(run
         .events("promote")
         .iter()
@@ -256,16 +348,28 @@ fn freed_room_promotes_spilled_blocks_largest_first() {
         1,
         "one non-blocking stream of the shim's own"
     );
-    for ptr in [&b, &d, &c] {
-        let ptr = format!("ptr={ptr}");
+    for (ptr, size) in [(b, 16 * MIB), (d, 8 * MIB), (c, 14 * MIB)] {
+        let words = [format!("ptr={ptr:#x}"), format!("size={size}")];
         assert_eq!(
-            run.calls_with(&["cudaMemAdvise", &ptr, "advice=3", "loc=device:0"])
-                .len(),
+            run.calls_with(&[
+                "cudaMemAdvise",
+                &words[0],
+                &words[1],
+                "advice=3",
+                "loc=device:0"
+            ])
+            .len(),
             1
         );
         assert_eq!(
-            run.calls_with(&["cudaMemPrefetchAsync", &ptr, "loc=device:0", "stream=own"])
-                .len(),
+            run.calls_with(&[
+                "cudaMemPrefetchAsync",
+                &words[0],
+                &words[1],
+                "loc=device:0",
+                "stream=own"
+            ])
+            .len(),
             1,
             "{:#?}",
             run.calls
@@ -274,13 +378,11 @@ fn freed_room_promotes_spilled_blocks_largest_first() {
     let c_alloc = run
         .events("alloc")
         .into_iter()
-        .find(|e| hex(e["ptr"].as_str().unwrap()) == hex(&c))
+        .find(|e| hex(e["ptr"].as_str().unwrap()) == c)
         .unwrap();
     assert_eq!(c_alloc["placement"], "host");
-    assert_eq!(
-        run.line("meminfo"),
-        format!("meminfo rc=0 free={} total={}", 8 * MIB, 32 * MIB)
-    );
+    assert!(c_alloc.get("device_part").is_none(), "spilled whole");
+    assert_eq!(run.meminfo(), vec![(8 * MIB, 32 * MIB)]);
     assert_eq!(run.rc("free b"), 0);
     assert_eq!(
         run.rc("free c"),
@@ -406,7 +508,11 @@ fn percent_and_per_device_quotas() {
     );
     let lines = run.meminfo();
     assert_eq!(lines[0], (64 * MIB, 64 * MIB));
-    assert_eq!(lines[1], (32 * MIB, 32 * MIB), "40M spilled on device 1");
+    assert_eq!(
+        lines[1],
+        (8 * MIB, 32 * MIB),
+        "40M spilled on device 1, its first 24M on the device, a quarter of the quota left free"
+    );
     let spilled = run.events("alloc");
     assert_eq!(spilled[0]["device"], 1);
     assert_eq!(spilled[0]["placement"], "host");
@@ -636,7 +742,7 @@ fn callers_managed_memory_counts_while_it_fits_then_lives_on_the_host() {
         Runtime::Fake13,
         &[("VRAMSHARE_QUOTA", Q32), ("VRAMSHARE_SPILL", "off")],
         &[
-            "managed:a:24M",
+            "managed:a:32M",
             "meminfo",
             "managed:b:16M",
             "touch:b",
@@ -645,7 +751,11 @@ fn callers_managed_memory_counts_while_it_fits_then_lives_on_the_host() {
         ],
     );
     run.assert_ok();
-    assert_eq!(run.number("meminfo", "free"), 8 * MIB);
+    assert_eq!(
+        run.number("meminfo", "free"),
+        0,
+        "the caller's managed memory counts"
+    );
     assert_eq!(
         run.rc("managed b"),
         0,

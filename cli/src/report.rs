@@ -101,7 +101,13 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
                 .collect();
             (chosen.len(), chosen.iter().map(|e| e.size).sum())
         };
-        let (spills, spilled) = sum(Op::Alloc, Some(Placement::Host));
+        let (spills, _) = sum(Op::Alloc, Some(Placement::Host));
+        // A spilled block's head may live on the device: count what went to the host.
+        let spilled: u64 = events
+            .iter()
+            .filter(on_device)
+            .map(|e| e.spilled_bytes())
+            .sum();
         let (promotions, promoted) = sum(Op::Promote, None);
         let (rejections, rejected) = sum(Op::Reject, None);
         out.push_str(&format!("  device {device}: quota {quota}"));

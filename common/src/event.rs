@@ -131,8 +131,14 @@ pub struct Event {
     pub op: u8,
     pub api: u8,
     pub placement: u8,
-    pub _reserved: [u8; 5],
+    /// For a spilled block allocated with room left under the quota: how
+    /// much of its head lives on the device, in units of 2 MiB (40 bits,
+    /// little-endian). See [`Event::device_part`].
+    pub device_part_2mib: [u8; 5],
 }
+
+/// The unit of [`Event::device_part_2mib`].
+pub const DEVICE_PART_UNIT: u64 = 2 << 20;
 
 /// An event's size in 64-bit words, as the ring stores it.
 pub const EVENT_WORDS: usize = 7;
@@ -165,7 +171,7 @@ impl Event {
             op: op as u8,
             api: api as u8,
             placement: placement as u8,
-            _reserved: [0; 5],
+            device_part_2mib: [0; 5],
         }
     }
 
@@ -177,6 +183,21 @@ impl Event {
     pub fn from_words(words: [u64; EVENT_WORDS]) -> Event {
         // SAFETY: every bit pattern is a valid Event (integers only).
         unsafe { std::mem::transmute(words) }
+    }
+
+    /// Bytes of the block's head on the device (a multiple of 2 MiB).
+    pub fn device_part(&self) -> u64 {
+        let mut bytes = [0u8; 8];
+        bytes[..5].copy_from_slice(&self.device_part_2mib);
+        u64::from_le_bytes(bytes) * DEVICE_PART_UNIT
+    }
+
+    /// Records `bytes` (rounded down to 2 MiB) as the block's device part.
+    pub fn with_device_part(mut self, bytes: u64) -> Event {
+        let units = (bytes / DEVICE_PART_UNIT).min((1 << 40) - 1);
+        self.device_part_2mib
+            .copy_from_slice(&units.to_le_bytes()[..5]);
+        self
     }
 
     pub fn op(&self) -> Option<Op> {
@@ -223,5 +244,13 @@ mod tests {
         assert_eq!(Event::from_words(event.to_words()), event);
         assert_eq!(event.op(), Some(Op::Alloc));
         assert_eq!(event.placement(), Some(Placement::Host));
+        let split = event.with_device_part(6 << 20);
+        assert_eq!(split.device_part(), 6 << 20);
+        assert_eq!(Event::from_words(split.to_words()).device_part(), 6 << 20);
+        assert_eq!(
+            event.with_device_part(3 << 20).device_part(),
+            2 << 20,
+            "whole 2 MiB units"
+        );
     }
 }

@@ -25,6 +25,13 @@ pub struct EventJson {
     pub size: u64,
     pub placement: Option<String>,
     pub rc: i32,
+    /// A spilled block's head that lives on the device, in bytes (absent: 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub device_part: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 impl From<&Event> for EventJson {
@@ -49,6 +56,7 @@ impl From<&Event> for EventJson {
                 None => Some(format!("unknown-{}", e.placement)),
             },
             rc: e.rc,
+            device_part: e.device_part(),
         }
     }
 }
@@ -63,6 +71,15 @@ impl EventJson {
     pub fn placement(&self) -> Option<Placement> {
         self.placement.as_deref().and_then(Placement::from_name)
     }
+    /// Bytes an allocation placed on the host (all of a spilled block but
+    /// its head on the device).
+    pub fn spilled_bytes(&self) -> u64 {
+        match (self.op(), self.placement()) {
+            (Some(Op::Alloc), Some(Placement::Host)) => self.size.saturating_sub(self.device_part),
+            _ => 0,
+        }
+    }
+
     pub fn ptr_value(&self) -> Option<u64> {
         u64::from_str_radix(self.ptr.trim_start_matches("0x"), 16).ok()
     }

@@ -24,7 +24,12 @@ use vramshare_common::size::MAX_DEVICES;
 pub struct Block {
     pub size: u64,
     pub device: u32,
+    /// `Device`: all of it counts on the device. `Host`: a spilled block,
+    /// of which the first `device_part` bytes may still prefer the device.
     pub placement: Placement,
+    /// Bytes of a spilled block that live on (and count against) the device:
+    /// its head, when it was allocated with room for part of it.
+    pub device_part: u64,
     pub api: Api,
     /// Managed memory (spilled by the shim, or the caller's own): given back
     /// with `cudaFree` whatever its placement now.
@@ -76,6 +81,16 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Block {
+    /// Bytes of the block that live on the host.
+    pub fn spilled_part(&self) -> u64 {
+        match self.placement {
+            Placement::Host => self.size - self.device_part.min(self.size),
+            _ => 0,
+        }
+    }
 }
 
 impl Ledger {
@@ -135,9 +150,10 @@ impl Ledger {
         }
         if block.placement == Placement::Host {
             let usage = self.device(block.device);
-            let before = usage.spilled_bytes.fetch_add(block.size, Ordering::AcqRel);
-            raise_peak(&usage.peak_spilled, before + block.size);
-            lock(&self.spilled[block.device as usize]).insert((block.size, ptr));
+            let spilled = block.spilled_part();
+            let before = usage.spilled_bytes.fetch_add(spilled, Ordering::AcqRel);
+            raise_peak(&usage.peak_spilled, before + spilled);
+            lock(&self.spilled[block.device as usize]).insert((spilled, ptr));
         }
         stale
     }
@@ -184,19 +200,20 @@ impl Ledger {
     }
 
     fn release(&self, ptr: usize, block: &Block) {
-        let usage = self.device(block.device);
         match block.placement {
             Placement::Device => self.unreserve(block.device, block.size),
             Placement::Host => {
-                lock(&self.spilled[block.device as usize]).remove(&(block.size, ptr));
-                subtract(&usage.spilled_bytes, block.size);
+                self.unreserve(block.device, block.device_part);
+                let spilled = block.spilled_part();
+                lock(&self.spilled[block.device as usize]).remove(&(spilled, ptr));
+                subtract(&self.device(block.device).spilled_bytes, spilled);
             }
             Placement::Unknown => {}
         }
     }
 
-    /// Spilled blocks of `device` that would fit in `room` bytes together,
-    /// largest first.
+    /// Spilled blocks of `device` whose host parts would fit in `room` bytes
+    /// together, largest first, as (host part, address).
     pub fn promotion_candidates(&self, device: u32, mut room: u64) -> Vec<(u64, usize)> {
         let spilled = lock(&self.spilled[device as usize]);
         let mut picked = Vec::new();
@@ -209,23 +226,26 @@ impl Ledger {
         picked
     }
 
-    /// Marks a spilled block of `size` bytes as moving onto its device, whose
-    /// bytes the caller has reserved; it stops counting as spilled. Returns
-    /// the API that made it; `None` if it is gone, already moving, or not
-    /// spilled, or if its address now holds another block (freed and handed
-    /// out again since it was picked).
-    pub fn begin_promotion(&self, ptr: usize, size: u64) -> Option<Api> {
+    /// Marks a spilled block whose host part is `spilled` bytes as moving
+    /// onto its device, whose bytes the caller has reserved; it stops
+    /// counting as spilled. Returns the API that made it and the offset of
+    /// its host part. `None` if it is gone, already moving, or not spilled,
+    /// or if its address now holds another block (freed and handed out
+    /// again since it was picked).
+    pub fn begin_promotion(&self, ptr: usize, spilled: u64) -> Option<(Api, u64)> {
         let mut block = self.blocks.get_mut(&ptr)?;
-        if block.moving || block.placement != Placement::Host || block.size != size {
+        if block.moving || block.placement != Placement::Host || block.spilled_part() != spilled {
             return None;
         }
+        let offset = block.device_part;
         block.moving = true;
         block.placement = Placement::Device;
+        block.device_part = block.size;
         let usage = self.device(block.device);
-        lock(&self.spilled[block.device as usize]).remove(&(block.size, ptr));
-        subtract(&usage.spilled_bytes, block.size);
+        lock(&self.spilled[block.device as usize]).remove(&(spilled, ptr));
+        subtract(&usage.spilled_bytes, spilled);
         usage.promotions.fetch_add(1, Ordering::Relaxed);
-        Some(block.api)
+        Some((block.api, offset))
     }
 
     pub fn end_move(&self, ptr: usize) {
@@ -270,6 +290,7 @@ mod tests {
             size,
             device: 0,
             placement,
+            device_part: 0,
             api: Api::cudaMalloc,
             managed: placement == Placement::Host,
             moving: false,
@@ -326,11 +347,56 @@ mod tests {
             None,
             "another block at that address"
         );
-        assert_eq!(ledger.begin_promotion(0x1, 50), Some(Api::cudaMalloc));
+        assert_eq!(ledger.begin_promotion(0x1, 50), Some((Api::cudaMalloc, 0)));
         assert_eq!(ledger.begin_promotion(0x1, 50), None, "already moving");
         assert!(matches!(ledger.take(0x1), Taken::Moving));
         ledger.end_move(0x1);
         assert_eq!(ledger.device(0).spilled_bytes.load(Ordering::Relaxed), 130);
         assert!(matches!(ledger.take(0x1), Taken::Block(b) if b.placement == Placement::Device));
+    }
+
+    #[test]
+    fn a_split_block_counts_its_head_on_the_device_and_its_tail_spilled() {
+        let ledger = ledger();
+        assert!(ledger.try_reserve(0, 8, 100));
+        ledger.insert(
+            0x10,
+            Block {
+                device_part: 8,
+                ..block(24, Placement::Host)
+            },
+        );
+        assert_eq!(ledger.device(0).device_bytes.load(Ordering::Relaxed), 8);
+        assert_eq!(ledger.device(0).spilled_bytes.load(Ordering::Relaxed), 16);
+        assert_eq!(
+            ledger.promotion_candidates(0, 20),
+            vec![(16, 0x10)],
+            "the tail is what moves"
+        );
+        assert!(ledger.try_reserve(0, 16, 100));
+        assert_eq!(
+            ledger.begin_promotion(0x10, 16),
+            Some((Api::cudaMalloc, 8)),
+            "the tail starts 8 bytes in"
+        );
+        ledger.end_move(0x10);
+        assert_eq!(ledger.device(0).spilled_bytes.load(Ordering::Relaxed), 0);
+        assert!(
+            matches!(ledger.take(0x10), Taken::Block(b) if b.placement == Placement::Device && b.device_part == 24)
+        );
+        assert_eq!(ledger.device(0).device_bytes.load(Ordering::Relaxed), 0);
+
+        // Freed while still split: both parts come back.
+        assert!(ledger.try_reserve(0, 8, 100));
+        ledger.insert(
+            0x20,
+            Block {
+                device_part: 8,
+                ..block(24, Placement::Host)
+            },
+        );
+        assert!(matches!(ledger.take(0x20), Taken::Block(_)));
+        assert_eq!(ledger.device(0).device_bytes.load(Ordering::Relaxed), 0);
+        assert_eq!(ledger.device(0).spilled_bytes.load(Ordering::Relaxed), 0);
     }
 }

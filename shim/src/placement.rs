@@ -246,24 +246,44 @@ impl Backend {
         }
     }
 
-    /// A spilled block: its pages live on the host, and the device reads
-    /// them over the link through its mappings instead of faulting them across.
-    pub fn place_on_host(self, state: &State, ptr: *mut c_void, size: usize, device: u32) -> c_int {
-        let rc = self.advise(
+    /// A spilled block: its pages past `device_part` live on the host, and
+    /// the device reads them over the link through its mappings instead of
+    /// faulting them across; its first `device_part` bytes (0 for none)
+    /// prefer the device, where the GPU's first touch places them.
+    pub fn place_split(
+        self,
+        state: &State,
+        ptr: *mut c_void,
+        size: usize,
+        device_part: usize,
+        device: u32,
+    ) -> c_int {
+        let mut rc = cudaSuccess;
+        if device_part > 0 {
+            rc = self.advise(
+                state,
+                ptr,
+                device_part,
+                cudaMemAdviseSetPreferredLocation,
+                Location::Device(device),
+            );
+        }
+        let tail = (ptr as *mut u8).wrapping_add(device_part) as *mut c_void;
+        let rc2 = self.advise(
             state,
-            ptr,
-            size,
+            tail,
+            size - device_part,
             cudaMemAdviseSetPreferredLocation,
             Location::Host,
         );
-        let rc2 = self.advise(
+        let rc3 = self.advise(
             state,
-            ptr,
-            size,
+            tail,
+            size - device_part,
             cudaMemAdviseSetAccessedBy,
             Location::Device(device),
         );
-        first_error(rc, rc2)
+        first_error(first_error(rc, rc2), rc3)
     }
 
     /// A promoted block: it prefers its device, and its pages are moved

@@ -15,7 +15,10 @@ use crate::hooks::{real, Api};
 use crate::ledger::{Block, Taken};
 use crate::placement::{self, Backend};
 use crate::state::{config, state, State, QUOTA_NONE, QUOTA_UNRESOLVED};
-use vramshare_common::event::{Op, Placement};
+use vramshare_common::event::{Event, Op, Placement};
+use vramshare_common::process::monotonic_ns;
+
+use crate::trace::thread_id;
 
 /// A real function the loaded runtime does not have.
 pub fn missing(name: &str) -> cudaError_t {
@@ -135,6 +138,7 @@ where
             size: taken,
             device,
             placement: Placement::Device,
+            device_part: taken,
             api,
             managed,
             moving: false,
@@ -160,16 +164,49 @@ where
             cudaErrorMemoryAllocation,
         );
     }
-    spill(state, api, device, size, managed_flags, on_host)
+    spill(state, api, device, size, quota, managed_flags, on_host)
+}
+
+/// Granularity of a split block's device part: the GPU's large page.
+const SPLIT_GRAIN: u64 = 2 << 20;
+
+/// The share of the quota a split block leaves free, for what the job
+/// allocates after it (1/4). Measured on the H200 (bench/NOTES.md, attempts
+/// 2 and 4): a table's head on the device makes its gathers seven times
+/// faster than from the host, but a head that took all the room sent every
+/// later allocation of the job to the host and made it nine times slower.
+const SPLIT_HEADROOM_DIVISOR: u64 = 4;
+
+/// Bytes of a `size`-byte block that does not fit to keep on the device,
+/// reserved here: the room under the quota less its headroom, in whole
+/// large pages; 0 when there is none.
+fn split_head(state: &State, device: u32, size: u64, quota: u64) -> u64 {
+    let used = state
+        .ledger
+        .device(device)
+        .device_bytes
+        .load(Ordering::Acquire);
+    let room = quota
+        .saturating_sub(used)
+        .saturating_sub(quota / SPLIT_HEADROOM_DIVISOR)
+        / SPLIT_GRAIN
+        * SPLIT_GRAIN;
+    if room > 0 && room < size && state.ledger.try_reserve(device, room, quota) {
+        room
+    } else {
+        0
+    }
 }
 
 /// An allocation over quota: managed memory that lives on the host and is
-/// mapped for the device.
+/// mapped for the device, except for its head when the quota still has room
+/// for it ([`split_head`]).
 fn spill(
     state: &State,
     api: Api,
     device: u32,
     size: u64,
+    quota: u64,
     flags: c_uint,
     on_host: impl FnOnce(*mut c_void),
 ) -> cudaError_t {
@@ -183,16 +220,22 @@ fn spill(
         );
         return reject(cudaErrorMemoryAllocation);
     }
+    // A block larger than the room left keeps its head, up to that room
+    // less a quarter of the quota, on the device: a large table's first
+    // rows (often its hot ones) stay on the GPU, and the smaller, busier
+    // allocations that follow still find room.
+    let device_part = split_head(state, device, size, quota);
     let backend = Backend::of(api);
     let (rc, ptr) = backend.malloc_managed(size as usize, flags);
     if rc != cudaSuccess || ptr.is_null() {
+        state.ledger.unreserve(device, device_part);
         return reject(if rc == cudaSuccess {
             cudaErrorMemoryAllocation
         } else {
             rc
         });
     }
-    let advised = backend.place_on_host(state, ptr, size as usize, device);
+    let advised = backend.place_split(state, ptr, size as usize, device_part as usize, device);
     if advised != cudaSuccess {
         warn!(
             "advising a spilled block of {} failed (CUDA error {advised}); it stays usable",
@@ -206,6 +249,7 @@ fn spill(
         size,
         device,
         placement: Placement::Host,
+        device_part,
         api,
         managed: true,
         moving: false,
@@ -241,15 +285,25 @@ fn record_allocation(state: &State, ptr: *mut c_void, block: Block) {
         .device(block.device)
         .allocations
         .fetch_add(1, Ordering::Relaxed);
-    state.record(
+    let event = Event::new(
+        0,
+        monotonic_ns(),
+        state.pid,
+        thread_id(),
         Op::Alloc,
         block.api,
         block.device as i32,
-        ptr as usize,
+        ptr as u64,
         block.size,
         block.placement,
         cudaSuccess,
     );
+    let split = block.placement == Placement::Host && block.device_part > 0;
+    state.record_event(if split {
+        event.with_device_part(block.device_part)
+    } else {
+        event
+    });
     if let Some(stale) = stale {
         info!("{ptr:p} was handed out again while still recorded ({} from {}); the old record is dropped", human_bytes(stale.size), stale.api.name());
     }
@@ -474,13 +528,15 @@ fn promote(state: &State, device: u32, backend: Backend) {
         if !state.ledger.try_reserve(device, size, quota) {
             continue;
         }
-        // Each block moves through the API that made it.
-        let Some(api) = state.ledger.begin_promotion(ptr, size) else {
+        // Each block moves through the API that made it; a split block
+        // moves its host part.
+        let Some((api, offset)) = state.ledger.begin_promotion(ptr, size) else {
             state.ledger.unreserve(device, size);
             continue;
         };
         let block_backend = Backend::of(api);
-        let rc = block_backend.move_to_device(state, ptr as *mut c_void, size as usize, device);
+        let tail = (ptr as *mut u8).wrapping_add(offset as usize) as *mut c_void;
+        let rc = block_backend.move_to_device(state, tail, size as usize, device);
         state.ledger.end_move(ptr);
         state.record(
             Op::Promote,
@@ -620,6 +676,12 @@ pub unsafe fn mem_create(
             size,
             device,
             placement,
+            // Physical memory is made whole, on the device or on the host.
+            device_part: if placement == Placement::Device {
+                size
+            } else {
+                0
+            },
             api,
             managed: false,
             moving: false,

@@ -188,7 +188,7 @@ impl State {
         placement: Placement,
         rc: i32,
     ) {
-        let event = Event::new(
+        self.record_event(Event::new(
             0,
             monotonic_ns(),
             self.pid,
@@ -200,7 +200,12 @@ impl State {
             size,
             placement,
             rc,
-        );
+        ));
+    }
+
+    /// Records a prepared event (one that carries more than `record` takes),
+    /// in this process's trace and in the shared ring.
+    pub fn record_event(&self, event: Event) {
         if let Some(trace) = &self.trace {
             trace.record(&event);
         }
