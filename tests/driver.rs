@@ -403,6 +403,43 @@ fn physical_memory_of_the_virtual_memory_api_counts_from_create_to_release() {
 }
 
 #[test]
+fn host_memory_made_for_an_rdma_request_drops_the_flag() {
+    let run = driver_client(
+        &[("VRAMSHARE_QUOTA", "32MiB")],
+        &[
+            "create:a:24M",
+            "create:b:16M:rdma",
+            "release:b",
+            "release:a",
+        ],
+    );
+    run.assert_ok();
+    assert_eq!(run.rc("create b"), 0);
+    let tries: Vec<(String, String)> = run
+        .calls_with(&["cuMemCreate", &format!("size={}", 16 * MIB)])
+        .iter()
+        .map(|c| {
+            let field = |key: &str| {
+                c.split_whitespace()
+                    .find_map(|w| w.strip_prefix(key))
+                    .unwrap()
+                    .to_string()
+            };
+            (field("rdma="), field("rc="))
+        })
+        .collect();
+    assert_eq!(
+        tries,
+        [
+            ("1".to_string(), "1".to_string()),
+            ("0".to_string(), "0".to_string())
+        ],
+        "refused with the RDMA flag, made without it"
+    );
+    assert_eq!(run.events("alloc")[1]["placement"], "host");
+}
+
+#[test]
 fn a_driver_without_host_physical_memory_answers_out_of_memory() {
     let run = driver_client(
         &[("VRAMSHARE_QUOTA", "32MiB"), ("FAKE_CUDA_NO_HOST_VMM", "1")],
@@ -414,10 +451,11 @@ fn a_driver_without_host_physical_memory_answers_out_of_memory() {
         creates_of(&run, 16 * MIB),
         [
             ("host_numa".to_string(), "1".to_string()),
+            ("host_numa".to_string(), "1".to_string()),
             ("host".to_string(), "1".to_string()),
             ("device".to_string(), "0".to_string())
         ],
-        "both host forms tried, then c on the device"
+        "the three host forms tried, then c on the device"
     );
     let rejects = run.events("reject");
     assert_eq!(rejects.len(), 1);

@@ -704,9 +704,11 @@ pub unsafe fn mem_create(
     rc
 }
 
-/// Makes the physical memory asked for `device` on the host: in the NUMA
-/// node nearest the device, or failing that anywhere on the host (which the
-/// driver allows only for memory not shared with other processes).
+/// Makes the physical memory asked for `device` on the host, trying in turn:
+/// the NUMA node nearest the device with the caller's properties; the same
+/// without the allocation flags (PyTorch and XLA ask for GPUDirect RDMA,
+/// which host memory may not offer); anywhere on the host, not shareable
+/// with other processes (the driver allows no handle type there).
 fn create_on_host(
     device: u32,
     asked: &CUmemAllocationProp,
@@ -726,25 +728,42 @@ fn create_on_host(
     } else {
         0
     };
-    let mut on_numa = *asked;
-    on_numa.location = CUmemLocation {
-        type_: CU_MEM_LOCATION_TYPE_HOST_NUMA,
-        id: numa,
+    let on_numa = CUmemAllocationProp {
+        location: CUmemLocation {
+            type_: CU_MEM_LOCATION_TYPE_HOST_NUMA,
+            id: numa,
+        },
+        ..*asked
     };
-    let first = real_create(&on_numa);
-    if first == CUDA_SUCCESS {
-        return Ok(first);
-    }
-    let mut on_host = *asked;
-    on_host.location = CUmemLocation {
-        type_: CU_MEM_LOCATION_TYPE_HOST,
-        id: 0,
+    let plain_numa = CUmemAllocationProp {
+        allocFlags: [0; 8],
+        ..on_numa
     };
-    on_host.requestedHandleTypes = 0;
-    match real_create(&on_host) {
-        CUDA_SUCCESS => Ok(CUDA_SUCCESS),
-        _ => Err(first),
+    let anywhere = CUmemAllocationProp {
+        location: CUmemLocation {
+            type_: CU_MEM_LOCATION_TYPE_HOST,
+            id: 0,
+        },
+        requestedHandleTypes: 0,
+        ..plain_numa
+    };
+    let mut first = CUDA_SUCCESS;
+    for (form, prop) in [
+        ("host NUMA node", on_numa),
+        ("host NUMA node, no allocation flags", plain_numa),
+        ("host, no handle type or allocation flags", anywhere),
+    ] {
+        let rc = real_create(&prop);
+        if rc == CUDA_SUCCESS {
+            debug!("cuMemCreate for device {device} made on the {form}");
+            return Ok(rc);
+        }
+        debug!("cuMemCreate on the {form}: CUDA error {rc}");
+        if first == CUDA_SUCCESS {
+            first = rc;
+        }
     }
+    Err(first)
 }
 
 /// `cuMemRelease`: the handle's bytes stop counting, and spilled blocks may

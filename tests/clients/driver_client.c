@@ -5,7 +5,8 @@
  *   pitch:NAME:WIDTH:HEIGHT  free:NAME  freeasync:NAME  meminfo  touch:NAME
  *   rtmalloc:NAME:SIZE (cudaMalloc)  maps (whether a CUDA runtime is loaded)
  * Built with -DDRIVER_ONLY it links the driver alone (no rtmalloc, no entry points).
- *   create:NAME:SIZE[:host] (cuMemCreate on device 0, or on the host)  release:NAME
+ *   create:NAME:SIZE[:host|:rdma] (cuMemCreate on device 0, or on the host,
+ *   or on device 0 asking for GPUDirect RDMA as PyTorch does)  release:NAME
  *   fetch:HOW (proc, proc_v2, entry, entry_version), then fmalloc:NAME:SIZE,
  *   ffree:NAME, fmeminfo through the fetched cuMemAlloc, cuMemFree, cuMemGetInfo
  * SIZE is bytes, or with K, M or G (binary). Each step prints one line.
@@ -106,6 +107,7 @@ int main(int argc, char **argv) {
             CUmemAllocationProp prop = {0};
             prop.type = 1; /* pinned */
             prop.location.type = fields[3] && !strcmp(fields[3], "host") ? 2 : 1;
+            prop.flags[1] = fields[3] && !strcmp(fields[3], "rdma"); /* gpuDirectRDMACapable */
             unsigned long long handle = 0;
             rc = cuMemCreate(&handle, parse_size(fields[2]), &prop, 0);
             if (rc == 0) names[slot(fields[1])].ptr = handle;

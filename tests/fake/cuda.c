@@ -130,6 +130,9 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
     int on_device = prop->location.type == 1, dev = prop->location.id;
     CUresult rc = OK;
     if (!on_device && env_size("FAKE_CUDA_NO_HOST_VMM", 0)) rc = INVALID_VALUE;
+    /* As the H200's driver answered PyTorch: host memory is not made
+     * GPUDirect RDMA capable (allocFlags.gpuDirectRDMACapable). */
+    if (!on_device && prop->flags[1]) rc = INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if (on_device && (size > capacity() || used[dev] > capacity() - size)) rc = MEMORY_ALLOCATION;
     int i = 0;
@@ -144,7 +147,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
     }
     pthread_mutex_unlock(&lock);
     const char *where = on_device ? "device" : prop->location.type == 3 ? "host_numa" : "host";
-    trace("cuMemCreate size=%zu location=%s id=%d rc=%d handle=%llu", size, where, prop->location.id, rc, rc ? 0ULL : *handle);
+    trace("cuMemCreate size=%zu location=%s id=%d rdma=%d rc=%d handle=%llu", size, where, prop->location.id, prop->flags[1], rc, rc ? 0ULL : *handle);
     return rc;
 }
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
