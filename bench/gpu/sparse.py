@@ -6,7 +6,7 @@ import torch.nn as nn
 
 from common import options, run
 
-args = options(__doc__, steps=100)
+args = options(__doc__, steps=300)
 rows, dim, batch, bag = 1 << 25, 128, 4096, 16
 table = nn.EmbeddingBag(rows, dim, mode="sum", sparse=True, device="cuda")
 tower = nn.Sequential(nn.Linear(dim, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1)).cuda()

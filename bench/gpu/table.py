@@ -34,9 +34,15 @@ writes = result("link-mapped").get("write_GBps")
 print(f"host link: pinned copy host->device {link['copy'] or 0:.1f} GB/s, GPU reads of spilled memory {link['mapped'] or 0:.1f} GB/s"
       + (f", GPU writes to it {writes:.1f} GB/s" if writes else ""))
 bandwidth = (link["mapped"] or link["copy"] or 50.0) * 1e9
+write_bandwidth = (writes or link["mapped"] or 50.0) * 1e9
 
 print()
-print(f"{'run':<24}{'ms/step':>10}{'x native':>10}{'spilled GiB':>13}{'floor ms':>10}{'x floor':>9}")
+# Two floors for a spilled run: "est", from the bytes the trace says spilled
+# and what each step is expected to touch; "link", from the bytes the GPU
+# actually moved over PCIe during the timed steps (NVML, --traffic), each
+# direction at its measured rate (the link carries both at once).
+print(f"{'run':<24}{'ms/step':>10}{'x native':>10}{'x fastest':>10}{'spilled GiB':>13}{'est ms':>9}{'x est':>7}"
+      f"{'link GB rx/tx':>15}{'link ms':>9}{'x link':>8}")
 for job in ["dense", "sparse", "inference"]:
     native = result(f"{job}-native")
     base = native.get("step_ms")
@@ -55,12 +61,19 @@ for job in ["dense", "sparse", "inference"]:
             if table and table in (trace.get("spilled_sizes") or []):
                 crossing = r["touched_table_bytes_per_step"] + (spilled - table)
             floor = base + 1e3 * crossing / bandwidth
+        rx, tx = r.get("link_rx_bytes_per_step"), r.get("link_tx_bytes_per_step")
+        link_floor = base + 1e3 * max(rx / bandwidth, tx / write_bandwidth) if base and rx is not None and spilled else None
+        fastest = r.get("step_ms_min") / native["step_ms_min"] if r.get("step_ms_min") and native.get("step_ms_min") else None
         cells = [
             f"{ms:10.1f}" if ms else f"{'exit ' + str(runs[name]['exit']):>10}",
             f"{ms / base:10.2f}" if ms and base else f"{'':>10}",
+            f"{fastest:10.2f}" if fastest else f"{'':>10}",
             f"{spilled / GiB:13.2f}" if spilled else f"{'':>13}",
-            f"{floor:10.1f}" if floor else f"{'':>10}",
-            f"{ms / floor:9.2f}" if floor and ms else f"{'':>9}",
+            f"{floor:9.1f}" if floor else f"{'':>9}",
+            f"{ms / floor:7.2f}" if floor and ms else f"{'':>7}",
+            f"{rx / 1e9:7.1f}/{tx / 1e9:<7.1f}" if rx is not None else f"{'':>15}",
+            f"{link_floor:9.1f}" if link_floor else f"{'':>9}",
+            f"{ms / link_floor:8.2f}" if link_floor and ms else f"{'':>8}",
         ]
         print(f"{name:<24}" + "".join(cells))
 

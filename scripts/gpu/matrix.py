@@ -28,6 +28,8 @@ programs = {
     "pytorch-async": (torch_job, {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}),
     "cupy": (["python3", os.path.join(jobs, "cupy_job.py")], {}),
     "jax": (["python3", os.path.join(jobs, "jax_job.py")], {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}),
+    "jax-platform": (["python3", os.path.join(jobs, "jax_job.py")],
+                     {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}),
     "nvcc-static": ([os.path.join(work, "cuda_job_static")], {}),
     "nvcc-shared": ([os.path.join(work, "cuda_job_shared")], {}),
 }
