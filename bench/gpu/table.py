@@ -59,7 +59,10 @@ for job in ["dense", "sparse", "inference"]:
             crossing = spilled * r.get("crossings_per_step", 1)
             table = r.get("table_bytes")
             if table and table in (trace.get("spilled_sizes") or []):
-                crossing = r["touched_table_bytes_per_step"] + (spilled - table)
+                # The table is what spilled (whole, or its tail): the rows a
+                # step touches cross in proportion to the share on the host.
+                on_host = min(spilled, table)
+                crossing = r["touched_table_bytes_per_step"] * on_host / table + (spilled - on_host)
             floor = base + 1e3 * crossing / bandwidth
         rx, tx = r.get("link_rx_bytes_per_step"), r.get("link_tx_bytes_per_step")
         link_floor = base + 1e3 * max(rx / bandwidth, tx / write_bandwidth) if base and rx is not None and spilled else None
