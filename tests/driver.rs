@@ -463,6 +463,47 @@ fn a_driver_without_host_physical_memory_answers_out_of_memory() {
 }
 
 #[test]
+fn a_driver_pools_reserve_counts_until_it_is_trimmed() {
+    let run = driver_client(
+        &[("VRAMSHARE_QUOTA", "32MiB")],
+        &[
+            "async:a:16M",
+            "freeasync:a",
+            "meminfo",
+            "malloc:b:24M",
+            "meminfo",
+            "free:b",
+        ],
+    );
+    run.assert_ok();
+    // The pool keeps a's 16M; b (24M) fits only once the pool is trimmed,
+    // through the driver's own cuMemPoolTrimTo.
+    assert_eq!(run.meminfo(), [(16 * MIB, 32 * MIB), (8 * MIB, 32 * MIB)]);
+    assert_eq!(run.calls_with(&["cuMemPoolTrimTo"]).len(), 1);
+    assert_eq!(
+        run.allocations()[1],
+        ("cuMemAlloc_v2".to_string(), "device".to_string())
+    );
+    let run = driver_client(
+        &[("VRAMSHARE_QUOTA", "32MiB")],
+        &[
+            "async:a:16M",
+            "freeasync:a",
+            "async:b:24M",
+            "meminfo",
+            "freeasync:b",
+        ],
+    );
+    run.assert_ok();
+    assert_eq!(run.calls_with(&["cuMemPoolTrimTo"]).len(), 1);
+    assert_eq!(run.meminfo(), [(8 * MIB, 32 * MIB)]);
+    assert_eq!(
+        run.allocations()[1],
+        ("cuMemAllocAsync".to_string(), "device".to_string())
+    );
+}
+
+#[test]
 fn a_driver_only_program_never_gets_the_runtime_loaded() {
     let steps = [
         "malloc:a:32M",

@@ -8,6 +8,7 @@ matrix_jobs/cuda_job.cu (cuda_job_static, cuda_job_shared). For every cell
 it samples, every 0.1 s while the job runs, the job's device bytes in the
 registry (`vramshare ps --json`) and nvidia-smi's number for its pid, and
 reads the trace at exit. Writes OUT_DIR/matrix.jsonl and prints a table.
+MATRIX_ONLY="pytorch-async cupy" runs only the programs named.
 """
 import json
 import os
@@ -123,7 +124,10 @@ def main():
     cells = []
     with open(os.path.join(out, "matrix.jsonl"), "w") as log:
         log.write(json.dumps({"program": "pytorch-native", "result": native_result}) + "\n")
+        only = os.environ.get("MATRIX_ONLY", "").split()
         for name, (command, extra) in programs.items():
+            if only and name not in only:
+                continue
             for spill in ["host", "off"]:
                 cell = run_cell(name, command, extra, spill, native_result)
                 cells.append(cell)

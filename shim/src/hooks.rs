@@ -113,13 +113,13 @@ hooks! {
         fn cudaMalloc3D(pitched: *mut cudaPitchedPtr, extent: cudaExtent) =>
             policy::malloc_3d(pitched, extent);
         fn cudaMallocAsync(ptr: *mut *mut c_void, size: usize, stream: cudaStream_t) =>
-            policy::malloc(Api::cudaMallocAsync, ptr, size, |out| real::cudaMallocAsync(out, size, stream));
+            policy::malloc_pooled(Api::cudaMallocAsync, ptr, size, std::ptr::null_mut(), |out| real::cudaMallocAsync(out, size, stream));
         fn cudaMallocAsync_ptsz(ptr: *mut *mut c_void, size: usize, stream: cudaStream_t) =>
-            policy::malloc(Api::cudaMallocAsync_ptsz, ptr, size, |out| real::cudaMallocAsync_ptsz(out, size, stream));
+            policy::malloc_pooled(Api::cudaMallocAsync_ptsz, ptr, size, std::ptr::null_mut(), |out| real::cudaMallocAsync_ptsz(out, size, stream));
         fn cudaMallocFromPoolAsync(ptr: *mut *mut c_void, size: usize, pool: cudaMemPool_t, stream: cudaStream_t) =>
-            policy::malloc(Api::cudaMallocFromPoolAsync, ptr, size, |out| real::cudaMallocFromPoolAsync(out, size, pool, stream));
+            policy::malloc_pooled(Api::cudaMallocFromPoolAsync, ptr, size, pool, |out| real::cudaMallocFromPoolAsync(out, size, pool, stream));
         fn cudaMallocFromPoolAsync_ptsz(ptr: *mut *mut c_void, size: usize, pool: cudaMemPool_t, stream: cudaStream_t) =>
-            policy::malloc(Api::cudaMallocFromPoolAsync_ptsz, ptr, size, |out| real::cudaMallocFromPoolAsync_ptsz(out, size, pool, stream));
+            policy::malloc_pooled(Api::cudaMallocFromPoolAsync_ptsz, ptr, size, pool, |out| real::cudaMallocFromPoolAsync_ptsz(out, size, pool, stream));
         fn cudaFree(ptr: *mut c_void) =>
             policy::free(Api::cudaFree, ptr, |p| real::cudaFree(p));
         fn cudaFreeAsync(ptr: *mut c_void, stream: cudaStream_t) =>
@@ -139,13 +139,13 @@ hooks! {
         fn cuMemAllocPitch_v2(ptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, element: c_uint) =>
             policy::malloc_pitch(Api::cuMemAllocPitch_v2, ptr.cast(), pitch, width, height, || real::cuMemAllocPitch_v2(ptr, pitch, width, height, element));
         fn cuMemAllocAsync(ptr: *mut CUdeviceptr, size: usize, stream: CUstream) =>
-            policy::malloc(Api::cuMemAllocAsync, ptr.cast(), size, |out| real::cuMemAllocAsync(out.cast(), size, stream));
+            policy::malloc_pooled(Api::cuMemAllocAsync, ptr.cast(), size, std::ptr::null_mut(), |out| real::cuMemAllocAsync(out.cast(), size, stream));
         fn cuMemAllocAsync_ptsz(ptr: *mut CUdeviceptr, size: usize, stream: CUstream) =>
-            policy::malloc(Api::cuMemAllocAsync_ptsz, ptr.cast(), size, |out| real::cuMemAllocAsync_ptsz(out.cast(), size, stream));
+            policy::malloc_pooled(Api::cuMemAllocAsync_ptsz, ptr.cast(), size, std::ptr::null_mut(), |out| real::cuMemAllocAsync_ptsz(out.cast(), size, stream));
         fn cuMemAllocFromPoolAsync(ptr: *mut CUdeviceptr, size: usize, pool: CUmemoryPool, stream: CUstream) =>
-            policy::malloc(Api::cuMemAllocFromPoolAsync, ptr.cast(), size, |out| real::cuMemAllocFromPoolAsync(out.cast(), size, pool, stream));
+            policy::malloc_pooled(Api::cuMemAllocFromPoolAsync, ptr.cast(), size, pool, |out| real::cuMemAllocFromPoolAsync(out.cast(), size, pool, stream));
         fn cuMemAllocFromPoolAsync_ptsz(ptr: *mut CUdeviceptr, size: usize, pool: CUmemoryPool, stream: CUstream) =>
-            policy::malloc(Api::cuMemAllocFromPoolAsync_ptsz, ptr.cast(), size, |out| real::cuMemAllocFromPoolAsync_ptsz(out.cast(), size, pool, stream));
+            policy::malloc_pooled(Api::cuMemAllocFromPoolAsync_ptsz, ptr.cast(), size, pool, |out| real::cuMemAllocFromPoolAsync_ptsz(out.cast(), size, pool, stream));
         fn cuMemFree_v2(ptr: CUdeviceptr) =>
             policy::free(Api::cuMemFree_v2, ptr as *mut c_void, |p| real::cuMemFree_v2(p as CUdeviceptr));
         fn cuMemFreeAsync(ptr: CUdeviceptr, stream: CUstream) =>
@@ -185,6 +185,12 @@ hooks! {
         fn cuCtxGetDevice(device: *mut CUdevice);
         fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_int, device: CUdevice);
         fn cuStreamCreate(stream: *mut CUstream, flags: c_uint);
+        fn cudaDeviceGetMemPool(pool: *mut cudaMemPool_t, device: c_int);
+        fn cudaMemPoolGetAttribute(pool: cudaMemPool_t, attribute: c_int, value: *mut c_void);
+        fn cudaMemPoolTrimTo(pool: cudaMemPool_t, keep: usize);
+        fn cuDeviceGetMemPool(pool: *mut CUmemoryPool, device: CUdevice);
+        fn cuMemPoolGetAttribute(pool: CUmemoryPool, attribute: c_int, value: *mut c_void);
+        fn cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize);
     }
 }
 

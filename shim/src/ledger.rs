@@ -31,6 +31,8 @@ pub struct Block {
     /// its head, when it was allocated with room for part of it.
     pub device_part: u64,
     pub api: Api,
+    /// The stream-ordered pool it came from (0: none); see [`crate::pools`].
+    pub pool: usize,
     /// Managed memory (spilled by the shim, or the caller's own): given back
     /// with `cudaFree` whatever its placement now.
     pub managed: bool,
@@ -292,6 +294,7 @@ mod tests {
             placement,
             device_part: 0,
             api: Api::cudaMalloc,
+            pool: 0,
             managed: placement == Placement::Host,
             moving: false,
         }

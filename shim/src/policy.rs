@@ -14,6 +14,7 @@ use crate::config::{human_bytes, Limit, Spill, MAX_DEVICES};
 use crate::hooks::{real, Api};
 use crate::ledger::{Block, Taken};
 use crate::placement::{self, Backend};
+use crate::pools;
 use crate::state::{config, state, State, QUOTA_NONE, QUOTA_UNRESOLVED};
 use vramshare_common::event::{Event, Op, Placement};
 use vramshare_common::process::monotonic_ns;
@@ -75,6 +76,9 @@ pub fn device_quota(state: &State, device: u32, backend: Backend) -> Option<u64>
 struct Request<D, H> {
     api: Api,
     size: u64,
+    /// For a stream-ordered allocation: the pool asked for (null: the
+    /// device's current one).
+    pool: Option<*mut c_void>,
     /// Makes the allocation on the device; returns (rc, pointer, bytes taken).
     on_device: D,
     /// Writes a spilled block's pointer (and pitch) where the caller wants it.
@@ -93,6 +97,7 @@ where
     let Request {
         api,
         size,
+        pool,
         on_device,
         on_host,
         managed_flags,
@@ -111,13 +116,21 @@ where
     };
     let quota = device_quota(state, device, backend);
     let usage = state.ledger.device(device);
-    let fits = match quota {
+    let pool = pool.and_then(|given| pools::resolve(backend, given, device));
+    let mut fits = match quota {
         None => {
             state.ledger.reserve(device, size);
             true
         }
         Some(quota) => state.ledger.try_reserve(device, size, quota),
     };
+    if let (false, Some(quota)) = (fits, quota) {
+        // What stream-ordered pools keep unused goes back to the device
+        // before anything spills.
+        if pools::trim_device(state, device) {
+            fits = state.ledger.try_reserve(device, size, quota);
+        }
+    }
     if fits {
         let (rc, ptr, taken) = on_device();
         if rc != cudaSuccess || ptr.is_null() {
@@ -137,6 +150,7 @@ where
         let block = Block {
             size: taken,
             device,
+            pool: pool.unwrap_or(0),
             placement: Placement::Device,
             device_part: taken,
             api,
@@ -144,6 +158,9 @@ where
             moving: false,
         };
         record_allocation(state, ptr, block);
+        if let Some(pool) = pool {
+            pools::recount(state, backend, pool, device, quota);
+        }
         return rc;
     }
     let quota = quota.unwrap_or(0);
@@ -248,6 +265,7 @@ fn spill(
     let block = Block {
         size,
         device,
+        pool: 0,
         placement: Placement::Host,
         device_part,
         api,
@@ -333,7 +351,33 @@ pub unsafe fn malloc(
     size: usize,
     real_alloc: impl FnOnce(*mut *mut c_void) -> cudaError_t,
 ) -> cudaError_t {
-    unsafe { allocate_into(api, out, size, real_alloc, cudaMemAttachGlobal, false) }
+    unsafe { allocate_into(api, out, size, None, real_alloc, cudaMemAttachGlobal, false) }
+}
+
+/// `cudaMallocAsync`, `cudaMallocFromPoolAsync`, their driver twins and
+/// `_ptsz` forms: allocations from a stream-ordered pool (`pool` null for
+/// the device's current one), whose reserve counts as well ([`pools`]).
+///
+/// # Safety
+/// `out` is the caller's pointer, as CUDA would receive it.
+pub unsafe fn malloc_pooled(
+    api: Api,
+    out: *mut *mut c_void,
+    size: usize,
+    pool: *mut c_void,
+    real_alloc: impl FnOnce(*mut *mut c_void) -> cudaError_t,
+) -> cudaError_t {
+    unsafe {
+        allocate_into(
+            api,
+            out,
+            size,
+            Some(pool),
+            real_alloc,
+            cudaMemAttachGlobal,
+            false,
+        )
+    }
 }
 
 /// `cudaMallocManaged` and `cuMemAllocManaged`: the caller's own managed
@@ -350,7 +394,7 @@ pub unsafe fn malloc_managed(
     flags: c_uint,
     real_alloc: impl FnOnce(*mut *mut c_void) -> cudaError_t,
 ) -> cudaError_t {
-    unsafe { allocate_into(api, out, size, real_alloc, flags, true) }
+    unsafe { allocate_into(api, out, size, None, real_alloc, flags, true) }
 }
 
 /// An allocation whose only output is the pointer written to `out`.
@@ -358,6 +402,7 @@ unsafe fn allocate_into(
     api: Api,
     out: *mut *mut c_void,
     size: usize,
+    pool: Option<*mut c_void>,
     real_alloc: impl FnOnce(*mut *mut c_void) -> cudaError_t,
     managed_flags: c_uint,
     always_spill: bool,
@@ -368,6 +413,7 @@ unsafe fn allocate_into(
     allocate(Request {
         api,
         size: size as u64,
+        pool,
         on_device: || {
             let rc = real_alloc(out);
             let ptr = if rc == cudaSuccess {
@@ -408,6 +454,7 @@ pub unsafe fn malloc_pitch(
     allocate(Request {
         api,
         size: size as u64,
+        pool: None,
         on_device: || unsafe {
             let rc = real_pitch();
             if rc == cudaSuccess {
@@ -436,6 +483,7 @@ pub unsafe fn malloc_3d(pitched: *mut cudaPitchedPtr, extent: cudaExtent) -> cud
     allocate(Request {
         api: Api::cudaMalloc3D,
         size: size as u64,
+        pool: None,
         on_device: || unsafe {
             let rc = real::cudaMalloc3D(pitched, extent);
             if rc == cudaSuccess {
@@ -507,6 +555,12 @@ pub unsafe fn free(
         block.placement,
         rc,
     );
+    if block.pool != 0 {
+        // The pool keeps the block's bytes: they count on as its slack.
+        let backend = Backend::of(api);
+        let quota = device_quota(state, block.device, backend);
+        pools::recount(state, backend, block.pool, block.device, quota);
+    }
     if block.placement == Placement::Device {
         promote(state, block.device, Backend::of(api));
     }
@@ -675,6 +729,7 @@ pub unsafe fn mem_create(
         Block {
             size,
             device,
+            pool: 0,
             placement,
             // Physical memory is made whole, on the device or on the host.
             device_part: if placement == Placement::Device {

@@ -42,6 +42,8 @@ pub struct State {
     /// The runtime's major version (12, 13), 0 until asked.
     pub runtime_major: AtomicI32,
     pub runtime_version: AtomicI32,
+    /// Per stream-ordered pool, the slack last counted (see [`crate::pools`]).
+    pub pool_slack: std::sync::Mutex<std::collections::HashMap<usize, crate::pools::Counted>>,
 }
 
 pub const QUOTA_UNRESOLVED: u64 = u64::MAX;
@@ -169,6 +171,7 @@ impl State {
                 .collect(),
             runtime_major: AtomicI32::new(0),
             runtime_version: AtomicI32::new(0),
+            pool_slack: Default::default(),
         }
     }
 

@@ -44,7 +44,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t width, size_t 
 }
 #define ASYNC_ALLOC(name, ...)                                        \
     CUresult name(CUdeviceptr *p, size_t size, __VA_ARGS__) {         \
-        CUresult rc = fake_alloc((void **)p, size, 0);                \
+        CUresult rc = pool_alloc((void **)p, size);                   \
         trace(#name " size=%zu rc=%d", size, rc);                     \
         return rc;                                                    \
     }
@@ -60,9 +60,25 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
 }
 static CUresult free_async(const char *name, CUdeviceptr p) {
     /* The real driver refuses managed memory here. */
-    CUresult rc = p && is_managed((void *)p) ? INVALID_VALUE : fake_free((void *)p);
+    CUresult rc = p && is_managed((void *)p) ? INVALID_VALUE : pool_free((void *)p);
     trace("%s ptr=%p rc=%d", name, (void *)p, rc);
     return rc;
+}
+CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice device) {
+    if (no_device()) return NO_DEVICE;
+    if (!pool || device < 0 || device >= device_count()) return INVALID_VALUE;
+    *pool = (CUmemoryPool)(uintptr_t)(device + 1);
+    return OK;
+}
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attribute, void *value) {
+    return pool_attribute(pool, attribute, value);
+}
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+    int dev = (int)(uintptr_t)pool - 1;
+    if (dev < 0 || dev >= device_count()) return INVALID_VALUE;
+    pool_trim(dev, keep);
+    trace("cuMemPoolTrimTo pool=%d keep=%zu", dev + 1, keep);
+    return OK;
 }
 CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { return free_async("cuMemFreeAsync", p); }
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return free_async("cuMemFreeAsync_ptsz", p); }

@@ -67,7 +67,7 @@ cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pp, struct cudaExtent e) {
 }
 #define ASYNC_ALLOC(name, ...)                                              \
     cudaError_t name(void **p, size_t size, __VA_ARGS__) {                  \
-        cudaError_t rc = fake_alloc(p, size, 0);                            \
+        cudaError_t rc = pool_alloc(p, size);                               \
         trace(#name " size=%zu rc=%d", size, rc);                           \
         return rc;                                                          \
     }
@@ -83,9 +83,25 @@ cudaError_t cudaFree(void *p) {
 }
 static cudaError_t free_async(const char *name, void *p) {
     /* The real runtime refuses managed memory here. */
-    cudaError_t rc = p && is_managed(p) ? INVALID_VALUE : fake_free(p);
+    cudaError_t rc = p && is_managed(p) ? INVALID_VALUE : pool_free(p);
     trace("%s ptr=%p rc=%d", name, p, rc);
     return rc;
+}
+cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *pool, int device) {
+    if (no_device()) return NO_DEVICE;
+    if (!pool || device < 0 || device >= device_count()) return INVALID_VALUE;
+    *pool = (cudaMemPool_t)(uintptr_t)(device + 1);
+    return OK;
+}
+cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, int attribute, void *value) {
+    return pool_attribute(pool, attribute, value);
+}
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) {
+    int dev = (int)(uintptr_t)pool - 1;
+    if (dev < 0 || dev >= device_count()) return INVALID_VALUE;
+    pool_trim(dev, keep);
+    trace("cudaMemPoolTrimTo pool=%d keep=%zu", dev + 1, keep);
+    return OK;
 }
 cudaError_t cudaFreeAsync(void *p, cudaStream_t s) { return free_async("cudaFreeAsync", p); }
 cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s) { return free_async("cudaFreeAsync_ptsz", p); }

@@ -25,7 +25,7 @@ enum { OK = 0, INVALID_VALUE = 1, MEMORY_ALLOCATION = 2, NO_DEVICE = 100 };
 #define MAX_DEVICES 8
 #define BUCKETS 4096
 
-struct block { void *ptr; size_t size; int device; int managed; struct block *next; };
+struct block { void *ptr; size_t size; int device; int managed; int pooled; struct block *next; };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct block *table[BUCKETS];
@@ -83,7 +83,7 @@ static int fake_alloc(void **out, size_t size, int managed) {
     void *p = malloc(size);
     struct block *b = malloc(sizeof *b);
     if (!p || !b) { free(p); free(b); pthread_mutex_unlock(&lock); return MEMORY_ALLOCATION; }
-    *b = (struct block){p, size, dev, managed, table[bucket(p)]};
+    *b = (struct block){p, size, dev, managed, 0, table[bucket(p)]};
     table[bucket(p)] = b;
     if (!managed) used[dev] += size;
     pthread_mutex_unlock(&lock);
@@ -110,6 +110,66 @@ static int fake_free(void *p) {
     pthread_mutex_unlock(&lock);
     free(b->ptr);
     free(b);
+    return OK;
+}
+
+/* Stream-ordered pools, one per device (handle: device + 1), as CUDA's
+ * default pools behave with a high release threshold: the reserve grows in
+ * 2 MiB chunks as allocations need it, stays reserved after frees, and is
+ * given back only by a trim. The reserve is what the device holds. */
+#define POOL_CHUNK ((size_t)2 << 20)
+static size_t pool_reserved[MAX_DEVICES], pool_used[MAX_DEVICES];
+
+static int pool_alloc(void **out, size_t size) {
+    int rc = fake_alloc(out, size, 0);
+    if (rc != OK || size == 0) return rc;
+    int dev = current_device;
+    pthread_mutex_lock(&lock);
+    struct block *b = find(*out);
+    b->pooled = 1;
+    used[dev] -= size; /* counted through the pool's reserve instead */
+    pool_used[dev] += size;
+    while (pool_reserved[dev] < pool_used[dev]) {
+        pool_reserved[dev] += POOL_CHUNK;
+        used[dev] += POOL_CHUNK;
+    }
+    pthread_mutex_unlock(&lock);
+    return OK;
+}
+
+/* A pooled block goes back to its pool: its bytes stay reserved. */
+static int pool_free(void *p) {
+    pthread_mutex_lock(&lock);
+    struct block *b = p ? find(p) : NULL;
+    int pooled = b && b->pooled;
+    if (pooled) {
+        pool_used[b->device] -= b->size;
+        used[b->device] += b->size; /* fake_free subtracts it again */
+    }
+    pthread_mutex_unlock(&lock);
+    return fake_free(p);
+}
+
+static void pool_trim(int dev, size_t keep) {
+    pthread_mutex_lock(&lock);
+    size_t target = pool_used[dev] > keep ? pool_used[dev] : keep;
+    if (target < pool_reserved[dev]) {
+        used[dev] -= pool_reserved[dev] - target;
+        pool_reserved[dev] = target;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* cudaMemPoolAttrReservedMemCurrent (5) and cudaMemPoolAttrUsedMemCurrent (7),
+ * the driver's CU_MEMPOOL_ATTR_* of the same numbers. */
+static int pool_attribute(void *pool, int attribute, void *value) {
+    int dev = (int)(uintptr_t)pool - 1;
+    if (dev < 0 || dev >= device_count() || dev >= MAX_DEVICES || !value) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    unsigned long long v = attribute == 5 ? pool_reserved[dev] : attribute == 7 ? pool_used[dev] : 0;
+    pthread_mutex_unlock(&lock);
+    if (attribute != 5 && attribute != 7) return INVALID_VALUE;
+    *(unsigned long long *)value = v;
     return OK;
 }
 

@@ -1,0 +1,151 @@
+//! Stream-ordered pools (`cudaMallocAsync`, `cuMemAllocAsync` and their
+//! kin) keep the memory of freed blocks reserved for later allocations.
+//! Those bytes are the device's for as long as the pool holds them, so they
+//! count against the quota like any other.
+//!
+//! The shim counts each pooled allocation at its size, as any allocation;
+//! on top of that, a pool's *slack* — what it reserves beyond its live
+//! allocations, as CUDA reports it — is added to the device's bytes after
+//! every allocation from and free to the pool. Over the quota, the pool is
+//! first trimmed to what it uses (`cudaMemPoolTrimTo`), and only what still
+//! does not fit spills.
+
+use std::ffi::{c_int, c_void};
+
+use cudart_sys::*;
+
+use crate::hooks::real;
+use crate::placement::Backend;
+use crate::state::State;
+
+/// `cudaMemPoolAttrReservedMemCurrent`, `cudaMemPoolAttrUsedMemCurrent`
+/// (the driver's `CU_MEMPOOL_ATTR_*` have the same values).
+const RESERVED_MEM_CURRENT: c_int = 5;
+const USED_MEM_CURRENT: c_int = 7;
+
+/// What the shim counted for a pool at its last reading.
+#[derive(Clone, Copy, Debug)]
+pub struct Counted {
+    device: u32,
+    backend: Backend,
+    slack: u64,
+}
+
+/// The pool an allocation comes from: the one given, or the device's
+/// current pool; `None` if CUDA cannot say.
+pub fn resolve(backend: Backend, given: *mut c_void, device: u32) -> Option<usize> {
+    if !given.is_null() {
+        return Some(given as usize);
+    }
+    let mut pool: *mut c_void = std::ptr::null_mut();
+    // SAFETY: writes a handle we own.
+    let rc = unsafe {
+        match backend {
+            Backend::Runtime => real::cudaDeviceGetMemPool(&mut pool, device as c_int),
+            Backend::Driver => real::cuDeviceGetMemPool(&mut pool, device as CUdevice),
+        }
+    };
+    (rc == cudaSuccess && !pool.is_null()).then_some(pool as usize)
+}
+
+fn attribute(backend: Backend, pool: usize, attribute: c_int) -> Option<u64> {
+    let mut value: u64 = 0;
+    let out = &mut value as *mut u64 as *mut c_void;
+    // SAFETY: both attributes are 64-bit integers, written to ours.
+    let rc = unsafe {
+        match backend {
+            Backend::Runtime => {
+                real::cudaMemPoolGetAttribute(pool as cudaMemPool_t, attribute, out)
+            }
+            Backend::Driver => real::cuMemPoolGetAttribute(pool as CUmemoryPool, attribute, out),
+        }
+    };
+    (rc == cudaSuccess).then_some(value)
+}
+
+/// The pool's reserve beyond its live allocations, as CUDA reports it.
+fn slack(backend: Backend, pool: usize) -> Option<u64> {
+    let reserved = attribute(backend, pool, RESERVED_MEM_CURRENT)?;
+    let used = attribute(backend, pool, USED_MEM_CURRENT)?;
+    Some(reserved.saturating_sub(used))
+}
+
+/// Reads the pool's slack and moves the device's count by its change. A
+/// growth that does not fit under `quota` is not counted, and `false`
+/// returned. The reading and the counting are done under one lock, so that
+/// two threads never count their readings out of order; the pool queries
+/// under it never call back into the shim or allocate.
+fn count(state: &State, backend: Backend, pool: usize, device: u32, quota: Option<u64>) -> bool {
+    let mut counted = state
+        .pool_slack
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let Some(slack) = slack(backend, pool) else {
+        return true;
+    };
+    let before = counted.get(&pool).map_or(0, |c| c.slack);
+    if slack > before {
+        let grow = slack - before;
+        match quota {
+            Some(quota) if !state.ledger.try_reserve(device, grow, quota) => return false,
+            Some(_) => {}
+            None => state.ledger.reserve(device, grow),
+        }
+    } else {
+        state.ledger.unreserve(device, before - slack);
+    }
+    counted.insert(
+        pool,
+        Counted {
+            device,
+            backend,
+            slack,
+        },
+    );
+    true
+}
+
+/// After an allocation from or a free to `pool`: recounts its slack. If its
+/// growth would take the device over `quota`, the pool is trimmed first (its
+/// unused reserve given back to the device) and what remains is counted.
+pub fn recount(state: &State, backend: Backend, pool: usize, device: u32, quota: Option<u64>) {
+    if !count(state, backend, pool, device, quota) {
+        trim_and_recount(state, backend, pool, device);
+    }
+}
+
+/// Before anything on `device` spills: trims every pool whose slack counts
+/// there. Returns whether there was any.
+pub fn trim_device(state: &State, device: u32) -> bool {
+    let holding: Vec<(usize, Backend)> = state
+        .pool_slack
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .iter()
+        .filter(|(_, c)| c.device == device && c.slack > 0)
+        .map(|(pool, c)| (*pool, c.backend))
+        .collect();
+    for &(pool, backend) in &holding {
+        trim_and_recount(state, backend, pool, device);
+    }
+    !holding.is_empty()
+}
+
+/// Gives the pool's unused reserve back to the device, and recounts it.
+fn trim_and_recount(state: &State, backend: Backend, pool: usize, device: u32) {
+    trim(backend, pool);
+    count(state, backend, pool, device, None);
+}
+
+fn trim(backend: Backend, pool: usize) {
+    // SAFETY: a pool handle CUDA gave.
+    let rc = unsafe {
+        match backend {
+            Backend::Runtime => real::cudaMemPoolTrimTo(pool as cudaMemPool_t, 0),
+            Backend::Driver => real::cuMemPoolTrimTo(pool as CUmemoryPool, 0),
+        }
+    };
+    if rc != cudaSuccess {
+        debug!("trimming pool {pool:#x}: CUDA error {rc}");
+    }
+}
