@@ -478,3 +478,130 @@ fn the_shim_carries_on_past_a_corrupt_ring() {
     );
     assert_eq!(run.trace()["events"].as_array().unwrap().len(), 3);
 }
+
+#[test]
+fn a_quota_changed_while_the_job_runs_demotes_then_promotes() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.json");
+    let client = client_path();
+    let mut job = Command::new(env!("CARGO_BIN_EXE_vramshare"))
+        .args(["run", "--quota", "64MiB", "--trace"])
+        .arg(&trace)
+        .args(["--dir", dir.path().to_str().unwrap(), "--", &client])
+        // m: the job's own managed memory (movable); a: cudaMalloc (not
+        // movable); b spills.
+        .args([
+            "managed:m:16M",
+            "malloc:a:40M",
+            "malloc:b:16M",
+            "sleep:3000",
+        ])
+        .args(["malloc:c:4M", "sleep:3000"])
+        .env("VRAMSHARE_LIB", shim_library())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = job.id();
+    let dir_arg = dir.path().to_str().unwrap();
+    let device = |r: &Value, key: &str| r["devices"]["0"][key].as_u64().unwrap();
+    wait_for_row(dir.path(), pid, |r| device(r, "spilled_bytes") == 16 * MIB);
+
+    // Cut to 32 MiB: m goes to the host; a cannot move.
+    let cut = vramshare(&[
+        "quota",
+        "set",
+        "--pid",
+        &pid.to_string(),
+        "32MiB",
+        "--dir",
+        dir_arg,
+    ]);
+    assert!(cut.status.success(), "{}", text(&cut.stderr));
+    assert_eq!(
+        text(&cut.stdout).trim(),
+        format!("pid {pid} device 0: quota 64.00 MiB -> 32.00 MiB")
+    );
+    let asked = Instant::now();
+    let row = wait_for_row(dir.path(), pid, |r| device(r, "spilled_bytes") == 32 * MIB);
+    let noticed = asked.elapsed();
+    assert_eq!(
+        (device(&row, "quota"), device(&row, "device_bytes")),
+        (32 * MIB, 40 * MIB)
+    );
+    // The shim looks every 50 ms; the margin is for a loaded machine.
+    assert!(
+        noticed < Duration::from_millis(1000),
+        "noticed after {noticed:?}"
+    );
+
+    // c comes while the job is still over its quota: to the host.
+    let row = wait_for_row(dir.path(), pid, |r| device(r, "allocations") == 4);
+    assert_eq!(device(&row, "spilled_bytes"), 36 * MIB);
+    let get = vramshare(&[
+        "quota",
+        "get",
+        "--pid",
+        &pid.to_string(),
+        "--json",
+        "--dir",
+        dir_arg,
+    ]);
+    let got: Value = serde_json::from_slice(&get.stdout).unwrap();
+    assert_eq!(got[0]["quota"], 32 * MIB);
+
+    // Raised to 128 MiB: everything comes back, largest first.
+    let raise = vramshare(&[
+        "quota",
+        "set",
+        "--pid",
+        &pid.to_string(),
+        "128MiB",
+        "--dir",
+        dir_arg,
+    ]);
+    assert!(raise.status.success(), "{}", text(&raise.stderr));
+    let row = wait_for_row(dir.path(), pid, |r| device(r, "spilled_bytes") == 0);
+    assert_eq!(device(&row, "device_bytes"), 76 * MIB);
+    assert!(job.wait().unwrap().success());
+
+    let trace: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let moves: Vec<(String, u64)> = trace["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["op"] == "demote" || e["op"] == "promote")
+        .map(|e| {
+            (
+                e["op"].as_str().unwrap().to_string(),
+                e["size"].as_u64().unwrap() / MIB,
+            )
+        })
+        .collect();
+    let m = |op: &str, size| (op.to_string(), size);
+    assert_eq!(
+        moves,
+        [
+            m("demote", 16),
+            m("promote", 16),
+            m("promote", 16),
+            m("promote", 4)
+        ],
+        "m demoted at the cut; b, m and c promoted at the raise"
+    );
+
+    // Not for a process that is not running, and not as a percentage.
+    let gone = vramshare(&[
+        "quota",
+        "set",
+        "--pid",
+        &pid.to_string(),
+        "1GiB",
+        "--dir",
+        dir_arg,
+    ]);
+    assert_eq!(gone.status.code(), Some(1));
+    assert!(text(&gone.stderr).contains(&format!("no live vramshare process {pid}")));
+    let percent = vramshare(&["quota", "set", "--pid", "1", "50%", "--dir", dir_arg]);
+    assert_eq!(percent.status.code(), Some(2));
+    assert!(text(&percent.stderr).contains("accepted forms"));
+}

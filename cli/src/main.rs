@@ -4,6 +4,7 @@
 
 mod dump;
 mod ps;
+mod quota;
 mod report;
 mod run;
 
@@ -103,10 +104,43 @@ enum Command {
         #[command(flatten)]
         dir: DirArg,
     },
+    /// Read or change the quota of a running process
+    #[command(subcommand)]
+    Quota(QuotaCommand),
     /// Summarise a trace (from `dump` or VRAMSHARE_TRACE): peaks, spills, promotions, rejections, leaks, largest allocations
     Report {
         /// The trace JSON file
         file: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum QuotaCommand {
+    /// Each live process's quota and device bytes, per device
+    Get {
+        /// Only this process
+        #[arg(long)]
+        pid: Option<u32>,
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        dir: DirArg,
+    },
+    /// Change a running process's quota on one device; the job notices within 100 ms
+    #[command(arg_required_else_help = true)]
+    Set {
+        /// The process
+        #[arg(long)]
+        pid: u32,
+        /// The device
+        #[arg(long, default_value_t = 0)]
+        device: u32,
+        /// The new quota: 8GiB, 512MiB, 1048576, or none
+        #[arg(value_name = "SIZE", value_parser = quota::parse_set_size)]
+        size: quota::NewQuota,
+        #[command(flatten)]
+        dir: DirArg,
     },
 }
 
@@ -151,6 +185,13 @@ fn main() -> ExitCode {
         } => ps::top(&dir.path(), interval, iterations),
         Command::Dump { pid, output, dir } => dump::dump(&dir.path(), pid, output.as_deref()),
         Command::Report { file } => report::report(&file),
+        Command::Quota(QuotaCommand::Get { pid, json, dir }) => quota::get(&dir.path(), pid, json),
+        Command::Quota(QuotaCommand::Set {
+            pid,
+            device,
+            size,
+            dir,
+        }) => quota::set(&dir.path(), pid, device, size),
     };
     match result {
         Ok(code) => code,

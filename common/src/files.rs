@@ -158,8 +158,25 @@ fn create<F: SharedFile>(dir: &Path, path: &Path) -> Result<(), FileError> {
     made.map_err(|e| FileError::Io(path.to_path_buf(), e))
 }
 
-/// Maps an existing file for reading (the command never makes or changes
-/// the shared files).
+/// Maps an existing file for writing, without ever making it (for
+/// `vramshare quota set`, which changes a live process's quota in place).
+pub fn open_existing_mut<F: SharedFile>(dir: &Path) -> Result<MmapMut, FileError> {
+    let path = dir.join(F::NAME);
+    let file = match OpenOptions::new().read(true).write(true).open(&path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            return Err(FileError::Missing(path))
+        }
+        Err(error) => return Err(FileError::Io(path, error)),
+    };
+    // SAFETY: a shared mapping, written only through atomics.
+    let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| FileError::Io(path.clone(), e))?;
+    checked::<F>(&path, &file, &map)?;
+    Ok(map)
+}
+
+/// Maps an existing file for reading (the command never makes the shared
+/// files, and changes only quotas).
 pub fn open_existing<F: SharedFile>(dir: &Path) -> Result<Mmap, FileError> {
     let path = dir.join(F::NAME);
     let file = match fs::File::open(&path) {

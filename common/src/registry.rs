@@ -269,6 +269,15 @@ impl<M: AsRef<[u8]>> Registry<M> {
             .collect()
     }
 
+    /// The slot of the live process `pid`, for changing its quotas.
+    pub fn live_slot(&self, pid: u32) -> Option<&ProcessSlot> {
+        self.slots().iter().find(|slot| {
+            slot.state.load(Ordering::Acquire) == LIVE
+                && slot.pid.load(Ordering::Relaxed) == pid
+                && process::is_alive(pid, slot.start_time.load(Ordering::Relaxed))
+        })
+    }
+
     /// Processes that have exited (or died) and whose slots are not yet
     /// taken again, with their numbers as they left them.
     pub fn gone(&self) -> Vec<ProcessInfo> {

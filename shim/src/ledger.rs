@@ -250,6 +250,46 @@ impl Ledger {
         Some((block.api, offset))
     }
 
+    /// Managed blocks wholly on `device`, largest first, as (size, address):
+    /// what a quota cut can move to the host.
+    pub fn demotion_candidates(&self, device: u32) -> Vec<(u64, usize)> {
+        let mut found: Vec<(u64, usize)> = self
+            .blocks
+            .iter()
+            .filter(|entry| {
+                let b = entry.value();
+                b.device == device && b.managed && !b.moving && b.placement == Placement::Device
+            })
+            .map(|entry| (entry.value().size, *entry.key()))
+            .collect();
+        found.sort_unstable_by(|a, b| b.cmp(a));
+        found
+    }
+
+    /// Marks a managed block of `size` bytes on its device as moving to the
+    /// host: its bytes stop counting on the device and count as spilled.
+    /// Returns the API that made it; `None` if it is gone, moving, not on
+    /// the device, or another block now.
+    pub fn begin_demotion(&self, ptr: usize, size: u64) -> Option<Api> {
+        let mut block = self.blocks.get_mut(&ptr)?;
+        if block.moving
+            || block.placement != Placement::Device
+            || !block.managed
+            || block.size != size
+        {
+            return None;
+        }
+        block.moving = true;
+        block.placement = Placement::Host;
+        block.device_part = 0;
+        let usage = self.device(block.device);
+        subtract(&usage.device_bytes, size);
+        let before = usage.spilled_bytes.fetch_add(size, Ordering::AcqRel);
+        raise_peak(&usage.peak_spilled, before + size);
+        lock(&self.spilled[block.device as usize]).insert((size, ptr));
+        Some(block.api)
+    }
+
     pub fn end_move(&self, ptr: usize) {
         if let Some(mut block) = self.blocks.get_mut(&ptr) {
             block.moving = false;

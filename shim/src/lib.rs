@@ -11,6 +11,7 @@
 //! - [`pools`]: what stream-ordered pools keep reserved counts too;
 //! - [`ledger`]: every pointer handed out, and per-device counters;
 //! - [`trace`], [`report`]: events, and the JSON written at exit;
+//! - [`watcher`]: quotas changed by `vramshare quota set` while the job runs;
 //! - [`config`], [`state`], [`log`]: variables, process state, stderr;
 //! - `dlsym`: lookups in a CUDA library's handle hand back the hooks.
 
@@ -28,6 +29,7 @@ mod pools;
 mod report;
 mod state;
 mod trace;
+mod watcher;
 
 /// Runs when the library is loaded, before the program's `main`: reads and
 /// checks the variables (a malformed one stops the job here, with status 2),

@@ -223,11 +223,15 @@ impl Backend {
         }
     }
 
-    fn prefetch(self, state: &State, ptr: *mut c_void, size: usize, to: Location) -> c_int {
-        let device = match to {
-            Location::Device(d) => d,
-            Location::Host => 0,
-        };
+    /// Prefetches to `to` on the shim's stream of `device` (the block's).
+    fn prefetch(
+        self,
+        state: &State,
+        ptr: *mut c_void,
+        size: usize,
+        to: Location,
+        device: u32,
+    ) -> c_int {
         let stream = self.stream(state, device);
         match self {
             Backend::Runtime => prefetch(state, ptr, size, to, stream),
@@ -303,7 +307,15 @@ impl Backend {
             cudaMemAdviseSetPreferredLocation,
             Location::Device(device),
         );
-        let rc2 = self.prefetch(state, ptr, size, Location::Device(device));
+        let rc2 = self.prefetch(state, ptr, size, Location::Device(device), device);
+        first_error(rc, rc2)
+    }
+
+    /// A demoted block: it prefers the host, stays mapped for the device,
+    /// and its pages are moved to the host on the shim's own stream.
+    pub fn move_to_host(self, state: &State, ptr: *mut c_void, size: usize, device: u32) -> c_int {
+        let rc = self.place_split(state, ptr, size, 0, device);
+        let rc2 = self.prefetch(state, ptr, size, Location::Host, device);
         first_error(rc, rc2)
     }
 

@@ -15,9 +15,10 @@ use crate::hooks::{real, Api};
 use crate::ledger::{Block, Taken};
 use crate::placement::{self, Backend};
 use crate::pools;
-use crate::state::{config, state, State, QUOTA_NONE, QUOTA_UNRESOLVED};
+use crate::state::{config, state, State, QUOTA_RESOLVED, QUOTA_UNRESOLVED};
 use vramshare_common::event::{Event, Op, Placement};
 use vramshare_common::process::monotonic_ns;
+use vramshare_common::registry::NO_QUOTA;
 
 use crate::trace::thread_id;
 
@@ -31,25 +32,34 @@ pub fn missing(name: &str) -> cudaError_t {
 /// against the device's total on first use (asked through `backend`);
 /// `device` must be current.
 pub fn device_quota(state: &State, device: u32, backend: Backend) -> Option<u64> {
-    match state.cached_quota(device) {
-        QUOTA_NONE => return None,
-        QUOTA_UNRESOLVED => {}
-        quota => return Some(quota),
+    if state.cached_quota(device) == QUOTA_UNRESOLVED && !resolve_quota(state, device, backend) {
+        return None;
     }
-    // First use of this device: learn the runtime's version now, with the
-    // runtime surely up, for the advise calls and the trace.
+    // The registry slot's value: this process's own, or one that
+    // `vramshare quota set` wrote since.
+    let quota = state.ledger.device(device).quota.load(Ordering::Acquire);
+    (quota != NO_QUOTA).then_some(quota)
+}
+
+/// First use of `device`: resolves the process's own quota for it (a
+/// percentage against the device's total) into the registry slot, unless
+/// `vramshare quota set` has already put one there. False if it cannot be
+/// resolved yet.
+fn resolve_quota(state: &State, device: u32, backend: Backend) -> bool {
+    // Learn the runtime's version now, with the runtime surely up, for the
+    // advise calls and the trace.
     if backend == Backend::Runtime {
         placement::runtime_major(state);
     }
     let quota = match config().quota.for_device(device) {
-        None => QUOTA_NONE,
-        Some(Limit::Bytes(bytes)) => bytes.min(QUOTA_NONE - 1),
+        None => NO_QUOTA,
+        Some(Limit::Bytes(bytes)) => bytes.min(NO_QUOTA - 1),
         Some(Limit::Percent(share)) => {
             let total = match backend.mem_get_info() {
                 Ok((_, total)) => total,
                 Err(rc) => {
                     warn!("cannot read device {device}'s memory size (CUDA error {rc}); its {share}% quota applies once it can");
-                    return None;
+                    return false;
                 }
             };
             let bytes = (total as f64 * share / 100.0) as u64;
@@ -61,15 +71,14 @@ pub fn device_quota(state: &State, device: u32, backend: Backend) -> Option<u64>
             bytes
         }
     };
-    state.cache_quota(device, quota);
-    if quota != QUOTA_NONE {
-        state
-            .ledger
-            .device(device)
-            .quota
-            .store(quota, Ordering::Relaxed);
+    let slot = &state.ledger.device(device).quota;
+    let _ = slot.compare_exchange(NO_QUOTA, quota, Ordering::AcqRel, Ordering::Acquire);
+    state.applied_quota[device as usize].store(slot.load(Ordering::Acquire), Ordering::Release);
+    state.cache_quota(device, QUOTA_RESOLVED);
+    if state.listed() {
+        crate::watcher::start();
     }
-    (quota != QUOTA_NONE).then_some(quota)
+    true
 }
 
 /// How the real allocation is made and its result handed to the caller.
@@ -569,7 +578,7 @@ pub unsafe fn free(
 
 /// Brings spilled blocks back onto `device`, largest first, while they fit
 /// under its quota.
-fn promote(state: &State, device: u32, backend: Backend) {
+pub fn promote(state: &State, device: u32, backend: Backend) {
     let usage = state.ledger.device(device);
     if usage.spilled_bytes.load(Ordering::Acquire) == 0 {
         return;
@@ -603,6 +612,40 @@ fn promote(state: &State, device: u32, backend: Backend) {
         );
         debug!(
             "promoted {} at {ptr:#x} to device {device} (rc {rc})",
+            human_bytes(size)
+        );
+    }
+}
+
+/// After a quota cut: moves the device's managed blocks (the caller's own,
+/// or promoted ones) to the host, largest first, until the device's bytes
+/// are back under the quota or nothing more can move.
+pub fn demote_to_quota(state: &State, device: u32, backend: Backend) {
+    let Some(quota) = device_quota(state, device, backend) else {
+        return;
+    };
+    let usage = state.ledger.device(device);
+    for (size, ptr) in state.ledger.demotion_candidates(device) {
+        if usage.device_bytes.load(Ordering::Acquire) <= quota {
+            break;
+        }
+        let Some(api) = state.ledger.begin_demotion(ptr, size) else {
+            continue;
+        };
+        let block_backend = Backend::of(api);
+        let rc = block_backend.move_to_host(state, ptr as *mut c_void, size as usize, device);
+        state.ledger.end_move(ptr);
+        state.record(
+            Op::Demote,
+            block_backend.prefetch_api(),
+            device as i32,
+            ptr,
+            size,
+            Placement::Host,
+            rc,
+        );
+        debug!(
+            "demoted {} at {ptr:#x} from device {device} (rc {rc})",
             human_bytes(size)
         );
     }

@@ -32,9 +32,13 @@ pub struct State {
     ring: Option<Ring<MmapMut>>,
     /// This process's slot in the shared registry (given back at exit).
     slot: Option<&'static ProcessSlot>,
-    /// Resolved quota per device: `QUOTA_UNRESOLVED` until first use,
-    /// `QUOTA_NONE` for no limit.
+    /// Per device: `QUOTA_UNRESOLVED` until the process's own quota for it
+    /// is resolved into the registry slot (whose value the policy reads),
+    /// then `QUOTA_RESOLVED`.
     quotas: Vec<AtomicU64>,
+    /// Per device, the quota the shim last acted on: what it resolved, then
+    /// each change the watcher applied ([`crate::watcher`]).
+    pub applied_quota: Vec<AtomicU64>,
     /// The shim's own non-blocking stream per device, made on first promotion.
     pub streams: Vec<AtomicPtr<c_void>>,
     /// The same for blocks allocated through the driver API.
@@ -47,7 +51,7 @@ pub struct State {
 }
 
 pub const QUOTA_UNRESOLVED: u64 = u64::MAX;
-pub const QUOTA_NONE: u64 = u64::MAX - 1;
+pub const QUOTA_RESOLVED: u64 = 0;
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
 static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
@@ -114,6 +118,7 @@ extern "C" fn after_fork_in_child() {
 }
 
 extern "C" fn at_exit() {
+    crate::watcher::EXITING.store(true, Ordering::Release);
     if let Some(state) = started() {
         crate::report::write_trace_at_exit(state);
         if let Some(slot) = state.slot {
@@ -162,6 +167,9 @@ impl State {
             slot,
             quotas: (0..MAX_DEVICES)
                 .map(|_| AtomicU64::new(QUOTA_UNRESOLVED))
+                .collect(),
+            applied_quota: (0..MAX_DEVICES)
+                .map(|_| AtomicU64::new(vramshare_common::registry::NO_QUOTA))
                 .collect(),
             streams: (0..MAX_DEVICES)
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
@@ -215,6 +223,12 @@ impl State {
         if let Some(ring) = &self.ring {
             ring.push(&event);
         }
+    }
+
+    /// Whether this process has a registry slot (and so can have its quota
+    /// changed by `vramshare quota set`).
+    pub fn listed(&self) -> bool {
+        self.slot.is_some()
     }
 
     pub fn cache_quota(&self, device: u32, quota: u64) {

@@ -1,0 +1,112 @@
+//! `vramshare quota get|set`: read and change a running process's quota.
+//! A new quota is written into the process's registry slot; the shim in
+//! that process reads it at its next allocation, and its watcher thread
+//! (every 50 ms) promotes spilled blocks when it is raised and demotes
+//! managed blocks to the host when it is cut.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+
+use vramshare_common::files::open_existing_mut;
+use vramshare_common::registry::{Registry, RegistryFile, NO_QUOTA};
+use vramshare_common::size::{human_bytes, parse_limit, Limit, MAX_DEVICES};
+
+/// The forms `quota set` accepts.
+pub const SET_FORMS: &str =
+    "a size such as 8GiB, 512MiB or 1048576 (bytes), or \"none\" for no limit";
+
+/// A new quota: bytes, or no limit.
+#[derive(Clone, Copy, Debug)]
+pub struct NewQuota(pub Option<u64>);
+
+/// Parses SIZE for `quota set`: bytes, or `none`.
+pub fn parse_set_size(text: &str) -> Result<NewQuota, String> {
+    if text.trim().eq_ignore_ascii_case("none") {
+        return Ok(NewQuota(None));
+    }
+    match parse_limit(text) {
+        Ok(Limit::Bytes(bytes)) => Ok(NewQuota(Some(bytes))),
+        Ok(Limit::Percent(_)) => Err(format!(
+            "{text:?}: a percentage needs the device's size, which only the process knows; accepted forms: {SET_FORMS}"
+        )),
+        Err(why) => Err(format!("{why}; accepted forms: {SET_FORMS}")),
+    }
+}
+
+pub fn get(dir: &Path, pid: Option<u32>, json: bool) -> Result<ExitCode, String> {
+    let mut processes = crate::ps::live_processes(dir)?;
+    if let Some(pid) = pid {
+        processes.retain(|p| p.pid == pid);
+        if processes.is_empty() {
+            return Err(format!(
+                "no live vramshare process {pid} in {}",
+                dir.display()
+            ));
+        }
+    }
+    let rows: Vec<(u32, u32, Option<u64>, u64)> = processes
+        .iter()
+        .flat_map(|p| {
+            p.devices
+                .iter()
+                .map(move |(d, info)| (p.pid, *d, info.quota, info.device_bytes))
+        })
+        .collect();
+    if json {
+        let value: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(pid, device, quota, used)| {
+                serde_json::json!({"pid": pid, "device": device, "quota": quota, "device_bytes": used})
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!("{:>8} {:>3} {:>10} {:>10}", "PID", "GPU", "QUOTA", "DEVICE");
+        for (pid, device, quota, used) in rows {
+            let quota = quota.map_or_else(|| "none".to_string(), human_bytes);
+            println!("{pid:>8} {device:>3} {quota:>10} {:>10}", human_bytes(used));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn set(
+    dir: &Path,
+    pid: u32,
+    device: u32,
+    NewQuota(size): NewQuota,
+) -> Result<ExitCode, String> {
+    if device as usize >= MAX_DEVICES {
+        return Err(format!(
+            "--device {device}: devices are numbered 0 to {}",
+            MAX_DEVICES - 1
+        ));
+    }
+    let map = open_existing_mut::<RegistryFile>(dir).map_err(|e| e.to_string())?;
+    let registry =
+        Registry::new(map).map_err(|why| format!("{}: {why}", dir.join("registry").display()))?;
+    let slot = registry
+        .live_slot(pid)
+        .ok_or_else(|| format!("no live vramshare process {pid} in {}", dir.display()))?;
+    let counters = &slot.devices()[device as usize];
+    let before = counters
+        .quota
+        .swap(size.unwrap_or(NO_QUOTA), Ordering::AcqRel);
+    let show = |q: u64| {
+        if q == NO_QUOTA {
+            "none".to_string()
+        } else {
+            human_bytes(q)
+        }
+    };
+    println!(
+        "pid {pid} device {device}: quota {} -> {}",
+        show(before),
+        show(size.unwrap_or(NO_QUOTA))
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,91 @@
+//! Quotas changed while the job runs (`vramshare quota set`): the command
+//! writes the new quota into this process's registry slot, which the
+//! policy reads at every allocation. A job whose allocator caches (PyTorch)
+//! may not allocate again for a long time, so a thread of the shim's own
+//! looks at the slot every 50 ms: a raised quota promotes spilled blocks, a
+//! cut one demotes the device's managed blocks to the host until the
+//! process is back under it (memory from `cudaMalloc` cannot move; new
+//! allocations go to the host meanwhile). No signal, no handler in the job.
+//!
+//! The thread starts with the first quota the shim resolves, and only for a
+//! process listed in the shared registry (nothing else can change its
+//! quota). It acts through the runtime, on the device's primary context, so
+//! a program that uses the driver alone is left to its next allocation.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Once;
+use std::time::Duration;
+
+use vramshare_common::registry::NO_QUOTA;
+
+use crate::config::MAX_DEVICES;
+use crate::hooks::real;
+use crate::placement::Backend;
+use crate::policy;
+use crate::state::{state, QUOTA_UNRESOLVED};
+
+/// How often the thread looks at the registry.
+pub const INTERVAL: Duration = Duration::from_millis(50);
+
+static STARTED: Once = Once::new();
+/// Set at exit: the thread stops touching CUDA.
+pub static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// Starts the thread, once per process.
+pub fn start() {
+    STARTED.call_once(|| {
+        let spawned = std::thread::Builder::new()
+            .name("vramshare-quota".into())
+            .spawn(watch);
+        if let Err(error) = spawned {
+            warn!("cannot start the thread that applies quota changes ({error}); they apply at the next allocation");
+        }
+    });
+}
+
+fn watch() {
+    loop {
+        std::thread::sleep(INTERVAL);
+        if EXITING.load(Ordering::Acquire) {
+            return;
+        }
+        let state = state();
+        for device in 0..MAX_DEVICES as u32 {
+            if state.cached_quota(device) == QUOTA_UNRESOLVED {
+                continue;
+            }
+            let now = state.ledger.device(device).quota.load(Ordering::Acquire);
+            let before = state.applied_quota[device as usize].swap(now, Ordering::AcqRel);
+            if before == now {
+                continue;
+            }
+            let show = |q: u64| {
+                if q == NO_QUOTA {
+                    "none".to_string()
+                } else {
+                    crate::config::human_bytes(q)
+                }
+            };
+            info!(
+                "device {device}: quota changed from {} to {}",
+                show(before),
+                show(now)
+            );
+            // The runtime's current device is per thread: make it this one.
+            // SAFETY: plain runtime call.
+            if unsafe { real::cudaSetDevice(device as i32) } != 0 {
+                continue;
+            }
+            let acted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                if now < before {
+                    policy::demote_to_quota(state, device, Backend::Runtime);
+                } else {
+                    policy::promote(state, device, Backend::Runtime);
+                }
+            }));
+            if acted.is_err() {
+                warn!("applying device {device}'s new quota failed; it applies at the next allocation");
+            }
+        }
+    }
+}
