@@ -393,7 +393,10 @@ fn bad_shared_files_are_refused_clearly() {
     assert_refused(
         dir.path(),
         "ps",
-        "format version 99; this vramshare reads version 1",
+        &format!(
+            "format version 99; this vramshare reads version {}",
+            vramshare_common::registry::VERSION
+        ),
     );
 
     let dir = tempfile::tempdir().unwrap();

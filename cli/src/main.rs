@@ -127,12 +127,16 @@ enum QuotaCommand {
         #[command(flatten)]
         dir: DirArg,
     },
-    /// Change a running process's quota on one device; the job notices within 100 ms
+    /// Change a running process's quota, or a pool's budget, on one device; the jobs notice within 100 ms
     #[command(arg_required_else_help = true)]
+    #[command(group = clap::ArgGroup::new("target").required(true).args(["pid", "pool"]))]
     Set {
         /// The process
         #[arg(long)]
-        pid: u32,
+        pid: Option<u32>,
+        /// The pool (VRAMSHARE_POOL)
+        #[arg(long, value_name = "NAME")]
+        pool: Option<String>,
         /// The device
         #[arg(long, default_value_t = 0)]
         device: u32,
@@ -188,10 +192,15 @@ fn main() -> ExitCode {
         Command::Quota(QuotaCommand::Get { pid, json, dir }) => quota::get(&dir.path(), pid, json),
         Command::Quota(QuotaCommand::Set {
             pid,
+            pool,
             device,
             size,
             dir,
-        }) => quota::set(&dir.path(), pid, device, size),
+        }) => match (pid, pool) {
+            (Some(pid), _) => quota::set(&dir.path(), pid, device, size),
+            (None, Some(pool)) => quota::set_pool(&dir.path(), &pool, device, size),
+            (None, None) => unreachable!("clap requires --pid or --pool"),
+        },
     };
     match result {
         Ok(code) => code,

@@ -20,21 +20,65 @@ pub fn live_processes(dir: &Path) -> Result<Vec<ProcessInfo>, String> {
     Ok(registry(dir)?.live())
 }
 
+/// A pool in use: its name, and per device its budget and the bytes its
+/// members hold.
+pub struct PoolInfo {
+    pub index: u32,
+    pub name: String,
+    pub devices: Vec<(u32, Option<u64>, u64)>,
+}
+
+/// The pools in use (none if no process has made the pool table).
+pub fn pools(dir: &Path) -> Result<Vec<PoolInfo>, String> {
+    use vramshare_common::files::FileError;
+    use vramshare_common::pool::{PoolFile, Pools};
+    let map = match open_existing::<PoolFile>(dir) {
+        Ok(map) => map,
+        Err(FileError::Missing(_)) => return Ok(Vec::new()),
+        Err(error) => return Err(error.to_string()),
+    };
+    let table = Pools::new(map).map_err(|why| format!("{}: {why}", dir.join("pools").display()))?;
+    Ok(table
+        .in_use()
+        .into_iter()
+        .map(|(index, pool)| PoolInfo {
+            index,
+            name: pool.name(),
+            devices: (0..vramshare_common::size::MAX_DEVICES as u32)
+                .filter(|d| pool.budget(*d).is_some() || pool.device_bytes(*d) > 0)
+                .map(|d| (d, pool.budget(d), pool.device_bytes(d)))
+                .collect(),
+        })
+        .collect())
+}
+
+fn priority_name(priority: u32) -> &'static str {
+    match priority {
+        0 => "low",
+        2 => "high",
+        _ => "normal",
+    }
+}
+
 #[derive(Serialize)]
 struct ProcessRow {
     pid: u32,
     cmdline: String,
     spill: &'static str,
+    pool: Option<String>,
+    priority: &'static str,
     devices: std::collections::BTreeMap<String, DeviceInfo>,
 }
 
-fn json_rows(processes: &[ProcessInfo]) -> Vec<ProcessRow> {
+fn json_rows(processes: &[ProcessInfo], pools: &[PoolInfo]) -> Vec<ProcessRow> {
     processes
         .iter()
         .map(|p| ProcessRow {
             pid: p.pid,
             cmdline: p.cmdline.clone(),
             spill: if p.spill_off { "off" } else { "host" },
+            pool: pool_name(pools, p.pool),
+            priority: priority_name(p.priority),
             devices: p
                 .devices
                 .iter()
@@ -96,14 +140,60 @@ pub fn table(processes: &[ProcessInfo], width: usize) -> String {
     out
 }
 
+fn pool_name(pools: &[PoolInfo], index: Option<u32>) -> Option<String> {
+    let index = index?;
+    Some(
+        pools
+            .iter()
+            .find(|p| p.index == index)
+            .map_or_else(|| format!("#{index}"), |p| p.name.clone()),
+    )
+}
+
+/// The pools' table: budget and use per device, and the members.
+pub fn pool_table(processes: &[ProcessInfo], pools: &[PoolInfo]) -> String {
+    if pools.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "\n{:<16} {:>3} {:>10} {:>10}  {}\n",
+        "POOL", "GPU", "BUDGET", "DEVICE", "MEMBERS (priority)"
+    );
+    for pool in pools {
+        let members: Vec<String> = processes
+            .iter()
+            .filter(|p| p.pool == Some(pool.index))
+            .map(|p| format!("{} ({})", p.pid, priority_name(p.priority)))
+            .collect();
+        let devices = if pool.devices.is_empty() {
+            vec![(0, None, 0)]
+        } else {
+            pool.devices.clone()
+        };
+        for (device, budget, used) in devices {
+            out.push_str(&format!(
+                "{:<16} {:>3} {:>10} {:>10}  {}\n",
+                pool.name,
+                device,
+                budget.map_or("none".to_string(), human_bytes),
+                human_bytes(used),
+                members.join(", ")
+            ));
+        }
+    }
+    out
+}
+
 pub fn ps(dir: &Path, json: bool) -> Result<ExitCode, String> {
     let processes = live_processes(dir)?;
+    let pools = pools(dir)?;
     if json {
-        let text =
-            serde_json::to_string_pretty(&json_rows(&processes)).map_err(|e| e.to_string())?;
+        let text = serde_json::to_string_pretty(&json_rows(&processes, &pools))
+            .map_err(|e| e.to_string())?;
         println!("{text}");
     } else {
         print!("{}", table(&processes, usize::MAX));
+        print!("{}", pool_table(&processes, &pools));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -136,7 +226,13 @@ pub fn top(dir: &Path, interval_ms: u64, iterations: Option<u64>) -> Result<Exit
         // Plain output for scripts: no terminal control.
         for i in 0..count {
             let processes = live_processes(dir)?;
-            println!("{}\n{}", totals(&processes), table(&processes, usize::MAX));
+            let pools = pools(dir)?;
+            println!(
+                "{}\n{}{}",
+                totals(&processes),
+                table(&processes, usize::MAX),
+                pool_table(&processes, &pools)
+            );
             if i + 1 < count {
                 std::thread::sleep(interval);
             }
@@ -151,11 +247,13 @@ pub fn top(dir: &Path, interval_ms: u64, iterations: Option<u64>) -> Result<Exit
     let result = (|| -> Result<(), String> {
         loop {
             let processes = live_processes(dir)?;
+            let pools = pools(dir)?;
             let (width, _) = terminal::size().unwrap_or((120, 40));
             let screen = format!(
-                "vramshare top: {} (q to quit)\n\n{}",
+                "vramshare top: {} (q to quit)\n\n{}{}",
                 totals(&processes),
-                table(&processes, width as usize)
+                table(&processes, width as usize),
+                pool_table(&processes, &pools)
             );
             let _ = execute!(
                 stdout,

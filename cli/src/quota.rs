@@ -35,6 +35,7 @@ pub fn parse_set_size(text: &str) -> Result<NewQuota, String> {
 }
 
 pub fn get(dir: &Path, pid: Option<u32>, json: bool) -> Result<ExitCode, String> {
+    let pools = crate::ps::pools(dir)?;
     let mut processes = crate::ps::live_processes(dir)?;
     if let Some(pid) = pid {
         processes.retain(|p| p.pid == pid);
@@ -70,7 +71,40 @@ pub fn get(dir: &Path, pid: Option<u32>, json: bool) -> Result<ExitCode, String>
             let quota = quota.map_or_else(|| "none".to_string(), human_bytes);
             println!("{pid:>8} {device:>3} {quota:>10} {:>10}", human_bytes(used));
         }
+        if pid.is_none() {
+            print!("{}", crate::ps::pool_table(&processes, &pools));
+        }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `quota set --pool NAME`: changes a pool's budget; its members notice
+/// within 100 ms.
+pub fn set_pool(
+    dir: &Path,
+    name: &str,
+    device: u32,
+    NewQuota(size): NewQuota,
+) -> Result<ExitCode, String> {
+    use vramshare_common::pool::{PoolFile, Pools};
+    if device as usize >= MAX_DEVICES {
+        return Err(format!(
+            "--device {device}: devices are numbered 0 to {}",
+            MAX_DEVICES - 1
+        ));
+    }
+    let map = open_existing_mut::<PoolFile>(dir).map_err(|e| e.to_string())?;
+    let pools = Pools::new(map).map_err(|why| format!("{}: {why}", dir.join("pools").display()))?;
+    let (_, pool) = pools
+        .find(name)
+        .ok_or_else(|| format!("no pool {name:?} in {}", dir.display()))?;
+    let before = pool.set_budget(device, size);
+    let show = |q: Option<u64>| q.map_or_else(|| "none".to_string(), human_bytes);
+    println!(
+        "pool {name} device {device}: budget {} -> {}",
+        show(before),
+        show(size)
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -3,11 +3,12 @@
 //! - [`event`]: the trace's vocabulary and the fixed-size event;
 //! - [`trace_json`]: the `vramshare-trace/1` JSON;
 //! - [`size`]: sizes and quotas as people write them;
-//! - [`files`], [`ring`], [`registry`]: the shared-memory files;
+//! - [`files`], [`ring`], [`registry`], [`pool`]: the shared-memory files;
 //! - [`process`]: process identity and the shared clock.
 
 pub mod event;
 pub mod files;
+pub mod pool;
 pub mod process;
 pub mod registry;
 pub mod ring;

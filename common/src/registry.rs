@@ -23,7 +23,7 @@ use crate::process;
 use crate::size::MAX_DEVICES;
 
 pub const MAGIC: u64 = u64::from_ne_bytes(*b"VSHREG01");
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 pub const HEADER_LEN: usize = 64;
 pub const DEFAULT_SLOTS: u64 = 256;
 /// Bytes of the command line kept.
@@ -116,6 +116,10 @@ pub struct ProcessSlot {
     cmdline_len: AtomicU32,
     /// When the process registered (`CLOCK_MONOTONIC` ns).
     registered_ns: AtomicU64,
+    /// The pool it belongs to: 0 for none, else the pool's index + 1.
+    pool: AtomicU32,
+    /// 0 low, 1 normal, 2 high.
+    priority: AtomicU32,
     cmdline: [AtomicU64; CMDLINE_BYTES / 8],
     devices: [DeviceCounters; MAX_DEVICES],
 }
@@ -126,6 +130,10 @@ pub const SLOT_SIZE: usize = std::mem::size_of::<ProcessSlot>();
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProcessInfo {
     pub pid: u32,
+    /// The index of its pool in the pool table.
+    pub pool: Option<u32>,
+    /// 0 low, 1 normal, 2 high.
+    pub priority: u32,
     pub start_time: u64,
     pub cmdline: String,
     pub spill_off: bool,
@@ -150,6 +158,14 @@ pub struct DeviceInfo {
 impl ProcessSlot {
     pub fn devices(&self) -> &[DeviceCounters] {
         &self.devices
+    }
+
+    /// Puts the process in pool `index`, with a priority (0 low, 1 normal,
+    /// 2 high).
+    pub fn set_pool(&self, index: Option<u32>, priority: u32) {
+        self.priority.store(priority, Ordering::Relaxed);
+        self.pool
+            .store(index.map_or(0, |i| i + 1), Ordering::Release);
     }
 
     /// Gives the slot back at exit, keeping what it says for `dump`.
@@ -180,8 +196,11 @@ impl ProcessSlot {
         if live != (state == LIVE && process::is_alive(pid, start_time)) {
             return None;
         }
+        let pool = self.pool.load(Ordering::Relaxed);
         let info = ProcessInfo {
             pid,
+            pool: pool.checked_sub(1),
+            priority: self.priority.load(Ordering::Relaxed),
             start_time,
             cmdline: self.cmdline(),
             spill_off: self.spill.load(Ordering::Relaxed) == 1,
@@ -269,6 +288,30 @@ impl<M: AsRef<[u8]>> Registry<M> {
             .collect()
     }
 
+    /// Members of pool `index` that died without giving their slot back
+    /// (SIGKILL): each is marked exited, once across all processes, and
+    /// handed to `reap` (to take its bytes out of the pool).
+    pub fn reap_dead(&self, index: u32, mut reap: impl FnMut(&ProcessSlot)) {
+        for slot in self.slots() {
+            if slot.state.load(Ordering::Acquire) != LIVE
+                || slot.pool.load(Ordering::Acquire) != index + 1
+                || process::is_alive(
+                    slot.pid.load(Ordering::Relaxed),
+                    slot.start_time.load(Ordering::Relaxed),
+                )
+            {
+                continue;
+            }
+            if slot
+                .state
+                .compare_exchange(LIVE, EXITED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                reap(slot);
+            }
+        }
+    }
+
     /// The slot of the live process `pid`, for changing its quotas.
     pub fn live_slot(&self, pid: u32) -> Option<&ProcessSlot> {
         self.slots().iter().find(|slot| {
@@ -336,6 +379,8 @@ impl Registry<MmapMut> {
                 );
             }
             slot.cmdline_len.store(len as u32, Ordering::Relaxed);
+            slot.pool.store(0, Ordering::Relaxed);
+            slot.priority.store(1, Ordering::Relaxed);
             for device in &slot.devices {
                 device.reset();
             }

@@ -18,6 +18,15 @@ pub enum Spill {
     Off,
 }
 
+/// `VRAMSHARE_PRIORITY`, as the registry stores it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Priority {
+    Low = 0,
+    #[default]
+    Normal = 1,
+    High = 2,
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
     #[default]
@@ -34,10 +43,16 @@ pub struct Config {
     /// `VRAMSHARE_TRACE` as given; `%p` is replaced when the file is written.
     pub trace: Option<String>,
     pub log: Level,
+    /// `VRAMSHARE_POOL`: the pool whose budget this process shares.
+    pub pool: Option<String>,
+    /// `VRAMSHARE_POOL_QUOTA`: the budget offered for a pool that has none.
+    pub pool_quota: Quota,
+    pub priority: Priority,
 }
 
 pub const SPILL_FORMS: &str = "host, off";
 pub const LOG_FORMS: &str = "error, warn, info, debug";
+pub const PRIORITY_FORMS: &str = "high, normal, low";
 
 #[derive(Debug, PartialEq)]
 pub struct ConfigError {
@@ -94,6 +109,49 @@ impl Config {
             };
         }
         config.trace = var("VRAMSHARE_TRACE");
+        if let Some(value) = var("VRAMSHARE_POOL") {
+            let name = value.trim().to_string();
+            vramshare_common::pool::check_name(&name).map_err(|reason| {
+                invalid(
+                    "VRAMSHARE_POOL",
+                    value.clone(),
+                    &reason,
+                    vramshare_common::pool::NAME_FORMS,
+                )
+            })?;
+            config.pool = Some(name);
+        }
+        if let Some(value) = var("VRAMSHARE_POOL_QUOTA") {
+            if config.pool.is_none() {
+                return Err(invalid(
+                    "VRAMSHARE_POOL_QUOTA",
+                    value,
+                    "set without VRAMSHARE_POOL",
+                    "a pool budget goes with VRAMSHARE_POOL=NAME",
+                ));
+            }
+            config.pool_quota = parse_quota(&value).map_err(|reason| ConfigError {
+                variable: "VRAMSHARE_POOL_QUOTA",
+                value: value.clone(),
+                reason,
+                forms: QUOTA_FORMS,
+            })?;
+        }
+        if let Some(value) = var("VRAMSHARE_PRIORITY") {
+            config.priority = match value.trim().to_ascii_lowercase().as_str() {
+                "high" => Priority::High,
+                "normal" => Priority::Normal,
+                "low" => Priority::Low,
+                _ => {
+                    return Err(invalid(
+                        "VRAMSHARE_PRIORITY",
+                        value,
+                        "unknown priority",
+                        PRIORITY_FORMS,
+                    ))
+                }
+            };
+        }
         Ok(config)
     }
 
@@ -165,6 +223,28 @@ mod tests {
             .to_string()
             .starts_with("vramshare: VRAMSHARE_QUOTA=\"8XB\" is not valid"));
         assert!(error.to_string().contains("0=8GiB,1=4GiB"));
+        let error = vars(&[("VRAMSHARE_POOL", "team a")]).unwrap_err();
+        assert_eq!(error.variable, "VRAMSHARE_POOL");
+        assert!(error.to_string().contains("letters, digits"));
+        assert_eq!(
+            vars(&[("VRAMSHARE_POOL_QUOTA", "8GiB")])
+                .unwrap_err()
+                .reason,
+            "set without VRAMSHARE_POOL"
+        );
+        assert_eq!(
+            vars(&[("VRAMSHARE_PRIORITY", "urgent")]).unwrap_err().forms,
+            "high, normal, low"
+        );
+        let pooled = vars(&[
+            ("VRAMSHARE_POOL", "team-a"),
+            ("VRAMSHARE_POOL_QUOTA", "0=8GiB"),
+            ("VRAMSHARE_PRIORITY", "LOW"),
+        ])
+        .unwrap();
+        assert_eq!(pooled.pool.as_deref(), Some("team-a"));
+        assert_eq!(pooled.pool_quota.for_device(0), Some(Limit::Bytes(8 << 30)));
+        assert_eq!(pooled.priority, Priority::Low);
         assert_eq!(
             vars(&[("VRAMSHARE_LOG", "loud")]).unwrap_err().variable,
             "VRAMSHARE_LOG"

@@ -17,6 +17,7 @@ use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 
 use vramshare_common::event::{Api, Placement};
+use vramshare_common::pool::PoolSlot;
 use vramshare_common::registry::DeviceCounters;
 use vramshare_common::size::MAX_DEVICES;
 
@@ -31,7 +32,7 @@ pub struct Block {
     /// its head, when it was allocated with room for part of it.
     pub device_part: u64,
     pub api: Api,
-    /// The stream-ordered pool it came from (0: none); see [`crate::pools`].
+    /// The stream-ordered pool it came from (0: none); see [`crate::stream_pools`].
     pub pool: usize,
     /// Managed memory (spilled by the shim, or the caller's own): given back
     /// with `cudaFree` whatever its placement now.
@@ -50,6 +51,9 @@ pub enum Taken {
 }
 
 pub struct Ledger {
+    /// The pool whose budget this process shares (`VRAMSHARE_POOL`): every
+    /// device byte reserved here is reserved there too.
+    pool: Option<&'static PoolSlot>,
     /// Keyed by address; Fx hashing, since addresses are not chosen by an
     /// adversary and SipHash would double the cost of a lookup.
     blocks: DashMap<usize, Block, FxBuildHasher>,
@@ -97,9 +101,10 @@ impl Block {
 
 impl Ledger {
     /// A ledger counting into `counters` (one per device, reset).
-    pub fn new(counters: &'static [DeviceCounters]) -> Self {
+    pub fn new(counters: &'static [DeviceCounters], pool: Option<&'static PoolSlot>) -> Self {
         assert_eq!(counters.len(), MAX_DEVICES);
         Self {
+            pool,
             blocks: DashMap::with_hasher(FxBuildHasher),
             handles: DashMap::with_hasher(FxBuildHasher),
             counters,
@@ -111,8 +116,9 @@ impl Ledger {
         &self.counters[device as usize]
     }
 
-    /// Reserves `size` device bytes if they fit under `quota` (atomically
-    /// against every other thread).
+    /// Reserves `size` device bytes if they fit under `quota` and under the
+    /// pool's budget (each atomically against every other thread, and the
+    /// pool's against every other member process).
     pub fn try_reserve(&self, device: u32, size: u64, quota: u64) -> bool {
         let usage = self.device(device);
         let reserved =
@@ -121,24 +127,34 @@ impl Ledger {
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
                     used.checked_add(size).filter(|total| *total <= quota)
                 });
-        match reserved {
-            Ok(before) => {
-                raise_peak(&usage.peak_device, before + size);
-                true
+        let Ok(before) = reserved else {
+            return false;
+        };
+        if let Some(pool) = self.pool {
+            if !pool.try_reserve(device, size) {
+                subtract(&usage.device_bytes, size);
+                return false;
             }
-            Err(_) => false,
         }
+        raise_peak(&usage.peak_device, before + size);
+        true
     }
 
-    /// Reserves `size` device bytes with no limit (no quota on this device).
+    /// Reserves `size` device bytes with no limit (memory already taken).
     pub fn reserve(&self, device: u32, size: u64) {
         let usage = self.device(device);
         let before = usage.device_bytes.fetch_add(size, Ordering::AcqRel);
         raise_peak(&usage.peak_device, before.saturating_add(size));
+        if let Some(pool) = self.pool {
+            pool.reserve(device, size);
+        }
     }
 
     pub fn unreserve(&self, device: u32, size: u64) {
         subtract(&self.device(device).device_bytes, size);
+        if let Some(pool) = self.pool {
+            pool.unreserve(device, size);
+        }
     }
 
     /// Records a block the real runtime handed out. Device bytes must already
@@ -283,7 +299,7 @@ impl Ledger {
         block.placement = Placement::Host;
         block.device_part = 0;
         let usage = self.device(block.device);
-        subtract(&usage.device_bytes, size);
+        self.unreserve(block.device, size);
         let before = usage.spilled_bytes.fetch_add(size, Ordering::AcqRel);
         raise_peak(&usage.peak_spilled, before + size);
         lock(&self.spilled[block.device as usize]).insert((size, ptr));
@@ -341,7 +357,10 @@ mod tests {
     }
 
     fn ledger() -> Ledger {
-        Ledger::new(Vec::leak(vramshare_common::registry::local_counters()))
+        Ledger::new(
+            Vec::leak(vramshare_common::registry::local_counters()),
+            None,
+        )
     }
 
     #[test]

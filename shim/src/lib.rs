@@ -8,7 +8,7 @@
 //! - [`guard`]: re-entrancy and the panic wall around every hook;
 //! - [`policy`]: quota, placement, promotion, `cudaMemGetInfo`;
 //! - [`placement`]: the advise and prefetch calls for CUDA 12 and 13;
-//! - [`pools`]: what stream-ordered pools keep reserved counts too;
+//! - [`stream_pools`]: what stream-ordered pools keep reserved counts too;
 //! - [`ledger`]: every pointer handed out, and per-device counters;
 //! - [`trace`], [`report`]: events, and the JSON written at exit;
 //! - [`watcher`]: quotas changed by `vramshare quota set` while the job runs;
@@ -25,9 +25,9 @@ pub mod hooks;
 mod ledger;
 mod placement;
 mod policy;
-mod pools;
 mod report;
 mod state;
+mod stream_pools;
 mod trace;
 mod watcher;
 

@@ -26,6 +26,12 @@ pub fn write_line(level: Level, message: std::fmt::Arguments) {
         Level::Info => "info",
         Level::Debug => "debug",
     };
+    write_tagged(tag, message);
+}
+
+/// Writes one line whatever `VRAMSHARE_LOG` says (for what the user must
+/// hear once, such as which pool budget applies).
+pub fn write_tagged(tag: &str, message: std::fmt::Arguments) {
     // SAFETY: getpid cannot fail.
     let pid = unsafe { libc::getpid() };
     let line = format!("vramshare[{pid}]: {tag}: {message}\n");
@@ -43,4 +49,5 @@ macro_rules! log_at {
 macro_rules! error { ($($arg:tt)*) => { log_at!($crate::config::Level::Error, $($arg)*) }; }
 macro_rules! warn { ($($arg:tt)*) => { log_at!($crate::config::Level::Warn, $($arg)*) }; }
 macro_rules! info { ($($arg:tt)*) => { log_at!($crate::config::Level::Info, $($arg)*) }; }
+macro_rules! notice { ($($arg:tt)*) => { $crate::log::write_tagged("notice", format_args!($($arg)*)) }; }
 macro_rules! debug { ($($arg:tt)*) => { log_at!($crate::config::Level::Debug, $($arg)*) }; }

@@ -14,8 +14,8 @@ use crate::config::{human_bytes, Limit, Spill, MAX_DEVICES};
 use crate::hooks::{real, Api};
 use crate::ledger::{Block, Taken};
 use crate::placement::{self, Backend};
-use crate::pools;
 use crate::state::{config, state, State, QUOTA_RESOLVED, QUOTA_UNRESOLVED};
+use crate::stream_pools;
 use vramshare_common::event::{Event, Op, Placement};
 use vramshare_common::process::monotonic_ns;
 use vramshare_common::registry::NO_QUOTA;
@@ -41,6 +41,29 @@ pub fn device_quota(state: &State, device: u32, backend: Backend) -> Option<u64>
     (quota != NO_QUOTA).then_some(quota)
 }
 
+/// A limit in bytes: a percentage is of the device's total (asked through
+/// `backend`; `None` if it cannot be).
+fn limit_bytes(limit: Limit, device: u32, backend: Backend) -> Option<u64> {
+    match limit {
+        Limit::Bytes(bytes) => Some(bytes),
+        Limit::Percent(share) => match backend.mem_get_info() {
+            Ok((_, total)) => {
+                let bytes = (total as f64 * share / 100.0) as u64;
+                info!(
+                    "device {device}: {share}% of {} = {}",
+                    human_bytes(total as u64),
+                    human_bytes(bytes)
+                );
+                Some(bytes)
+            }
+            Err(rc) => {
+                warn!("cannot read device {device}'s memory size (CUDA error {rc}); its {share}% limit applies once it can");
+                None
+            }
+        },
+    }
+}
+
 /// First use of `device`: resolves the process's own quota for it (a
 /// percentage against the device's total) into the registry slot, unless
 /// `vramshare quota set` has already put one there. False if it cannot be
@@ -53,24 +76,24 @@ fn resolve_quota(state: &State, device: u32, backend: Backend) -> bool {
     }
     let quota = match config().quota.for_device(device) {
         None => NO_QUOTA,
-        Some(Limit::Bytes(bytes)) => bytes.min(NO_QUOTA - 1),
-        Some(Limit::Percent(share)) => {
-            let total = match backend.mem_get_info() {
-                Ok((_, total)) => total,
-                Err(rc) => {
-                    warn!("cannot read device {device}'s memory size (CUDA error {rc}); its {share}% quota applies once it can");
-                    return false;
-                }
-            };
-            let bytes = (total as f64 * share / 100.0) as u64;
-            info!(
-                "device {device}: quota {share}% of {} = {}",
-                human_bytes(total as u64),
-                human_bytes(bytes)
-            );
-            bytes
-        }
+        Some(limit) => match limit_bytes(limit, device, backend) {
+            Some(bytes) => bytes.min(NO_QUOTA - 1),
+            None => return false,
+        },
     };
+    if let (Some((_, pool)), Some(limit)) = (state.pool, config().pool_quota.for_device(device)) {
+        if let Some(offered) = limit_bytes(limit, device, backend) {
+            let running = pool.offer_budget(device, offered.min(NO_QUOTA - 1));
+            if running != offered {
+                let name = pool.name();
+                notice!(
+                    "pool {name} runs with a budget of {} on device {device}; VRAMSHARE_POOL_QUOTA asks {}, and the running budget applies (vramshare quota set --pool {name} changes it)",
+                    human_bytes(running),
+                    human_bytes(offered)
+                );
+            }
+        }
+    }
     let slot = &state.ledger.device(device).quota;
     let _ = slot.compare_exchange(NO_QUOTA, quota, Ordering::AcqRel, Ordering::Acquire);
     state.applied_quota[device as usize].store(slot.load(Ordering::Acquire), Ordering::Release);
@@ -125,20 +148,14 @@ where
     };
     let quota = device_quota(state, device, backend);
     let usage = state.ledger.device(device);
-    let pool = pool.and_then(|given| pools::resolve(backend, given, device));
-    let mut fits = match quota {
-        None => {
-            state.ledger.reserve(device, size);
-            true
-        }
-        Some(quota) => state.ledger.try_reserve(device, size, quota),
-    };
-    if let (false, Some(quota)) = (fits, quota) {
-        // What stream-ordered pools keep unused goes back to the device
-        // before anything spills.
-        if pools::trim_device(state, device) {
-            fits = state.ledger.try_reserve(device, size, quota);
-        }
+    let pool = pool.and_then(|given| stream_pools::resolve(backend, given, device));
+    // No quota of its own: only a pool's budget can refuse.
+    let limit = quota.unwrap_or(u64::MAX);
+    let mut fits = state.ledger.try_reserve(device, size, limit);
+    // What stream-ordered pools keep unused goes back to the device before
+    // anything spills.
+    if !fits && stream_pools::trim_device(state, device) {
+        fits = state.ledger.try_reserve(device, size, limit);
     }
     if fits {
         let (rc, ptr, taken) = on_device();
@@ -168,7 +185,7 @@ where
         };
         record_allocation(state, ptr, block);
         if let Some(pool) = pool {
-            pools::recount(state, backend, pool, device, quota);
+            stream_pools::recount(state, backend, pool, device, quota);
         }
         return rc;
     }
@@ -365,7 +382,7 @@ pub unsafe fn malloc(
 
 /// `cudaMallocAsync`, `cudaMallocFromPoolAsync`, their driver twins and
 /// `_ptsz` forms: allocations from a stream-ordered pool (`pool` null for
-/// the device's current one), whose reserve counts as well ([`pools`]).
+/// the device's current one), whose reserve counts as well ([`stream_pools`]).
 ///
 /// # Safety
 /// `out` is the caller's pointer, as CUDA would receive it.
@@ -568,7 +585,7 @@ pub unsafe fn free(
         // The pool keeps the block's bytes: they count on as its slack.
         let backend = Backend::of(api);
         let quota = device_quota(state, block.device, backend);
-        pools::recount(state, backend, block.pool, block.device, quota);
+        stream_pools::recount(state, backend, block.pool, block.device, quota);
     }
     if block.placement == Placement::Device {
         promote(state, block.device, Backend::of(api));
@@ -583,10 +600,10 @@ pub fn promote(state: &State, device: u32, backend: Backend) {
     if usage.spilled_bytes.load(Ordering::Acquire) == 0 {
         return;
     }
-    let Some(quota) = device_quota(state, device, backend) else {
-        return;
-    };
-    let room = quota.saturating_sub(usage.device_bytes.load(Ordering::Acquire));
+    let quota = device_quota(state, device, backend).unwrap_or(u64::MAX);
+    let room = quota
+        .saturating_sub(usage.device_bytes.load(Ordering::Acquire))
+        .min(pool_room(state, device));
     for (size, ptr) in state.ledger.promotion_candidates(device, room) {
         if !state.ledger.try_reserve(device, size, quota) {
             continue;
@@ -617,16 +634,33 @@ pub fn promote(state: &State, device: u32, backend: Backend) {
     }
 }
 
-/// After a quota cut: moves the device's managed blocks (the caller's own,
-/// or promoted ones) to the host, largest first, until the device's bytes
-/// are back under the quota or nothing more can move.
+/// What the pool's budget has left on `device` (no pool, or no budget: no
+/// limit).
+fn pool_room(state: &State, device: u32) -> u64 {
+    state
+        .pool
+        .and_then(|(_, pool)| {
+            Some(
+                pool.budget(device)?
+                    .saturating_sub(pool.device_bytes(device)),
+            )
+        })
+        .unwrap_or(u64::MAX)
+}
+
+/// After a quota cut (the process's or its pool's): moves the device's
+/// managed blocks (the caller's own, or promoted ones) to the host, largest
+/// first, until the process and its pool are back under their limits or
+/// nothing more can move.
 pub fn demote_to_quota(state: &State, device: u32, backend: Backend) {
-    let Some(quota) = device_quota(state, device, backend) else {
-        return;
-    };
+    let quota = device_quota(state, device, backend).unwrap_or(u64::MAX);
     let usage = state.ledger.device(device);
     for (size, ptr) in state.ledger.demotion_candidates(device) {
-        if usage.device_bytes.load(Ordering::Acquire) <= quota {
+        let pool_over = state.pool.is_some_and(|(_, pool)| {
+            pool.budget(device)
+                .is_some_and(|b| pool.device_bytes(device) > b)
+        });
+        if usage.device_bytes.load(Ordering::Acquire) <= quota && !pool_over {
             break;
         }
         let Some(api) = state.ledger.begin_demotion(ptr, size) else {
@@ -671,17 +705,27 @@ pub unsafe fn mem_get_info(
     let Ok(device) = backend.current_device() else {
         return rc;
     };
+    let as_usize = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
     if let Some(quota) = device_quota(state, device, backend) {
         let used = state
             .ledger
             .device(device)
             .device_bytes
             .load(Ordering::Acquire);
-        let quota = usize::try_from(quota).unwrap_or(usize::MAX);
-        let used = usize::try_from(used).unwrap_or(usize::MAX);
         unsafe {
-            *total = (*total).min(quota);
-            *free = (*free).min(quota.saturating_sub(used));
+            *total = (*total).min(as_usize(quota));
+            *free = (*free).min(as_usize(quota.saturating_sub(used)));
+        }
+    }
+    // A pool's budget is shared: what its members have not taken.
+    if let Some(budget) = state
+        .pool
+        .and_then(|(_, pool)| Some((pool, pool.budget(device)?)))
+    {
+        let (pool, budget) = budget;
+        unsafe {
+            *total = (*total).min(as_usize(budget));
+            *free = (*free).min(as_usize(budget.saturating_sub(pool.device_bytes(device))));
         }
     }
     rc
@@ -720,13 +764,9 @@ pub unsafe fn mem_create(
     let api = Api::cuMemCreate;
     let size = size as u64;
     let quota = device_quota(state, device, Backend::Driver);
-    let fits = match quota {
-        None => {
-            state.ledger.reserve(device, size);
-            true
-        }
-        Some(quota) => state.ledger.try_reserve(device, size, quota),
-    };
+    let fits = state
+        .ledger
+        .try_reserve(device, size, quota.unwrap_or(u64::MAX));
     let refuse = |why: &str| {
         info!(
             "cuMemCreate of {} refused: over device {device}'s quota{why}",

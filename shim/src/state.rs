@@ -14,6 +14,7 @@ use std::sync::OnceLock;
 use memmap2::MmapMut;
 use vramshare_common::event::{Api, Event, Op, Placement};
 use vramshare_common::files::{default_dir, open_or_create, FileError};
+use vramshare_common::pool::{PoolFile, PoolSlot, Pools};
 use vramshare_common::process::{self, monotonic_ns};
 use vramshare_common::registry::{local_counters, ProcessSlot, Registry, RegistryFile};
 use vramshare_common::ring::{Ring, RingFile};
@@ -32,6 +33,10 @@ pub struct State {
     ring: Option<Ring<MmapMut>>,
     /// This process's slot in the shared registry (given back at exit).
     slot: Option<&'static ProcessSlot>,
+    /// The pool this process shares a budget with, and its index.
+    pub pool: Option<(u32, &'static PoolSlot)>,
+    /// The shared registry, where dead members of the pool are found.
+    pub registry: Option<&'static Registry<MmapMut>>,
     /// Per device: `QUOTA_UNRESOLVED` until the process's own quota for it
     /// is resolved into the registry slot (whose value the policy reads),
     /// then `QUOTA_RESOLVED`.
@@ -46,8 +51,9 @@ pub struct State {
     /// The runtime's major version (12, 13), 0 until asked.
     pub runtime_major: AtomicI32,
     pub runtime_version: AtomicI32,
-    /// Per stream-ordered pool, the slack last counted (see [`crate::pools`]).
-    pub pool_slack: std::sync::Mutex<std::collections::HashMap<usize, crate::pools::Counted>>,
+    /// Per stream-ordered pool, the slack last counted (see [`crate::stream_pools`]).
+    pub pool_slack:
+        std::sync::Mutex<std::collections::HashMap<usize, crate::stream_pools::Counted>>,
 }
 
 pub const QUOTA_UNRESOLVED: u64 = u64::MAX;
@@ -148,11 +154,14 @@ impl State {
     pub fn new() -> State {
         // SAFETY: getpid cannot fail.
         let pid = unsafe { libc::getpid() } as u32;
-        let (ring, slot) = match open_shared(pid) {
-            Ok((ring, slot)) => (Some(ring), slot),
+        let (ring, slot, pool) = match open_shared(pid) {
+            Ok(shared) => (Some(shared.ring), shared.slot, shared.pool),
             Err(error) => {
                 error!("cannot use the shared files: {error}; tracing into this process's memory only (vramshare ps and dump will not see it)");
-                (None, None)
+                if let Some(name) = &config().pool {
+                    error!("not in pool {name}: its budget does not hold this process, only its own quota");
+                }
+                (None, None, None)
             }
         };
         let counters = match slot {
@@ -161,7 +170,9 @@ impl State {
         };
         State {
             pid,
-            ledger: Ledger::new(counters),
+            ledger: Ledger::new(counters, pool.map(|(_, p)| p)),
+            pool,
+            registry: REGISTRY.get().copied(),
             trace: config().trace.is_some().then(TraceLog::new),
             ring,
             slot,
@@ -236,18 +247,33 @@ impl State {
     }
 }
 
+/// What this process uses of the shared files.
+struct Shared {
+    ring: Ring<MmapMut>,
+    slot: Option<&'static ProcessSlot>,
+    pool: Option<(u32, &'static PoolSlot)>,
+}
+
+/// The registry, mapped for the life of the process.
+static REGISTRY: OnceLock<&'static Registry<MmapMut>> = OnceLock::new();
+
 /// Maps the shared ring and registry in `VRAMSHARE_DIR` (making them if
-/// needed) and claims this process's registry slot. A full registry is not
-/// an error: the process is traced, just not listed.
-fn open_shared(pid: u32) -> Result<(Ring<MmapMut>, Option<&'static ProcessSlot>), FileError> {
+/// needed), claims this process's registry slot, and joins its pool. A full
+/// registry is not an error: the process is traced, just not listed.
+fn open_shared(pid: u32) -> Result<Shared, FileError> {
     let dir = default_dir();
     let invalid = |name: &str, why: String| FileError::Invalid(dir.join(name), why);
     let ring = Ring::new(open_or_create::<RingFile>(&dir)?).map_err(|why| invalid("ring", why))?;
-    let registry = Registry::new(open_or_create::<RegistryFile>(&dir)?)
-        .map_err(|why| invalid("registry", why))?;
     // The registry stays mapped for the life of the process: the slot's
     // counters are the ledger's.
-    let registry: &'static Registry<MmapMut> = Box::leak(Box::new(registry));
+    let registry: &'static Registry<MmapMut> = match REGISTRY.get() {
+        Some(registry) => registry,
+        None => {
+            let registry = Registry::new(open_or_create::<RegistryFile>(&dir)?)
+                .map_err(|why| invalid("registry", why))?;
+            REGISTRY.get_or_init(|| Box::leak(Box::new(registry)))
+        }
+    };
     let start = process::start_time(pid).unwrap_or(0);
     let slot = registry.claim(
         pid,
@@ -258,5 +284,34 @@ fn open_shared(pid: u32) -> Result<(Ring<MmapMut>, Option<&'static ProcessSlot>)
     if slot.is_none() {
         warn!("the process registry in {} is full: this process is traced but not listed by vramshare ps", dir.display());
     }
-    Ok((ring, slot))
+    let pool = match &config().pool {
+        None => None,
+        Some(name) => {
+            let pools = Pools::new(open_or_create::<PoolFile>(&dir)?)
+                .map_err(|why| invalid("pools", why))?;
+            let pools: &'static Pools<MmapMut> = Box::leak(Box::new(pools));
+            let joined = pools.join(name);
+            match joined {
+                Some((index, _)) => {
+                    if let Some(slot) = slot {
+                        slot.set_pool(Some(index), config().priority as u32);
+                    }
+                    // Members that died without leaving are taken out now.
+                    registry.reap_dead(index, |dead| reap(dead, pools.get(index)));
+                }
+                None => error!("the pool table in {} is full: not in pool {name}; only this process's own quota holds it", dir.display()),
+            }
+            joined
+        }
+    };
+    Ok(Shared { ring, slot, pool })
+}
+
+/// Takes a dead member's device bytes out of its pool.
+pub fn reap(dead: &ProcessSlot, pool: Option<&PoolSlot>) {
+    if let Some(pool) = pool {
+        for (device, counters) in dead.devices().iter().enumerate() {
+            pool.unreserve(device as u32, counters.device_bytes.load(Ordering::Acquire));
+        }
+    }
 }

@@ -44,12 +44,48 @@ pub fn start() {
 }
 
 fn watch() {
+    let state = state();
+    // The pool's budgets as this process last acted on them.
+    let mut pool_seen: Vec<Option<u64>> = (0..MAX_DEVICES as u32)
+        .map(|d| state.pool.and_then(|(_, pool)| pool.budget(d)))
+        .collect();
     loop {
         std::thread::sleep(INTERVAL);
         if EXITING.load(Ordering::Acquire) {
             return;
         }
-        let state = state();
+        if let (Some((index, pool)), Some(registry)) = (state.pool, state.registry) {
+            // Members killed without leaving give their bytes back here.
+            registry.reap_dead(index, |dead| crate::state::reap(dead, Some(pool)));
+            for device in 0..MAX_DEVICES as u32 {
+                if state.cached_quota(device) == QUOTA_UNRESOLVED {
+                    continue;
+                }
+                let budget = pool.budget(device);
+                let before = std::mem::replace(&mut pool_seen[device as usize], budget);
+                let cut = budget.unwrap_or(u64::MAX) < before.unwrap_or(u64::MAX);
+                let spilled = state
+                    .ledger
+                    .device(device)
+                    .spilled_bytes
+                    .load(Ordering::Acquire);
+                if !cut && spilled == 0 {
+                    continue;
+                }
+                // SAFETY: plain runtime call.
+                if unsafe { real::cudaSetDevice(device as i32) } != 0 {
+                    continue;
+                }
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    if cut {
+                        policy::demote_to_quota(state, device, Backend::Runtime);
+                    } else {
+                        // Room other members freed: spilled blocks come back.
+                        policy::promote(state, device, Backend::Runtime);
+                    }
+                }));
+            }
+        }
         for device in 0..MAX_DEVICES as u32 {
             if state.cached_quota(device) == QUOTA_UNRESOLVED {
                 continue;
