@@ -205,52 +205,58 @@ impl<M: AsRef<[u8]>> Pools<M> {
 
 impl<M: AsRef<[u8]> + AsMut<[u8]>> Pools<M> {
     /// The pool of this name, made if there is none (`None`: the table is
-    /// full). Two processes making the same pool at once end up in one.
+    /// full). Every process looks for a name along the same sequence of
+    /// slots (from a hash of the name), and a slot being claimed is waited
+    /// for (up to a second) before it is passed: two processes making the
+    /// same pool at once end up in one.
     pub fn join(&self, name: &str) -> Option<(u32, &PoolSlot)> {
-        loop {
-            if let Some(found) = self.find(name) {
-                return Some(found);
-            }
-            let (index, slot) = self
-                .slots()
-                .iter()
-                .enumerate()
-                .find(|(_, s)| s.state.load(Ordering::Acquire) == FREE)?;
-            if slot
-                .state
-                .compare_exchange(FREE, CLAIMING, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-            {
-                continue;
-            }
-            // Another process may have made the same pool meanwhile.
-            if self.find(name).is_some() {
-                slot.state.store(FREE, Ordering::Release);
-                continue;
-            }
-            let mut bytes = [0u8; NAME_BYTES];
-            bytes[..name.len()].copy_from_slice(name.as_bytes());
-            for (cell, chunk) in slot.name.iter().zip(bytes.chunks_exact(8)) {
-                cell.store(
-                    u64::from_ne_bytes(chunk.try_into().unwrap()),
-                    Ordering::Relaxed,
-                );
-            }
-            slot.name_len.store(name.len() as u32, Ordering::Relaxed);
-            for device in 0..MAX_DEVICES {
-                slot.budget[device].store(NO_QUOTA, Ordering::Relaxed);
-                slot.device_bytes[device].store(0, Ordering::Relaxed);
-            }
-            slot.state.store(IN_USE, Ordering::Release);
-            // Two claimers of one name: the lower index wins, the other gives way.
-            if let Some((first, _)) = self.find(name) {
-                if (first as usize) < index {
-                    slot.state.store(FREE, Ordering::Release);
-                    continue;
+        let slots = self.slots();
+        if slots.is_empty() {
+            return None;
+        }
+        let start = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        });
+        for probe in 0..slots.len() {
+            let index = (start as usize).wrapping_add(probe) % slots.len();
+            let slot = &slots[index];
+            let waited = std::time::Instant::now();
+            loop {
+                match slot.state.load(Ordering::Acquire) {
+                    IN_USE if slot.name() == name => return Some((index as u32, slot)),
+                    IN_USE => break,
+                    CLAIMING if waited.elapsed() < std::time::Duration::from_secs(1) => {
+                        std::thread::yield_now()
+                    }
+                    CLAIMING => break,
+                    _ => {
+                        if slot
+                            .state
+                            .compare_exchange(FREE, CLAIMING, Ordering::AcqRel, Ordering::Acquire)
+                            .is_err()
+                        {
+                            continue;
+                        }
+                        let mut bytes = [0u8; NAME_BYTES];
+                        bytes[..name.len()].copy_from_slice(name.as_bytes());
+                        for (cell, chunk) in slot.name.iter().zip(bytes.chunks_exact(8)) {
+                            cell.store(
+                                u64::from_ne_bytes(chunk.try_into().unwrap()),
+                                Ordering::Relaxed,
+                            );
+                        }
+                        slot.name_len.store(name.len() as u32, Ordering::Relaxed);
+                        for device in 0..MAX_DEVICES {
+                            slot.budget[device].store(NO_QUOTA, Ordering::Relaxed);
+                            slot.device_bytes[device].store(0, Ordering::Relaxed);
+                        }
+                        slot.state.store(IN_USE, Ordering::Release);
+                        return Some((index as u32, slot));
+                    }
                 }
             }
-            return Some((index as u32, slot));
         }
+        None
     }
 }
 

@@ -120,6 +120,14 @@ impl Ledger {
     /// pool's budget (each atomically against every other thread, and the
     /// pool's against every other member process).
     pub fn try_reserve(&self, device: u32, size: u64, quota: u64) -> bool {
+        // The pool first: a reservation the process's quota then refuses
+        // is given back, so the process's own count (and its peak) only
+        // ever holds bytes it got.
+        if let Some(pool) = self.pool {
+            if !pool.try_reserve(device, size) {
+                return false;
+            }
+        }
         let usage = self.device(device);
         let reserved =
             usage
@@ -127,17 +135,18 @@ impl Ledger {
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
                     used.checked_add(size).filter(|total| *total <= quota)
                 });
-        let Ok(before) = reserved else {
-            return false;
-        };
-        if let Some(pool) = self.pool {
-            if !pool.try_reserve(device, size) {
-                subtract(&usage.device_bytes, size);
-                return false;
+        match reserved {
+            Ok(before) => {
+                raise_peak(&usage.peak_device, before + size);
+                true
+            }
+            Err(_) => {
+                if let Some(pool) = self.pool {
+                    pool.unreserve(device, size);
+                }
+                false
             }
         }
-        raise_peak(&usage.peak_device, before + size);
-        true
     }
 
     /// Reserves `size` device bytes with no limit (memory already taken).

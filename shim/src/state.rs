@@ -8,7 +8,7 @@
 //! the moment of the fork stay behind in the parent's copy, never touched.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use memmap2::MmapMut;
@@ -82,31 +82,31 @@ pub fn config() -> &'static Config {
     load_config()
 }
 
+/// Set while one thread makes the state: the others wait for it, so that
+/// the shared files are opened and the registry slot claimed once.
+static MAKING: AtomicBool = AtomicBool::new(false);
+
 /// The state, made on first use.
 pub fn state() -> &'static State {
-    let current = STATE.load(Ordering::Acquire);
-    if !current.is_null() {
-        // SAFETY: states are leaked, never freed.
-        return unsafe { &*current };
-    }
-    let fresh = Box::into_raw(Box::new(State::new()));
-    match STATE.compare_exchange(
-        std::ptr::null_mut(),
-        fresh,
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    ) {
-        Ok(_) => {
+    loop {
+        let current = STATE.load(Ordering::Acquire);
+        if !current.is_null() {
+            // SAFETY: states are leaked, never freed.
+            return unsafe { &*current };
+        }
+        if MAKING
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            std::thread::yield_now();
+            continue;
+        }
+        if STATE.load(Ordering::Acquire).is_null() {
+            let fresh = Box::into_raw(Box::new(State::new()));
+            STATE.store(fresh, Ordering::Release);
             PROCESS_HOOKS.call_once(install_process_hooks);
-            // SAFETY: just stored; leaked for the life of the process.
-            unsafe { &*fresh }
         }
-        Err(winner) => {
-            // SAFETY: ours was never shared.
-            drop(unsafe { Box::from_raw(fresh) });
-            // SAFETY: leaked, never freed.
-            unsafe { &*winner }
-        }
+        MAKING.store(false, Ordering::Release);
     }
 }
 
@@ -121,6 +121,8 @@ extern "C" fn after_fork_in_child() {
     // The parent's state is left as it is (it may hold locks of threads that
     // do not exist here); the child starts empty on its next CUDA call.
     STATE.store(std::ptr::null_mut(), Ordering::Release);
+    // A thread of the parent may have been making it: not here.
+    MAKING.store(false, Ordering::Release);
 }
 
 extern "C" fn at_exit() {
@@ -128,6 +130,8 @@ extern "C" fn at_exit() {
     if let Some(state) = started() {
         crate::report::write_trace_at_exit(state);
         if let Some(slot) = state.slot {
+            // What the process still holds stops counting in its pool.
+            reap(slot, state.pool.map(|(_, pool)| pool));
             slot.release();
         }
     }

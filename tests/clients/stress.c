@@ -2,7 +2,7 @@
  * THREADS threads make OPS random allocations and frees each (cudaMalloc or
  * cudaMallocAsync, freed with the matching call), then stop with some blocks
  * still live. Prints each live block ("live PTR SIZE"), then the total.
- *   stress THREADS OPS MAX_SIZE SEED
+ *   stress THREADS OPS MAX_SIZE SEED [sync]   (sync: cudaMalloc only)
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -14,6 +14,7 @@
 static int ops;
 static size_t max_size;
 static unsigned seed;
+static int sync_only;
 struct held { void *ptr; size_t size; int async; };
 struct worker { pthread_t thread; unsigned seed; struct held held[KEEP]; int count; long failures; };
 
@@ -23,7 +24,7 @@ static void *work(void *arg) {
         unsigned r = rand_r(&w->seed);
         if (w->count < KEEP && (w->count == 0 || r % 100 < 55)) {
             size_t size = 1 + rand_r(&w->seed) % max_size;
-            int async = rand_r(&w->seed) % 2;
+            int async = rand_r(&w->seed) % 2 && !sync_only;
             void *p = NULL;
             int rc = async ? cudaMallocAsync(&p, size, 0) : cudaMalloc(&p, size);
             if (rc != 0) { w->failures++; continue; }
@@ -42,7 +43,8 @@ static void *work(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5) { fprintf(stderr, "usage: stress THREADS OPS MAX_SIZE SEED\n"); return 3; }
+    if (argc != 5 && argc != 6) { fprintf(stderr, "usage: stress THREADS OPS MAX_SIZE SEED [sync]\n"); return 3; }
+    sync_only = argc == 6;
     int threads = atoi(argv[1]);
     ops = atoi(argv[2]);
     max_size = strtoull(argv[3], NULL, 0);

@@ -1,0 +1,268 @@
+//! Pools: processes sharing one budget (VRAMSHARE_POOL), on the fake runtime.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+use vramshare_common::files::open_existing;
+use vramshare_common::pool::{PoolFile, Pools};
+
+/// Starts `program ARGS` from the fake folder under the shim, in pool
+/// `pool` with `budget`, sharing `shm`; its trace goes to `shm/../trace-PID.json`.
+fn spawn_member(shm: &Path, program: &str, args: &[&str], pool: &str, budget: &str) -> Child {
+    let dir = fake_dir(Runtime::Fake13);
+    let mut command = Command::new(dir.join(program));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("VRAMSHARE_") || key.starts_with("FAKE_CUDA_") {
+            command.env_remove(key);
+        }
+    }
+    command
+        .args(args)
+        .env("LD_PRELOAD", shim_library())
+        .env("VRAMSHARE_DIR", shm)
+        .env("VRAMSHARE_POOL", pool)
+        .env("VRAMSHARE_POOL_QUOTA", budget)
+        .env(
+            "VRAMSHARE_TRACE",
+            shm.parent().unwrap().join("trace-%p.json"),
+        )
+        .env("FAKE_CUDA_CAPACITY", "4294967296")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Reads pool `name`'s device bytes on device 0 (None until it exists).
+fn pool_bytes(shm: &Path, name: &str) -> Option<u64> {
+    let pools = Pools::new(open_existing::<PoolFile>(shm).ok()?).ok()?;
+    pools.find(name).map(|(_, pool)| pool.device_bytes(0))
+}
+
+/// Samples the pool as fast as it can until `stop`, keeping the highest value.
+fn sample_until(shm: &Path, name: &str, stop: &AtomicBool, highest: &AtomicU64) {
+    while !stop.load(Ordering::Acquire) {
+        if let Some(bytes) = pool_bytes(shm, name) {
+            highest.fetch_max(bytes, Ordering::Relaxed);
+        }
+    }
+}
+
+#[test]
+fn eight_processes_of_four_threads_never_pass_the_pools_budget() {
+    let work = tempfile::tempdir().unwrap();
+    let shm = work.path().join("shm");
+    let budget = 96 * MIB;
+    let stop = AtomicBool::new(false);
+    let highest = AtomicU64::new(0);
+    let outputs = std::thread::scope(|s| {
+        s.spawn(|| sample_until(&shm, "stress", &stop, &highest));
+        let members: Vec<Child> = (0..8)
+            .map(|i| {
+                let seed = (11 + i).to_string();
+                spawn_member(
+                    &shm,
+                    "stress",
+                    &["4", "3000", "2097152", &seed, "sync"],
+                    "stress",
+                    "96MiB",
+                )
+            })
+            .collect();
+        let outputs: Vec<_> = members
+            .into_iter()
+            .map(|m| m.wait_with_output().unwrap())
+            .collect();
+        stop.store(true, Ordering::Release);
+        outputs
+    });
+    let highest = highest.load(Ordering::Relaxed);
+    assert!(
+        highest <= budget,
+        "the pool held {highest} bytes against a budget of {budget}"
+    );
+    assert!(
+        highest > budget / 2,
+        "the members filled the pool ({highest})"
+    );
+    for output in &outputs {
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    // Each member's ledger holds exactly its live blocks.
+    for output in outputs {
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let mut live: Vec<(u64, u64)> = stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("live "))
+            .map(|l| {
+                let (ptr, size) = l.split_once(' ').unwrap();
+                (hex(ptr), size.parse().unwrap())
+            })
+            .collect();
+        live.sort();
+        let pid = trace_pid_of(work.path(), &live);
+        let trace: Value = serde_json::from_str(
+            &std::fs::read_to_string(work.path().join(format!("trace-{pid}.json"))).unwrap(),
+        )
+        .unwrap();
+        let process = &trace["processes"][0];
+        let mut leaked: Vec<(u64, u64)> = process["leaked"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| (hex(l["ptr"].as_str().unwrap()), l["size"].as_u64().unwrap()))
+            .collect();
+        leaked.sort();
+        assert_eq!(
+            leaked, live,
+            "pid {pid}: the ledger holds exactly the live blocks"
+        );
+        assert!(
+            process["peak_device"]["0"].as_u64().unwrap() <= budget,
+            "peak {} counts {}",
+            process["peak_device"]["0"],
+            process["counts"]
+        );
+    }
+    assert_eq!(
+        pool_bytes(&shm, "stress"),
+        Some(0),
+        "members that exit take their bytes out of the pool"
+    );
+}
+
+/// The pid whose trace lists exactly these live blocks (each member writes
+/// its own trace; stdout does not say its pid).
+fn trace_pid_of(dir: &Path, live: &[(u64, u64)]) -> u32 {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().to_string();
+        let Some(pid) = name
+            .strip_prefix("trace-")
+            .and_then(|n| n.strip_suffix(".json"))
+        else {
+            continue;
+        };
+        let trace: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(&name)).unwrap()).unwrap();
+        let mut leaked: Vec<(u64, u64)> = trace["processes"][0]["leaked"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| (hex(l["ptr"].as_str().unwrap()), l["size"].as_u64().unwrap()))
+            .collect();
+        leaked.sort();
+        if leaked == live {
+            return pid.parse().unwrap();
+        }
+    }
+    panic!("no trace lists the live blocks {live:?}");
+}
+
+#[test]
+fn members_killed_with_sigkill_give_their_bytes_back_within_a_second() {
+    let work = tempfile::tempdir().unwrap();
+    let shm = work.path().join("shm");
+    let mut members: Vec<Child> = (0..6)
+        .map(|_| {
+            spawn_member(
+                &shm,
+                "client",
+                &[
+                    "malloc:a:8M",
+                    "malloc:b:8M",
+                    "sleep:2500",
+                    "free:a",
+                    "malloc:c:24M",
+                ],
+                "team",
+                "128MiB",
+            )
+        })
+        .collect();
+    let doomed: Vec<Child> = (0..2)
+        .map(|_| {
+            spawn_member(
+                &shm,
+                "client",
+                &["malloc:a:16M", "sleep:20000"],
+                "team",
+                "128MiB",
+            )
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pool_bytes(&shm, "team") != Some(128 * MIB) {
+        assert!(
+            Instant::now() < deadline,
+            "the pool never filled: {:?}",
+            pool_bytes(&shm, "team")
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for mut member in doomed {
+        member.kill().unwrap(); // SIGKILL: no exit handler runs
+        member.wait().unwrap();
+    }
+    let killed = Instant::now();
+    while pool_bytes(&shm, "team") != Some(96 * MIB) {
+        assert!(
+            killed.elapsed() < Duration::from_secs(1),
+            "after {:?} the pool still counts {:?}",
+            killed.elapsed(),
+            pool_bytes(&shm, "team")
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The others never hang: each frees a and asks for c (24M), more than
+    // the budget has for all six, so some c spill; none fail.
+    for member in members.drain(..) {
+        let output = member.wait_with_output().unwrap();
+        assert!(output.status.success());
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(stdout.contains("malloc c rc=0"), "{stdout}");
+    }
+    assert_eq!(pool_bytes(&shm, "team"), Some(0));
+}
+
+#[test]
+fn a_second_budget_for_a_running_pool_is_named_and_not_applied() {
+    let work = tempfile::tempdir().unwrap();
+    let shm = work.path().join("shm");
+    let first = spawn_member(&shm, "client", &["malloc:a:4M", "sleep:1500"], "p", "64MiB");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pool_bytes(&shm, "p") != Some(4 * MIB) {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let second = spawn_member(&shm, "client", &["malloc:a:4M", "meminfo"], "p", "32MiB")
+        .wait_with_output()
+        .unwrap();
+    assert!(second.status.success());
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("pool p runs with a budget of 64.00 MiB on device 0; VRAMSHARE_POOL_QUOTA asks 32.00 MiB, and the running budget applies"),
+        "{stderr}"
+    );
+    // cudaMemGetInfo: the pool's budget less what its members hold.
+    let stdout = String::from_utf8_lossy(&second.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "meminfo rc=0 free={} total={}",
+            56 * MIB,
+            64 * MIB
+        )),
+        "{stdout}"
+    );
+    first.wait_with_output().unwrap();
+}
