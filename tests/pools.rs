@@ -15,6 +15,17 @@ use vramshare_common::pool::{PoolFile, Pools};
 /// Starts `program ARGS` from the fake folder under the shim, in pool
 /// `pool` with `budget`, sharing `shm`; its trace goes to `shm/../trace-PID.json`.
 fn spawn_member(shm: &Path, program: &str, args: &[&str], pool: &str, budget: &str) -> Child {
+    spawn_member_as(shm, program, args, pool, budget, "normal")
+}
+
+fn spawn_member_as(
+    shm: &Path,
+    program: &str,
+    args: &[&str],
+    pool: &str,
+    budget: &str,
+    priority: &str,
+) -> Child {
     let dir = fake_dir(Runtime::Fake13);
     let mut command = Command::new(dir.join(program));
     for (key, _) in std::env::vars() {
@@ -28,6 +39,7 @@ fn spawn_member(shm: &Path, program: &str, args: &[&str], pool: &str, budget: &s
         .env("VRAMSHARE_DIR", shm)
         .env("VRAMSHARE_POOL", pool)
         .env("VRAMSHARE_POOL_QUOTA", budget)
+        .env("VRAMSHARE_PRIORITY", priority)
         .env(
             "VRAMSHARE_TRACE",
             shm.parent().unwrap().join("trace-%p.json"),
@@ -265,4 +277,94 @@ fn a_second_budget_for_a_running_pool_is_named_and_not_applied() {
         "{stdout}"
     );
     first.wait_with_output().unwrap();
+}
+
+/// The trace a member wrote at exit.
+fn member_trace(shm: &Path, pid: u32) -> Value {
+    let path = shm.parent().unwrap().join(format!("trace-{pid}.json"));
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// (op, api, size in MiB, placement) of every event.
+fn moves(trace: &Value) -> Vec<(String, String, u64, String)> {
+    trace["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["op"].as_str().unwrap().to_string(),
+                e["api"].as_str().unwrap().to_string(),
+                e["size"].as_u64().unwrap() / MIB,
+                e["placement"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_high_priority_member_displaces_a_low_priority_one() {
+    let work = tempfile::tempdir().unwrap();
+    let shm = work.path().join("shm");
+    // The low member fills 48 of the pool's 64 MiB with its own managed
+    // memory; its next 16 MiB spill although the pool has 16 MiB left (a
+    // low-priority member leaves the last eighth to the others).
+    let low = spawn_member_as(
+        &shm,
+        "client",
+        &[
+            "managed:m1:24M",
+            "managed:m2:24M",
+            "malloc:x:16M",
+            "sleep:2500",
+        ],
+        "prio",
+        "64MiB",
+        "low",
+    );
+    let low_pid = low.id();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pool_bytes(&shm, "prio") != Some(48 * MIB) {
+        assert!(Instant::now() < deadline, "{:?}", pool_bytes(&shm, "prio"));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    // The high member asks for 32 MiB: the low one demotes its managed
+    // blocks, and the high one gets the device.
+    let high = spawn_member_as(
+        &shm,
+        "client",
+        &["malloc:h:32M", "sleep:300"],
+        "prio",
+        "64MiB",
+        "high",
+    );
+    let high_pid = high.id();
+    let high = high.wait_with_output().unwrap();
+    assert!(high.status.success());
+    let low = low.wait_with_output().unwrap();
+    assert!(low.status.success());
+    let high_trace = member_trace(&shm, high_pid);
+    assert_eq!(
+        moves(&high_trace)[0],
+        ("alloc".into(), "cudaMalloc".into(), 32, "device".into()),
+        "the high-priority allocation was placed on the device"
+    );
+    let low_moves = moves(&member_trace(&shm, low_pid));
+    let x = low_moves
+        .iter()
+        .find(|m| m.0 == "alloc" && m.2 == 16)
+        .unwrap();
+    assert_eq!(x.3, "host", "the low member spilled first");
+    let demoted: Vec<u64> = low_moves
+        .iter()
+        .filter(|m| m.0 == "demote")
+        .map(|m| m.2)
+        .collect();
+    assert_eq!(demoted, [24, 24], "the low member gave way: {low_moves:?}");
+    let demote_at = low_moves.iter().position(|m| m.0 == "demote").unwrap();
+    assert!(
+        low_moves[demote_at..].iter().any(|m| m.0 == "promote"),
+        "and came back once the high member left: {low_moves:?}"
+    );
 }

@@ -41,7 +41,15 @@ pub struct PoolSlot {
     budget: [AtomicU64; MAX_DEVICES],
     /// Per device: the bytes the members hold on the device.
     device_bytes: [AtomicU64; MAX_DEVICES],
+    /// Per device: bytes a high-priority member is waiting for; the others
+    /// demote managed blocks to free them.
+    demand: [AtomicU64; MAX_DEVICES],
 }
+
+/// The share of a budget that low-priority members leave to the others
+/// (1/8): when the pool fills, their allocations spill first, and they are
+/// promoted last.
+pub const LOW_PRIORITY_HEADROOM_DIVISOR: u64 = 8;
 
 pub const SLOT_SIZE: usize = std::mem::size_of::<PoolSlot>();
 
@@ -105,13 +113,42 @@ impl PoolSlot {
 
     /// Reserves `size` bytes on `device` if the pool's budget allows them.
     pub fn try_reserve(&self, device: u32, size: u64) -> bool {
+        self.try_reserve_as(device, size, false)
+    }
+
+    /// The same for a member of low priority (`low`), which may not take
+    /// the last [`LOW_PRIORITY_HEADROOM_DIVISOR`]th of the budget.
+    pub fn try_reserve_as(&self, device: u32, size: u64, low: bool) -> bool {
         let budget = &self.budget[device as usize];
         self.device_bytes[device as usize]
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                used.checked_add(size)
-                    .filter(|total| *total <= budget.load(Ordering::Acquire))
+                let budget = budget.load(Ordering::Acquire);
+                let cap = if low && budget != NO_QUOTA {
+                    budget - budget / LOW_PRIORITY_HEADROOM_DIVISOR
+                } else {
+                    budget
+                };
+                used.checked_add(size).filter(|total| *total <= cap)
             })
             .is_ok()
+    }
+
+    /// Bytes a high-priority member waits for on `device`.
+    pub fn demand(&self, device: u32) -> u64 {
+        self.demand[device as usize].load(Ordering::Acquire)
+    }
+
+    /// A high-priority member asks for `size` bytes to be freed.
+    pub fn ask(&self, device: u32, size: u64) {
+        self.demand[device as usize].fetch_max(size, Ordering::AcqRel);
+    }
+
+    /// Bytes freed for the demand (or the demand withdrawn).
+    pub fn answer(&self, device: u32, freed: u64) {
+        let _ =
+            self.demand[device as usize].fetch_update(Ordering::AcqRel, Ordering::Acquire, |d| {
+                Some(d.saturating_sub(freed))
+            });
     }
 
     /// Adds bytes whatever the budget (memory already taken).
@@ -249,6 +286,7 @@ impl<M: AsRef<[u8]> + AsMut<[u8]>> Pools<M> {
                         for device in 0..MAX_DEVICES {
                             slot.budget[device].store(NO_QUOTA, Ordering::Relaxed);
                             slot.device_bytes[device].store(0, Ordering::Relaxed);
+                            slot.demand[device].store(0, Ordering::Relaxed);
                         }
                         slot.state.store(IN_USE, Ordering::Release);
                         return Some((index as u32, slot));
@@ -286,6 +324,18 @@ mod tests {
         pool.unreserve(0, 1000);
         assert_eq!(pool.device_bytes(0), 0, "never below zero");
         assert_eq!(pool.set_budget(0, None), Some(100));
+        pool.set_budget(2, Some(800));
+        assert!(
+            !pool.try_reserve_as(2, 701, true),
+            "low priority leaves 1/8"
+        );
+        assert!(pool.try_reserve_as(2, 700, true));
+        assert!(pool.try_reserve_as(2, 100, false), "the others may take it");
+        pool.ask(2, 64);
+        pool.ask(2, 32);
+        assert_eq!(pool.demand(2), 64);
+        pool.answer(2, 100);
+        assert_eq!(pool.demand(2), 0);
         assert_eq!(pools.in_use().len(), 2);
         assert!(check_name("team-a.v2_x").is_ok());
         assert!(check_name("").is_err());

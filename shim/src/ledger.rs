@@ -54,6 +54,8 @@ pub struct Ledger {
     /// The pool whose budget this process shares (`VRAMSHARE_POOL`): every
     /// device byte reserved here is reserved there too.
     pool: Option<&'static PoolSlot>,
+    /// A low-priority member leaves the last part of the pool's budget.
+    low_priority: bool,
     /// Keyed by address; Fx hashing, since addresses are not chosen by an
     /// adversary and SipHash would double the cost of a lookup.
     blocks: DashMap<usize, Block, FxBuildHasher>,
@@ -101,10 +103,15 @@ impl Block {
 
 impl Ledger {
     /// A ledger counting into `counters` (one per device, reset).
-    pub fn new(counters: &'static [DeviceCounters], pool: Option<&'static PoolSlot>) -> Self {
+    pub fn new(
+        counters: &'static [DeviceCounters],
+        pool: Option<&'static PoolSlot>,
+        low_priority: bool,
+    ) -> Self {
         assert_eq!(counters.len(), MAX_DEVICES);
         Self {
             pool,
+            low_priority,
             blocks: DashMap::with_hasher(FxBuildHasher),
             handles: DashMap::with_hasher(FxBuildHasher),
             counters,
@@ -124,7 +131,7 @@ impl Ledger {
         // is given back, so the process's own count (and its peak) only
         // ever holds bytes it got.
         if let Some(pool) = self.pool {
-            if !pool.try_reserve(device, size) {
+            if !pool.try_reserve_as(device, size, self.low_priority) {
                 return false;
             }
         }
@@ -369,6 +376,7 @@ mod tests {
         Ledger::new(
             Vec::leak(vramshare_common::registry::local_counters()),
             None,
+            false,
         )
     }
 

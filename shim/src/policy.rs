@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 use cudart_sys::*;
 
-use crate::config::{human_bytes, Limit, Spill, MAX_DEVICES};
+use crate::config::{human_bytes, Limit, Priority, Spill, MAX_DEVICES};
 use crate::hooks::{real, Api};
 use crate::ledger::{Block, Taken};
 use crate::placement::{self, Backend};
@@ -156,6 +156,9 @@ where
     // anything spills.
     if !fits && stream_pools::trim_device(state, device) {
         fits = state.ledger.try_reserve(device, size, limit);
+    }
+    if !fits && config().priority == Priority::High {
+        fits = wait_for_room(state, device, size, limit);
     }
     if fits {
         let (rc, ptr, taken) = on_device();
@@ -655,12 +658,26 @@ fn pool_room(state: &State, device: u32) -> u64 {
 pub fn demote_to_quota(state: &State, device: u32, backend: Backend) {
     let quota = device_quota(state, device, backend).unwrap_or(u64::MAX);
     let usage = state.ledger.device(device);
-    for (size, ptr) in state.ledger.demotion_candidates(device) {
+    demote_while(state, device, |_| {
         let pool_over = state.pool.is_some_and(|(_, pool)| {
             pool.budget(device)
                 .is_some_and(|b| pool.device_bytes(device) > b)
         });
-        if usage.device_bytes.load(Ordering::Acquire) <= quota && !pool_over {
+        usage.device_bytes.load(Ordering::Acquire) > quota || pool_over
+    });
+}
+
+/// For a high-priority member of the pool waiting for `want` bytes: moves
+/// managed blocks to the host until that much is freed; returns how much.
+pub fn demote_for(state: &State, device: u32, want: u64) -> u64 {
+    demote_while(state, device, |freed| freed < want)
+}
+
+/// Demotes the device's managed blocks, largest first, while `more(freed)`.
+fn demote_while(state: &State, device: u32, mut more: impl FnMut(u64) -> bool) -> u64 {
+    let mut freed = 0;
+    for (size, ptr) in state.ledger.demotion_candidates(device) {
+        if !more(freed) {
             break;
         }
         let Some(api) = state.ledger.begin_demotion(ptr, size) else {
@@ -682,7 +699,43 @@ pub fn demote_to_quota(state: &State, device: u32, backend: Backend) {
             "demoted {} at {ptr:#x} from device {device} (rc {rc})",
             human_bytes(size)
         );
+        freed += size;
     }
+    freed
+}
+
+/// How long a high-priority allocation waits for the pool's other members
+/// to make room before it spills.
+const HIGH_PRIORITY_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// A high-priority member's allocation that finds its pool full: asks the
+/// others to demote managed blocks (their shims look every 50 ms), and
+/// takes the room if it comes in time.
+fn wait_for_room(state: &State, device: u32, size: u64, limit: u64) -> bool {
+    let Some((_, pool)) = state.pool else {
+        return false;
+    };
+    pool.ask(device, size);
+    let deadline = std::time::Instant::now() + HIGH_PRIORITY_WAIT;
+    let got = loop {
+        if state.ledger.try_reserve(device, size, limit) {
+            break true;
+        }
+        if std::time::Instant::now() >= deadline {
+            break false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    pool.answer(device, size);
+    if !got {
+        info!(
+            "high priority: the pool {} had no room for {} after {:?}",
+            pool.name(),
+            human_bytes(size),
+            HIGH_PRIORITY_WAIT
+        );
+    }
+    got
 }
 
 /// `cudaMemGetInfo` and `cuMemGetInfo_v2` as the quota sees it: total =

@@ -174,7 +174,11 @@ impl State {
         };
         State {
             pid,
-            ledger: Ledger::new(counters, pool.map(|(_, p)| p)),
+            ledger: Ledger::new(
+                counters,
+                pool.map(|(_, p)| p),
+                config().priority == crate::config::Priority::Low,
+            ),
             pool,
             registry: REGISTRY.get().copied(),
             trace: config().trace.is_some().then(TraceLog::new),

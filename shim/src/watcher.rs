@@ -18,10 +18,12 @@ use std::time::Duration;
 
 use vramshare_common::registry::NO_QUOTA;
 
+use crate::config::Priority;
 use crate::config::MAX_DEVICES;
 use crate::hooks::real;
 use crate::placement::Backend;
 use crate::policy;
+use crate::state::config;
 use crate::state::{state, QUOTA_UNRESOLVED};
 
 /// How often the thread looks at the registry.
@@ -69,7 +71,13 @@ fn watch() {
                     .device(device)
                     .spilled_bytes
                     .load(Ordering::Acquire);
-                if !cut && spilled == 0 {
+                // A high-priority member waits for room: the others give way.
+                let demand = if config().priority == Priority::High {
+                    0
+                } else {
+                    pool.demand(device)
+                };
+                if !cut && spilled == 0 && demand == 0 {
                     continue;
                 }
                 // SAFETY: plain runtime call.
@@ -77,7 +85,10 @@ fn watch() {
                     continue;
                 }
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    if cut {
+                    if demand > 0 {
+                        let freed = policy::demote_for(state, device, demand);
+                        pool.answer(device, freed);
+                    } else if cut {
                         policy::demote_to_quota(state, device, Backend::Runtime);
                     } else {
                         // Room other members freed: spilled blocks come back.
