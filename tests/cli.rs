@@ -550,7 +550,7 @@ fn a_quota_changed_while_the_job_runs_demotes_then_promotes() {
         dir_arg,
     ]);
     let got: Value = serde_json::from_slice(&get.stdout).unwrap();
-    assert_eq!(got[0]["quota"], 32 * MIB);
+    assert_eq!(got["processes"][0]["quota"], 32 * MIB);
 
     // Raised to 128 MiB: everything comes back, largest first.
     let raise = vramshare(&[
@@ -607,4 +607,81 @@ fn a_quota_changed_while_the_job_runs_demotes_then_promotes() {
     let percent = vramshare(&["quota", "set", "--pid", "1", "50%", "--dir", dir_arg]);
     assert_eq!(percent.status.code(), Some(2));
     assert!(text(&percent.stderr).contains("accepted forms"));
+}
+
+#[test]
+fn ps_shows_pools_with_their_budgets_members_and_priorities() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir_arg = dir.path().to_str().unwrap();
+    let client = client_path();
+    let spawn = |priority: &str, size: &str| {
+        Command::new(env!("CARGO_BIN_EXE_vramshare"))
+            .args([
+                "run",
+                "--pool",
+                "team",
+                "--pool-quota",
+                "64MiB",
+                "--priority",
+                priority,
+            ])
+            .args([
+                "--dir",
+                dir_arg,
+                "--",
+                &client,
+                &format!("malloc:a:{size}"),
+                "sleep:1500",
+            ])
+            .env("VRAMSHARE_LIB", shim_library())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut high = spawn("high", "16M");
+    let mut low = spawn("low", "8M");
+    wait_for_row(dir.path(), low.id(), |r| {
+        r["devices"]["0"]["device_bytes"] == 8 * MIB
+    });
+    let row = wait_for_row(dir.path(), high.id(), |r| {
+        r["devices"]["0"]["device_bytes"] == 16 * MIB
+    });
+    assert_eq!(
+        (&row["pool"], &row["priority"]),
+        (&"team".into(), &"high".into())
+    );
+    let out = vramshare(&["ps", "--dir", dir_arg]);
+    let table = text(&out.stdout);
+    let pool_line = table
+        .lines()
+        .find(|l| l.starts_with("team "))
+        .unwrap_or_else(|| panic!("{table}"));
+    let words: Vec<&str> = pool_line.split_whitespace().collect();
+    assert_eq!(
+        &words[1..6],
+        ["0", "64.00", "MiB", "24.00", "MiB"],
+        "{pool_line}"
+    );
+    assert!(
+        pool_line.contains(&format!("{} (high)", high.id())),
+        "{pool_line}"
+    );
+    assert!(
+        pool_line.contains(&format!("{} (low)", low.id())),
+        "{pool_line}"
+    );
+    // The budget changed for the whole pool.
+    let set = vramshare(&["quota", "set", "--pool", "team", "32MiB", "--dir", dir_arg]);
+    assert_eq!(
+        text(&set.stdout).trim(),
+        "pool team device 0: budget 64.00 MiB -> 32.00 MiB"
+    );
+    let got = vramshare(&["quota", "get", "--json", "--dir", dir_arg]);
+    let got: Value = serde_json::from_slice(&got.stdout).unwrap();
+    assert_eq!(got["pools"][0]["budget"], 32 * MIB);
+    let missing = vramshare(&["quota", "set", "--pool", "nobody", "1GiB", "--dir", dir_arg]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(text(&missing.stderr).contains("no pool \"nobody\""));
+    assert!(high.wait().unwrap().success());
+    assert!(low.wait().unwrap().success());
 }

@@ -49,6 +49,19 @@ enum SpillMode {
     Off,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum PriorityArg {
+    /// Never displaced; others give way to it
+    High,
+    Normal,
+    /// Spills first and gives way to high-priority members
+    Low,
+}
+
+fn parse_pool_name(text: &str) -> Result<String, String> {
+    vramshare_common::pool::check_name(text).map(|_| text.to_string())
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run a command with libvramshare.so preloaded and the given quota; its exit status is returned unchanged
@@ -63,6 +76,15 @@ enum Command {
         /// Write each process's trace as JSON at exit (%p becomes the pid)
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
+        /// Share a budget with the other processes of this pool
+        #[arg(long, value_name = "NAME", value_parser = parse_pool_name)]
+        pool: Option<String>,
+        /// The pool's budget, if the pool has none yet (the forms of --quota)
+        #[arg(long, value_name = "SIZE", value_parser = parse_quota, requires = "pool")]
+        pool_quota: Option<String>,
+        /// Who gives way when the pool is full
+        #[arg(long, value_enum)]
+        priority: Option<PriorityArg>,
         #[command(flatten)]
         dir: DirArg,
         /// The command and its arguments
@@ -166,6 +188,9 @@ fn main() -> ExitCode {
             quota,
             spill,
             trace,
+            pool,
+            pool_quota,
+            priority,
             dir,
             command,
         } => {
@@ -177,6 +202,13 @@ fn main() -> ExitCode {
                 quota,
                 spill,
                 trace,
+                pool,
+                pool_quota,
+                priority: priority.map(|p| match p {
+                    PriorityArg::High => "high",
+                    PriorityArg::Normal => "normal",
+                    PriorityArg::Low => "low",
+                }),
                 dir: dir.dir,
                 command,
             })

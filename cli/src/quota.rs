@@ -55,12 +55,21 @@ pub fn get(dir: &Path, pid: Option<u32>, json: bool) -> Result<ExitCode, String>
         })
         .collect();
     if json {
-        let value: Vec<serde_json::Value> = rows
+        let processes: Vec<serde_json::Value> = rows
             .iter()
             .map(|(pid, device, quota, used)| {
                 serde_json::json!({"pid": pid, "device": device, "quota": quota, "device_bytes": used})
             })
             .collect();
+        let pools: Vec<serde_json::Value> = pools
+            .iter()
+            .flat_map(|p| {
+                p.devices.iter().map(move |(device, budget, used)| {
+                    serde_json::json!({"pool": p.name, "device": device, "budget": budget, "device_bytes": used})
+                })
+            })
+            .collect();
+        let value = serde_json::json!({"processes": processes, "pools": pools});
         println!(
             "{}",
             serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?

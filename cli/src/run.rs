@@ -8,6 +8,9 @@ pub struct Options {
     pub quota: Option<String>,
     pub spill: Option<&'static str>,
     pub trace: Option<PathBuf>,
+    pub pool: Option<String>,
+    pub pool_quota: Option<String>,
+    pub priority: Option<&'static str>,
     pub dir: Option<PathBuf>,
     pub command: Vec<String>,
 }
@@ -62,6 +65,15 @@ pub fn run(options: Options) -> Result<ExitCode, String> {
     }
     if let Some(dir) = &options.dir {
         command.env("VRAMSHARE_DIR", dir);
+    }
+    for (variable, value) in [
+        ("VRAMSHARE_POOL", options.pool.as_deref()),
+        ("VRAMSHARE_POOL_QUOTA", options.pool_quota.as_deref()),
+        ("VRAMSHARE_PRIORITY", options.priority),
+    ] {
+        if let Some(value) = value {
+            command.env(variable, value);
+        }
     }
     let error = command.exec();
     eprintln!("vramshare: cannot run {program}: {error}");
