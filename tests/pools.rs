@@ -8,6 +8,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
+
+/// The tests here time what other processes do (within a second, within
+/// 250 ms): they run one at a time, so that a loaded machine (CI has two
+/// cores) does not starve one of them.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 use serde_json::Value;
 use vramshare_common::files::open_existing;
 use vramshare_common::pool::{PoolFile, Pools};
@@ -68,6 +77,7 @@ fn sample_until(shm: &Path, name: &str, stop: &AtomicBool, highest: &AtomicU64) 
 
 #[test]
 fn eight_processes_of_four_threads_never_pass_the_pools_budget() {
+    let _serial = one_at_a_time();
     let work = tempfile::tempdir().unwrap();
     let shm = work.path().join("shm");
     let budget = 96 * MIB;
@@ -182,6 +192,7 @@ fn trace_pid_of(dir: &Path, live: &[(u64, u64)]) -> u32 {
 
 #[test]
 fn members_killed_with_sigkill_give_their_bytes_back_within_a_second() {
+    let _serial = one_at_a_time();
     let work = tempfile::tempdir().unwrap();
     let shm = work.path().join("shm");
     let mut members: Vec<Child> = (0..6)
@@ -248,6 +259,7 @@ fn members_killed_with_sigkill_give_their_bytes_back_within_a_second() {
 
 #[test]
 fn a_second_budget_for_a_running_pool_is_named_and_not_applied() {
+    let _serial = one_at_a_time();
     let work = tempfile::tempdir().unwrap();
     let shm = work.path().join("shm");
     let first = spawn_member(&shm, "client", &["malloc:a:4M", "sleep:1500"], "p", "64MiB");
@@ -304,6 +316,7 @@ fn moves(trace: &Value) -> Vec<(String, String, u64, String)> {
 
 #[test]
 fn a_high_priority_member_displaces_a_low_priority_one() {
+    let _serial = one_at_a_time();
     let work = tempfile::tempdir().unwrap();
     let shm = work.path().join("shm");
     // The low member fills 48 of the pool's 64 MiB with its own managed
