@@ -301,15 +301,7 @@ const VMM_STEPS: [&str; 10] = [
 fn creates_of(run: &Run, size: u64) -> Vec<(String, String)> {
     run.calls_with(&["cuMemCreate", &format!("size={size}")])
         .iter()
-        .map(|c| {
-            let field = |key: &str| {
-                c.split_whitespace()
-                    .find_map(|w| w.strip_prefix(key))
-                    .unwrap()
-                    .to_string()
-            };
-            (field("location="), field("rc="))
-        })
+        .map(|c| (log_field(c, "location"), log_field(c, "rc")))
         .collect()
 }
 
@@ -418,15 +410,7 @@ fn host_memory_made_for_an_rdma_request_drops_the_flag() {
     let tries: Vec<(String, String)> = run
         .calls_with(&["cuMemCreate", &format!("size={}", 16 * MIB)])
         .iter()
-        .map(|c| {
-            let field = |key: &str| {
-                c.split_whitespace()
-                    .find_map(|w| w.strip_prefix(key))
-                    .unwrap()
-                    .to_string()
-            };
-            (field("rdma="), field("rc="))
-        })
+        .map(|c| (log_field(c, "rdma"), log_field(c, "rc")))
         .collect();
     assert_eq!(
         tries,

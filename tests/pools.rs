@@ -15,7 +15,9 @@ use common::*;
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 use serde_json::Value;
 use vramshare_common::files::open_existing;
@@ -99,7 +101,7 @@ fn eight_processes_of_four_threads_never_pass_the_pools_budget() {
             .collect();
         let outputs: Vec<_> = members
             .into_iter()
-            .map(|m| m.wait_with_output().unwrap())
+            .map(|m| (m.id(), m.wait_with_output().unwrap()))
             .collect();
         stop.store(true, Ordering::Release);
         outputs
@@ -113,7 +115,7 @@ fn eight_processes_of_four_threads_never_pass_the_pools_budget() {
         highest > budget / 2,
         "the members filled the pool ({highest})"
     );
-    for output in &outputs {
+    for (_, output) in &outputs {
         assert!(
             output.status.success(),
             "{}",
@@ -121,34 +123,18 @@ fn eight_processes_of_four_threads_never_pass_the_pools_budget() {
         );
     }
     // Each member's ledger holds exactly its live blocks.
-    for output in outputs {
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let mut live: Vec<(u64, u64)> = stdout
-            .lines()
-            .filter_map(|l| l.strip_prefix("live "))
-            .map(|l| {
-                let (ptr, size) = l.split_once(' ').unwrap();
-                (hex(ptr), size.parse().unwrap())
-            })
-            .collect();
-        live.sort();
-        let pid = trace_pid_of(work.path(), &live);
+    for (pid, output) in outputs {
+        let live = live_blocks(&String::from_utf8_lossy(&output.stdout));
         let trace: Value = serde_json::from_str(
             &std::fs::read_to_string(work.path().join(format!("trace-{pid}.json"))).unwrap(),
         )
         .unwrap();
-        let process = &trace["processes"][0];
-        let mut leaked: Vec<(u64, u64)> = process["leaked"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|l| (hex(l["ptr"].as_str().unwrap()), l["size"].as_u64().unwrap()))
-            .collect();
-        leaked.sort();
         assert_eq!(
-            leaked, live,
+            leaked_blocks(&trace),
+            live,
             "pid {pid}: the ledger holds exactly the live blocks"
         );
+        let process = &trace["processes"][0];
         assert!(
             process["peak_device"]["0"].as_u64().unwrap() <= budget,
             "peak {} counts {}",
@@ -161,33 +147,6 @@ fn eight_processes_of_four_threads_never_pass_the_pools_budget() {
         Some(0),
         "members that exit take their bytes out of the pool"
     );
-}
-
-/// The pid whose trace lists exactly these live blocks (each member writes
-/// its own trace; stdout does not say its pid).
-fn trace_pid_of(dir: &Path, live: &[(u64, u64)]) -> u32 {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let name = entry.unwrap().file_name().to_string_lossy().to_string();
-        let Some(pid) = name
-            .strip_prefix("trace-")
-            .and_then(|n| n.strip_suffix(".json"))
-        else {
-            continue;
-        };
-        let trace: Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join(&name)).unwrap()).unwrap();
-        let mut leaked: Vec<(u64, u64)> = trace["processes"][0]["leaked"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|l| (hex(l["ptr"].as_str().unwrap()), l["size"].as_u64().unwrap()))
-            .collect();
-        leaked.sort();
-        if leaked == live {
-            return pid.parse().unwrap();
-        }
-    }
-    panic!("no trace lists the live blocks {live:?}");
 }
 
 #[test]

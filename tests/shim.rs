@@ -57,17 +57,11 @@ fn advice_for(run: &Run, ptr: u64) -> Vec<(u64, u32, String)> {
         .iter()
         .filter(|c| c.contains("cudaMemAdvise") && c.contains(&format!("ptr={ptr:#x} ")))
         .map(|c| {
-            let field = |key: &str| {
-                c.split_whitespace()
-                    .find_map(|w| w.strip_prefix(key))
-                    .unwrap()
-                    .to_string()
-            };
-            assert_eq!(field("rc="), "0", "{c}");
+            assert_eq!(log_field(c, "rc"), "0", "{c}");
             (
-                field("size=").parse().unwrap(),
-                field("advice=").parse().unwrap(),
-                field("loc="),
+                log_field(c, "size").parse().unwrap(),
+                log_field(c, "advice").parse().unwrap(),
+                log_field(c, "loc"),
             )
         })
         .collect()
@@ -587,27 +581,15 @@ fn eight_threads_of_random_allocations_leave_the_ledger_exact() {
         true,
     );
     run.assert_ok();
-    let mut live: Vec<(u64, u64)> = run
-        .stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("live "))
-        .map(|l| {
-            let (ptr, size) = l.split_once(' ').unwrap();
-            (hex(ptr), size.parse().unwrap())
-        })
-        .collect();
-    live.sort();
+    let live = live_blocks(&run.stdout);
     let live_bytes: u64 = live.iter().map(|(_, s)| s).sum();
     assert_eq!(run.number("total", "failures"), 0);
     let process = &run.trace()["processes"][0];
-    let mut leaked: Vec<(u64, u64)> = process["leaked"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| (hex(l["ptr"].as_str().unwrap()), l["size"].as_u64().unwrap()))
-        .collect();
-    leaked.sort();
-    assert_eq!(leaked, live, "the ledger holds exactly the live blocks");
+    assert_eq!(
+        leaked_blocks(run.trace()),
+        live,
+        "the ledger holds exactly the live blocks"
+    );
     let device = process["device_in_use"]["0"].as_u64().unwrap();
     let spilled = process["spilled_in_use"]["0"].as_u64().unwrap();
     assert_eq!(device + spilled, live_bytes);

@@ -77,7 +77,7 @@ pub fn get(dir: &Path, pid: Option<u32>, json: bool) -> Result<ExitCode, String>
     } else {
         println!("{:>8} {:>3} {:>10} {:>10}", "PID", "GPU", "QUOTA", "DEVICE");
         for (pid, device, quota, used) in rows {
-            let quota = quota.map_or_else(|| "none".to_string(), human_bytes);
+            let quota = show(quota);
             println!("{pid:>8} {device:>3} {quota:>10} {:>10}", human_bytes(used));
         }
         if pid.is_none() {
@@ -85,6 +85,21 @@ pub fn get(dir: &Path, pid: Option<u32>, json: bool) -> Result<ExitCode, String>
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn check_device(device: u32) -> Result<(), String> {
+    if (device as usize) < MAX_DEVICES {
+        Ok(())
+    } else {
+        Err(format!(
+            "--device {device}: devices are numbered 0 to {}",
+            MAX_DEVICES - 1
+        ))
+    }
+}
+
+fn show(limit: Option<u64>) -> String {
+    limit.map_or_else(|| "none".to_string(), human_bytes)
 }
 
 /// `quota set --pool NAME`: changes a pool's budget; its members notice
@@ -96,19 +111,13 @@ pub fn set_pool(
     NewQuota(size): NewQuota,
 ) -> Result<ExitCode, String> {
     use vramshare_common::pool::{PoolFile, Pools};
-    if device as usize >= MAX_DEVICES {
-        return Err(format!(
-            "--device {device}: devices are numbered 0 to {}",
-            MAX_DEVICES - 1
-        ));
-    }
+    check_device(device)?;
     let map = open_existing_mut::<PoolFile>(dir).map_err(|e| e.to_string())?;
     let pools = Pools::new(map).map_err(|why| format!("{}: {why}", dir.join("pools").display()))?;
     let (_, pool) = pools
         .find(name)
         .ok_or_else(|| format!("no pool {name:?} in {}", dir.display()))?;
     let before = pool.set_budget(device, size);
-    let show = |q: Option<u64>| q.map_or_else(|| "none".to_string(), human_bytes);
     println!(
         "pool {name} device {device}: budget {} -> {}",
         show(before),
@@ -117,39 +126,28 @@ pub fn set_pool(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `quota set --pid PID`: changes a running process's quota; it notices
+/// within 100 ms.
 pub fn set(
     dir: &Path,
     pid: u32,
     device: u32,
     NewQuota(size): NewQuota,
 ) -> Result<ExitCode, String> {
-    if device as usize >= MAX_DEVICES {
-        return Err(format!(
-            "--device {device}: devices are numbered 0 to {}",
-            MAX_DEVICES - 1
-        ));
-    }
+    check_device(device)?;
     let map = open_existing_mut::<RegistryFile>(dir).map_err(|e| e.to_string())?;
     let registry =
         Registry::new(map).map_err(|why| format!("{}: {why}", dir.join("registry").display()))?;
     let slot = registry
         .live_slot(pid)
         .ok_or_else(|| format!("no live vramshare process {pid} in {}", dir.display()))?;
-    let counters = &slot.devices()[device as usize];
-    let before = counters
+    let before = slot.devices()[device as usize]
         .quota
         .swap(size.unwrap_or(NO_QUOTA), Ordering::AcqRel);
-    let show = |q: u64| {
-        if q == NO_QUOTA {
-            "none".to_string()
-        } else {
-            human_bytes(q)
-        }
-    };
     println!(
         "pid {pid} device {device}: quota {} -> {}",
-        show(before),
-        show(size.unwrap_or(NO_QUOTA))
+        show((before != NO_QUOTA).then_some(before)),
+        show(size)
     );
     Ok(ExitCode::SUCCESS)
 }

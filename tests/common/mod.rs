@@ -352,6 +352,41 @@ pub fn client(runtime: Runtime, env: &[(&str, &str)], steps: &[&str]) -> Run {
     run_in(fake_dir(runtime), "client", steps, env, true)
 }
 
+/// The value of `key=value` in a line of the fake runtime's log.
+pub fn log_field(line: &str, key: &str) -> String {
+    let prefix = format!("{key}=");
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(prefix.as_str()))
+        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
+        .to_string()
+}
+
+/// The blocks a stress client printed as still live, sorted.
+pub fn live_blocks(stdout: &str) -> Vec<(u64, u64)> {
+    let mut live: Vec<(u64, u64)> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("live "))
+        .map(|l| {
+            let (ptr, size) = l.split_once(' ').unwrap();
+            (hex(ptr), size.parse().unwrap())
+        })
+        .collect();
+    live.sort();
+    live
+}
+
+/// The blocks a trace lists as leaked (not freed by exit), sorted.
+pub fn leaked_blocks(trace: &Value) -> Vec<(u64, u64)> {
+    let mut leaked: Vec<(u64, u64)> = trace["processes"][0]["leaked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (hex(l["ptr"].as_str().unwrap()), l["size"].as_u64().unwrap()))
+        .collect();
+    leaked.sort();
+    leaked
+}
+
 pub fn hex(ptr: &str) -> u64 {
     u64::from_str_radix(ptr.trim_start_matches("0x"), 16).unwrap()
 }
