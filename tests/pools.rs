@@ -278,9 +278,10 @@ fn a_high_priority_member_displaces_a_low_priority_one() {
     let _serial = one_at_a_time();
     let work = tempfile::tempdir().unwrap();
     let shm = work.path().join("shm");
-    // The low member fills 48 of the pool's 64 MiB with its own managed
-    // memory; its next 16 MiB spill although the pool has 16 MiB left (a
-    // low-priority member leaves the last eighth to the others).
+    // The low member fills 48 of the pool's 64 MiB (cudaMalloc, which the
+    // shim makes movable for a low-priority member); its next 16 MiB spill
+    // although the pool has 16 MiB left (a low-priority member leaves the
+    // last eighth to the others).
     let low = spawn_member_as(
         &shm,
         "client",

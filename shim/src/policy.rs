@@ -160,6 +160,9 @@ where
     if !fits && config().priority == Priority::High {
         fits = wait_for_room(state, device, size, limit);
     }
+    if fits && movable(state, api) {
+        return place_movable(state, api, device, size, on_host);
+    }
     if fits {
         let (rc, ptr, taken) = on_device();
         if rc != cudaSuccess || ptr.is_null() {
@@ -242,6 +245,61 @@ fn split_head(state: &State, device: u32, size: u64, quota: u64) -> u64 {
     } else {
         0
     }
+}
+
+/// Whether this allocation is made movable: a low-priority member of a pool
+/// gets managed memory on the device instead of `cudaMalloc`'s, so that it
+/// can give the room back (by moving it to the host) when a high-priority
+/// member needs it. Its speed on the device is the same once its pages are
+/// there; the prefetch at allocation puts them there.
+fn movable(state: &State, api: Api) -> bool {
+    config().priority == Priority::Low
+        && state.pool.is_some()
+        && matches!(api, Api::cudaMalloc | Api::cuMemAlloc_v2)
+}
+
+/// A movable allocation (see [`movable`]); its device bytes are reserved.
+fn place_movable(
+    state: &State,
+    api: Api,
+    device: u32,
+    size: u64,
+    on_host: impl FnOnce(*mut c_void),
+) -> cudaError_t {
+    let backend = Backend::of(api);
+    let (rc, ptr) = backend.malloc_managed(size as usize, cudaMemAttachGlobal);
+    if rc != cudaSuccess || ptr.is_null() {
+        state.ledger.unreserve(device, size);
+        let rc = if rc == cudaSuccess {
+            cudaErrorMemoryAllocation
+        } else {
+            rc
+        };
+        return record_rejection(state, api, device, size, Placement::Device, rc);
+    }
+    let placed = backend.move_to_device(state, ptr, size as usize, device);
+    if placed != cudaSuccess {
+        debug!(
+            "placing a movable block of {} on device {device}: CUDA error {placed}",
+            human_bytes(size)
+        );
+    }
+    record_allocation(
+        state,
+        ptr,
+        Block {
+            size,
+            device,
+            pool: 0,
+            placement: Placement::Device,
+            device_part: size,
+            api,
+            managed: true,
+            moving: false,
+        },
+    );
+    on_host(ptr);
+    cudaSuccess
 }
 
 /// An allocation over quota: managed memory that lives on the host and is
