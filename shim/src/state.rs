@@ -101,12 +101,19 @@ pub fn state() -> &'static State {
             std::thread::yield_now();
             continue;
         }
+        // Let the others in again even if making the state panics.
+        struct Done;
+        impl Drop for Done {
+            fn drop(&mut self) {
+                MAKING.store(false, Ordering::Release);
+            }
+        }
+        let _done = Done;
         if STATE.load(Ordering::Acquire).is_null() {
             let fresh = Box::into_raw(Box::new(State::new()));
             STATE.store(fresh, Ordering::Release);
             PROCESS_HOOKS.call_once(install_process_hooks);
         }
-        MAKING.store(false, Ordering::Release);
     }
 }
 
