@@ -22,6 +22,7 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 use serde_json::Value;
 use vramshare_common::files::open_existing;
 use vramshare_common::pool::{PoolFile, Pools};
+use vramshare_common::registry::{Registry, RegistryFile};
 
 /// Starts `program ARGS` from the fake folder under the shim, in pool
 /// `pool` with `budget`, sharing `shm`; its trace goes to `shm/../trace-PID.json`.
@@ -66,6 +67,14 @@ fn spawn_member_as(
 fn pool_bytes(shm: &Path, name: &str) -> Option<u64> {
     let pools = Pools::new(open_existing::<PoolFile>(shm).ok()?).ok()?;
     pools.find(name).map(|(_, pool)| pool.device_bytes(0))
+}
+
+/// How many live processes have joined a pool (0 before the registry exists).
+fn joined_members(shm: &Path) -> usize {
+    open_existing::<RegistryFile>(shm)
+        .ok()
+        .and_then(|map| Registry::new(map).ok())
+        .map_or(0, |r| r.live().iter().filter(|p| p.pool.is_some()).count())
 }
 
 /// Samples the pool as fast as it can until `stop`, keeping the highest value.
@@ -339,5 +348,72 @@ fn a_high_priority_member_displaces_a_low_priority_one() {
     assert!(
         low_moves[demote_at..].iter().any(|m| m.0 == "promote"),
         "and came back once the high member left: {low_moves:?}"
+    );
+}
+
+#[test]
+fn two_of_eight_stressed_members_killed_are_reaped_within_a_second() {
+    let _serial = one_at_a_time();
+    let work = tempfile::tempdir().unwrap();
+    let shm = work.path().join("shm");
+    let mut members: Vec<Child> = (0..8)
+        .map(|i| {
+            let seed = (31 + i).to_string();
+            spawn_member(
+                &shm,
+                "stress",
+                &["4", "8000", "2097152", &seed, "sync"],
+                "churn",
+                "96MiB",
+            )
+        })
+        .collect();
+    let doomed: Vec<Child> = members.drain(..2).collect();
+    // Killed once all eight are in the pool and it is busy.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let joined = joined_members(&shm);
+        if joined == 8 && pool_bytes(&shm, "churn").unwrap_or(0) >= 48 * MIB {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{joined} members joined");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pids: Vec<u32> = doomed.iter().map(|c| c.id()).collect();
+    for mut member in doomed {
+        member.kill().unwrap();
+        member.wait().unwrap();
+    }
+    let killed = Instant::now();
+    loop {
+        let registry = Registry::new(open_existing::<RegistryFile>(&shm).unwrap()).unwrap();
+        let reaped = registry
+            .gone()
+            .iter()
+            .filter(|p| pids.contains(&p.pid) && p.exited)
+            .count();
+        if reaped == 2 {
+            break;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(1),
+            "{reaped} of the 2 killed members reaped after {:?}",
+            killed.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for member in members {
+        let output = member.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    assert_eq!(
+        pool_bytes(&shm, "churn"),
+        Some(0),
+        "the pool holds nothing once its members are gone (an allocation a member was making when \
+         killed is repaired when the pool empties)"
     );
 }

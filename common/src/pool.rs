@@ -164,6 +164,21 @@ impl PoolSlot {
         );
     }
 
+    /// With no member left, the pool holds nothing: sets each device's
+    /// count to 0 unless it changed since `observed` (a process that joined
+    /// meanwhile). This repairs the one thing reaping cannot know: an
+    /// allocation a member was making at the instant it was killed.
+    pub fn clear_if_unchanged(&self, observed: &[u64; MAX_DEVICES]) {
+        for (counter, seen) in self.device_bytes.iter().zip(observed) {
+            let _ = counter.compare_exchange(*seen, 0, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+
+    /// Each device's count, for [`PoolSlot::clear_if_unchanged`].
+    pub fn counts(&self) -> [u64; MAX_DEVICES] {
+        std::array::from_fn(|d| self.device_bytes[d].load(Ordering::Acquire))
+    }
+
     pub fn in_use(&self) -> bool {
         self.state.load(Ordering::Acquire) == IN_USE
     }

@@ -138,6 +138,10 @@ pub struct ProcessInfo {
     pub cmdline: String,
     pub spill_off: bool,
     pub registered_ns: u64,
+    /// Its slot was given back: at exit, or by a pool member that found it
+    /// dead (its bytes then taken out of the pool). False for a process
+    /// that died and was not noticed yet.
+    pub exited: bool,
     /// Devices that have seen any activity or have a quota.
     pub devices: Vec<(u32, DeviceInfo)>,
 }
@@ -205,6 +209,7 @@ impl ProcessSlot {
             cmdline: self.cmdline(),
             spill_off: self.spill.load(Ordering::Relaxed) == 1,
             registered_ns: self.registered_ns.load(Ordering::Relaxed),
+            exited: state == EXITED,
             devices: self
                 .devices
                 .iter()

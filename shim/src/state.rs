@@ -140,6 +140,9 @@ extern "C" fn at_exit() {
             // What the process still holds stops counting in its pool.
             reap(slot, state.pool.map(|(_, pool)| pool));
             slot.release();
+            if let (Some((index, pool)), Some(registry)) = (state.pool, state.registry) {
+                clear_if_empty(registry, index, pool);
+            }
         }
     }
 }
@@ -313,6 +316,17 @@ fn open_shared(pid: u32) -> Result<Shared, FileError> {
                     }
                     // Members that died without leaving are taken out now.
                     registry.reap_dead(index, |dead| reap(dead, pools.get(index)));
+                    if let Some(pool) = pools.get(index) {
+                        let observed = pool.counts();
+                        // Alone in it (this process holds nothing yet).
+                        if registry
+                            .live()
+                            .iter()
+                            .all(|p| p.pool != Some(index) || p.pid == pid)
+                        {
+                            pool.clear_if_unchanged(&observed);
+                        }
+                    }
                 }
                 None => error!("the pool table in {} is full: not in pool {name}; only this process's own quota holds it", dir.display()),
             }
@@ -320,6 +334,15 @@ fn open_shared(pid: u32) -> Result<Shared, FileError> {
         }
     };
     Ok(Shared { ring, slot, pool })
+}
+
+/// A pool with no live member holds nothing (see
+/// [`PoolSlot::clear_if_unchanged`]).
+fn clear_if_empty(registry: &Registry<MmapMut>, index: u32, pool: &PoolSlot) {
+    let observed = pool.counts();
+    if registry.live().iter().all(|p| p.pool != Some(index)) {
+        pool.clear_if_unchanged(&observed);
+    }
 }
 
 /// Takes a dead member's device bytes out of its pool.
