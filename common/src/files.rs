@@ -59,16 +59,66 @@ impl fmt::Display for FileError {
 
 impl std::error::Error for FileError {}
 
-/// A file layout: its name, how to make it, and how to check it.
+/// A shared file's layout: a header (magic, version, slot size, slot
+/// count), then a table of fixed-size slots. Making and checking a file
+/// follow from these constants.
 pub trait SharedFile {
     /// File name inside the folder.
     const NAME: &'static str;
+    /// What it is, in messages ("trace ring").
+    const WHAT: &'static str;
+    const MAGIC: u64;
+    const VERSION: u32;
+    /// Bytes before the first slot.
+    const HEADER_LEN: usize;
+    const SLOT_SIZE: usize;
+    /// Slots in a newly made file.
+    const SLOTS: u64;
+
+    /// Further checks of the slot count of a file whose header is right.
+    fn check_count(_count: u64) -> Result<(), String> {
+        Ok(())
+    }
     /// Length of a newly made file.
-    fn new_len() -> usize;
+    fn new_len() -> usize {
+        Self::HEADER_LEN + Self::SLOT_SIZE * Self::SLOTS as usize
+    }
     /// Writes the header of a newly made (zeroed) file.
-    fn init(bytes: &mut [u8]);
-    /// Checks magic, version and layout against the file's length.
-    fn validate(bytes: &[u8]) -> Result<(), String>;
+    fn init(bytes: &mut [u8]) {
+        write_header(
+            bytes,
+            Self::MAGIC,
+            Self::VERSION,
+            Self::SLOT_SIZE as u32,
+            Self::SLOTS,
+        );
+    }
+    /// Checks magic, version and layout against the file's length; returns
+    /// the slot count.
+    fn validate(bytes: &[u8]) -> Result<u64, String> {
+        let count = check_header(
+            bytes,
+            Self::MAGIC,
+            Self::VERSION,
+            Self::SLOT_SIZE as u32,
+            Self::HEADER_LEN,
+            Self::WHAT,
+        )?;
+        Self::check_count(count)?;
+        Ok(count)
+    }
+}
+
+/// The slots of a validated file of layout `F`, as `T`s.
+///
+/// # Safety
+/// `bytes` passed `F::validate`; `T` is the slot type of `F` (its size is
+/// `F::SLOT_SIZE`), made of atomics only, and the mapping is page-aligned.
+pub unsafe fn slots<F: SharedFile, T>(bytes: &[u8]) -> &[T] {
+    debug_assert_eq!(std::mem::size_of::<T>(), F::SLOT_SIZE);
+    let count = read_u64(bytes, 16) as usize;
+    // SAFETY: per the caller, `count` slots of T follow the header, aligned.
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr().add(F::HEADER_LEN) as *const T, count) }
 }
 
 fn check_owner(path: &Path, metadata: &fs::Metadata) -> Result<(), FileError> {
@@ -101,7 +151,9 @@ fn checked<F: SharedFile>(path: &Path, file: &fs::File, bytes: &[u8]) -> Result<
         .metadata()
         .map_err(|e| FileError::Io(path.to_path_buf(), e))?;
     check_owner(path, &metadata)?;
-    F::validate(bytes).map_err(|why| FileError::Invalid(path.to_path_buf(), why))
+    F::validate(bytes)
+        .map(|_| ())
+        .map_err(|why| FileError::Invalid(path.to_path_buf(), why))
 }
 
 /// Maps the file for writing, making it first if it does not exist.

@@ -15,7 +15,7 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crate::files::{check_header, write_header, SharedFile};
+use crate::files::SharedFile;
 use crate::registry::NO_QUOTA;
 use crate::size::MAX_DEVICES;
 
@@ -189,46 +189,28 @@ pub struct PoolFile;
 
 impl SharedFile for PoolFile {
     const NAME: &'static str = "pools";
-    fn new_len() -> usize {
-        HEADER_LEN + SLOT_SIZE * DEFAULT_POOLS as usize
-    }
-    fn init(bytes: &mut [u8]) {
-        write_header(bytes, MAGIC, VERSION, SLOT_SIZE as u32, DEFAULT_POOLS);
-    }
-    fn validate(bytes: &[u8]) -> Result<(), String> {
-        check_header(
-            bytes,
-            MAGIC,
-            VERSION,
-            SLOT_SIZE as u32,
-            HEADER_LEN,
-            "pool table",
-        )
-        .map(|_| ())
-    }
+    const WHAT: &'static str = "pool table";
+    const MAGIC: u64 = MAGIC;
+    const VERSION: u32 = VERSION;
+    const HEADER_LEN: usize = HEADER_LEN;
+    const SLOT_SIZE: usize = SLOT_SIZE;
+    const SLOTS: u64 = DEFAULT_POOLS;
 }
 
 pub struct Pools<M> {
     map: M,
-    count: usize,
 }
 
 impl<M: AsRef<[u8]>> Pools<M> {
     pub fn new(map: M) -> Result<Pools<M>, String> {
         PoolFile::validate(map.as_ref())?;
-        let count = crate::files::read_u64(map.as_ref(), 16) as usize;
-        Ok(Pools { map, count })
+        Ok(Pools { map })
     }
 
     pub fn slots(&self) -> &[PoolSlot] {
-        // SAFETY: the mapping was checked to hold `count` slots after the
-        // header; slots are 8-aligned and made of atomics only.
-        unsafe {
-            std::slice::from_raw_parts(
-                self.map.as_ref().as_ptr().add(HEADER_LEN) as *const PoolSlot,
-                self.count,
-            )
-        }
+        // SAFETY: the mapping passed validation in `new`; slots are made of
+        // atomics only.
+        unsafe { crate::files::slots::<PoolFile, PoolSlot>(self.map.as_ref()) }
     }
 
     /// The pool of this name, with its index.

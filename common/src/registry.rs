@@ -4,7 +4,7 @@
 //! nothing extra) and read by `vramshare ps` and `top`.
 //!
 //! Layout (native byte order; `registry` in `VRAMSHARE_DIR`): a 64-byte
-//! header (magic `VSHREG01`, version 1, slot size, slot count, as in the
+//! header (magic `VSHREG01`, version 2, slot size, slot count, as in the
 //! ring), then the slots. A slot is free, being claimed, live, or exited
 //! (kept, with the process's numbers at exit, until a new process needs
 //! the slot: `vramshare dump` names the processes of the events it finds
@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use memmap2::MmapMut;
 
-use crate::files::{check_header, write_header, SharedFile};
+use crate::files::SharedFile;
 use crate::process;
 use crate::size::MAX_DEVICES;
 
@@ -242,47 +242,28 @@ pub struct RegistryFile;
 
 impl SharedFile for RegistryFile {
     const NAME: &'static str = "registry";
-    fn new_len() -> usize {
-        HEADER_LEN + SLOT_SIZE * DEFAULT_SLOTS as usize
-    }
-    fn init(bytes: &mut [u8]) {
-        write_header(bytes, MAGIC, VERSION, SLOT_SIZE as u32, DEFAULT_SLOTS);
-    }
-    fn validate(bytes: &[u8]) -> Result<(), String> {
-        check_header(
-            bytes,
-            MAGIC,
-            VERSION,
-            SLOT_SIZE as u32,
-            HEADER_LEN,
-            "process registry",
-        )
-        .map(|_| ())
-    }
+    const WHAT: &'static str = "process registry";
+    const MAGIC: u64 = MAGIC;
+    const VERSION: u32 = VERSION;
+    const HEADER_LEN: usize = HEADER_LEN;
+    const SLOT_SIZE: usize = SLOT_SIZE;
+    const SLOTS: u64 = DEFAULT_SLOTS;
 }
 
 pub struct Registry<M> {
     map: M,
-    count: usize,
 }
 
 impl<M: AsRef<[u8]>> Registry<M> {
     pub fn new(map: M) -> Result<Registry<M>, String> {
         RegistryFile::validate(map.as_ref())?;
-        let count = crate::files::read_u64(map.as_ref(), 16) as usize;
-        Ok(Registry { map, count })
+        Ok(Registry { map })
     }
 
     fn slots(&self) -> &[ProcessSlot] {
-        // SAFETY: the mapping was checked to hold `count` slots after the
-        // header; slots are 8-aligned (page-aligned map, 64-byte header,
-        // slot size a multiple of 8) and made of atomics only.
-        unsafe {
-            std::slice::from_raw_parts(
-                self.map.as_ref().as_ptr().add(HEADER_LEN) as *const ProcessSlot,
-                self.count,
-            )
-        }
+        // SAFETY: the mapping passed validation in `new`; slots are made of
+        // atomics only.
+        unsafe { crate::files::slots::<RegistryFile, ProcessSlot>(self.map.as_ref()) }
     }
 
     /// Every live process, in slot order.

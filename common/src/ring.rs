@@ -28,7 +28,7 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 use memmap2::MmapMut;
 
 use crate::event::{Event, EVENT_WORDS};
-use crate::files::{check_header, write_header, SharedFile};
+use crate::files::SharedFile;
 
 pub const MAGIC: u64 = u64::from_ne_bytes(*b"VSHRING1");
 pub const VERSION: u32 = 1;
@@ -49,27 +49,20 @@ pub struct RingFile;
 
 impl SharedFile for RingFile {
     const NAME: &'static str = "ring";
-    fn new_len() -> usize {
-        HEADER_LEN + SLOT_SIZE * DEFAULT_SLOTS as usize
-    }
-    fn init(bytes: &mut [u8]) {
-        write_header(bytes, MAGIC, VERSION, SLOT_SIZE as u32, DEFAULT_SLOTS);
-    }
-    fn validate(bytes: &[u8]) -> Result<(), String> {
-        let count = check_header(
-            bytes,
-            MAGIC,
-            VERSION,
-            SLOT_SIZE as u32,
-            HEADER_LEN,
-            "trace ring",
-        )?;
-        if !count.is_power_of_two() {
-            return Err(format!(
+    const WHAT: &'static str = "trace ring";
+    const MAGIC: u64 = MAGIC;
+    const VERSION: u32 = VERSION;
+    const HEADER_LEN: usize = HEADER_LEN;
+    const SLOT_SIZE: usize = SLOT_SIZE;
+    const SLOTS: u64 = DEFAULT_SLOTS;
+    fn check_count(count: u64) -> Result<(), String> {
+        if count.is_power_of_two() {
+            Ok(())
+        } else {
+            Err(format!(
                 "trace ring of {count} slots, not a power of two: corrupt"
-            ));
+            ))
         }
-        Ok(())
     }
 }
 
