@@ -417,3 +417,59 @@ fn two_of_eight_stressed_members_killed_are_reaped_within_a_second() {
          killed is repaired when the pool empties)"
     );
 }
+
+#[test]
+fn freed_room_goes_to_the_high_priority_member_first() {
+    let _serial = one_at_a_time();
+    let work = tempfile::tempdir().unwrap();
+    let shm = work.path().join("shm");
+    // 48 MiB: t 8 + n1 16 + a 24 fill it; h2 (high) and n3 (normal) spill;
+    // t's exit frees 8 MiB, which only h2 may take (n ends before h, whose
+    // exit would free room for n3).
+    let spawn = |steps: &[&str], priority: &str| {
+        spawn_member_as(&shm, "client", steps, "first", "48MiB", priority)
+    };
+    let t = spawn(&["malloc:t:8M", "sleep:1500"], "normal");
+    let n = spawn(
+        &[
+            "sleep:100",
+            "malloc:n1:16M",
+            "sleep:700",
+            "malloc:n3:8M",
+            "sleep:3000",
+        ],
+        "normal",
+    );
+    let h = spawn(
+        &[
+            "sleep:200",
+            "malloc:a:24M",
+            "sleep:300",
+            "malloc:h2:8M",
+            "sleep:3000",
+        ],
+        "high",
+    );
+    let (n_pid, h_pid) = (n.id(), h.id());
+    for member in [t, n, h] {
+        assert!(member.wait_with_output().unwrap().status.success());
+    }
+    let placed = |pid, name_size: u64| {
+        moves(&member_trace(&shm, pid))
+            .into_iter()
+            .filter(|m| m.2 == name_size && (m.0 == "alloc" || m.0 == "promote"))
+            .map(|m| (m.0, m.3))
+            .collect::<Vec<_>>()
+    };
+    let s = |a: &str, b: &str| (a.to_string(), b.to_string());
+    assert_eq!(
+        placed(h_pid, 8),
+        [s("alloc", "host"), s("promote", "device")],
+        "h2 spilled, then came back into t's room"
+    );
+    assert_eq!(
+        placed(n_pid, 8),
+        [s("alloc", "host")],
+        "n3 spilled and stayed: the room was the high member's"
+    );
+}

@@ -657,6 +657,12 @@ pub unsafe fn free(
 /// Brings spilled blocks back onto `device`, largest first, while they fit
 /// under its quota.
 pub fn promote(state: &State, device: u32, backend: Backend) {
+    promote_leaving(state, device, backend, 0);
+}
+
+/// The same, leaving `keep_free` bytes of the pool's room to others (the
+/// spilled bytes of its high-priority members, which come back first).
+pub fn promote_leaving(state: &State, device: u32, backend: Backend, keep_free: u64) {
     let usage = state.ledger.device(device);
     if usage.spilled_bytes.load(Ordering::Acquire) == 0 {
         return;
@@ -664,7 +670,7 @@ pub fn promote(state: &State, device: u32, backend: Backend) {
     let quota = device_quota(state, device, backend).unwrap_or(u64::MAX);
     let room = quota
         .saturating_sub(usage.device_bytes.load(Ordering::Acquire))
-        .min(pool_room(state, device));
+        .min(pool_room(state, device).saturating_sub(keep_free));
     for (size, ptr) in state.ledger.promotion_candidates(device, room) {
         if !state.ledger.try_reserve(device, size, quota) {
             continue;

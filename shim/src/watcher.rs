@@ -91,8 +91,14 @@ fn watch() {
                     } else if cut {
                         policy::demote_to_quota(state, device, Backend::Runtime);
                     } else {
-                        // Room other members freed: spilled blocks come back.
-                        policy::promote(state, device, Backend::Runtime);
+                        // Room other members freed: spilled blocks come
+                        // back, the high-priority members' first.
+                        let keep_free = if config().priority == Priority::High {
+                            0
+                        } else {
+                            high_priority_spilled(registry, index, device)
+                        };
+                        policy::promote_leaving(state, device, Backend::Runtime, keep_free);
                     }
                 }));
             }
@@ -135,4 +141,20 @@ fn watch() {
             }
         }
     }
+}
+
+/// What the pool's live high-priority members have spilled on `device`.
+fn high_priority_spilled(
+    registry: &vramshare_common::registry::Registry<memmap2::MmapMut>,
+    index: u32,
+    device: u32,
+) -> u64 {
+    registry
+        .live()
+        .iter()
+        .filter(|p| p.pool == Some(index) && p.priority == Priority::High as u32)
+        .flat_map(|p| &p.devices)
+        .filter(|(d, _)| *d == device)
+        .map(|(_, info)| info.spilled_bytes)
+        .sum()
 }
