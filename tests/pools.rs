@@ -436,7 +436,7 @@ fn freed_room_goes_to_the_high_priority_member_first() {
             "malloc:n1:16M",
             "sleep:700",
             "malloc:n3:8M",
-            "sleep:3000",
+            "sleep:2000",
         ],
         "normal",
     );
@@ -467,9 +467,25 @@ fn freed_room_goes_to_the_high_priority_member_first() {
         [s("alloc", "host"), s("promote", "device")],
         "h2 spilled, then came back into t's room"
     );
+    let times = |pid| -> Vec<(String, u64, u64)> {
+        member_trace(&shm, pid)["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["op"].as_str().unwrap().to_string(),
+                    e["size"].as_u64().unwrap() >> 20,
+                    e["t_ns"].as_u64().unwrap() / 1_000_000,
+                )
+            })
+            .collect()
+    };
     assert_eq!(
         placed(n_pid, 8),
         [s("alloc", "host")],
-        "n3 spilled and stayed: the room was the high member's"
+        "n3 spilled and stayed: the room was the high member's\nn: {:?}\nh: {:?}",
+        times(n_pid),
+        times(h_pid)
     );
 }
