@@ -1,15 +1,20 @@
-//! Quotas changed while the job runs (`vramshare quota set`): the command
-//! writes the new quota into this process's registry slot, which the
-//! policy reads at every allocation. A job whose allocator caches (PyTorch)
-//! may not allocate again for a long time, so a thread of the shim's own
-//! looks at the slot every 50 ms: a raised quota promotes spilled blocks, a
-//! cut one demotes the device's managed blocks to the host until the
-//! process is back under it (memory from `cudaMalloc` cannot move; new
-//! allocations go to the host meanwhile). No signal, no handler in the job.
+//! The shim's own thread, for what changes while the job runs. It starts
+//! with the first quota the shim resolves, only in a process listed in the
+//! shared registry, and every 50 ms:
+//! - applies a quota changed by `vramshare quota set --pid`: the command
+//!   writes it into this process's registry slot (which the policy also
+//!   reads at every allocation); a raised quota promotes spilled blocks, a
+//!   cut one demotes the device's managed blocks to the host until the
+//!   process is back under it (new allocations go to the host meanwhile);
+//! - in a pool: takes the bytes of members that died without leaving out
+//!   of the pool, applies a cut of the pool's budget, gives way to a
+//!   high-priority member waiting for room, and promotes spilled blocks
+//!   into room other members freed (the high-priority members' first).
 //!
-//! The thread starts with the first quota the shim resolves, and only for a
-//! process listed in the shared registry (nothing else can change its
-//! quota). It acts through the runtime, on the device's primary context, so
+//! A job whose allocator caches (PyTorch) may not allocate again for a long
+//! time, hence a thread rather than waiting for the next call; no signal,
+//! no handler in the job. It moves memory through the runtime, on the
+//! device's primary context, and only where the runtime is already loaded:
 //! a program that uses the driver alone is left to its next allocation.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,13 +23,11 @@ use std::time::Duration;
 
 use vramshare_common::registry::NO_QUOTA;
 
-use crate::config::Priority;
-use crate::config::MAX_DEVICES;
+use crate::config::{Priority, MAX_DEVICES};
 use crate::hooks::real;
 use crate::placement::Backend;
 use crate::policy;
-use crate::state::config;
-use crate::state::{state, QUOTA_UNRESOLVED};
+use crate::state::{config, state, QUOTA_UNRESOLVED};
 
 /// How often the thread looks at the registry.
 pub const INTERVAL: Duration = Duration::from_millis(50);
@@ -80,8 +83,7 @@ fn watch() {
                 if !cut && spilled == 0 && demand == 0 {
                     continue;
                 }
-                // SAFETY: plain runtime call.
-                if unsafe { real::cudaSetDevice(device as i32) } != 0 {
+                if !use_device(device) {
                     continue;
                 }
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -125,8 +127,7 @@ fn watch() {
                 show(now)
             );
             // The runtime's current device is per thread: make it this one.
-            // SAFETY: plain runtime call.
-            if unsafe { real::cudaSetDevice(device as i32) } != 0 {
+            if !use_device(device) {
                 continue;
             }
             let acted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -141,6 +142,14 @@ fn watch() {
             }
         }
     }
+}
+
+/// Makes `device` current for this thread, through the runtime if the
+/// program has it loaded (never loading it into a driver-only program).
+fn use_device(device: u32) -> bool {
+    cudart_sys::loaded_object_named("libcudart.so").is_some()
+        // SAFETY: plain runtime call.
+        && unsafe { real::cudaSetDevice(device as i32) } == 0
 }
 
 /// What the pool's live high-priority members have spilled on `device`.
