@@ -3,7 +3,9 @@
 //! Layout (native byte order; `pools` in `VRAMSHARE_DIR`): a 64-byte header
 //! (magic `VSHPOOL1`, version 1, slot size, slot count, as in the ring),
 //! then the slots. A slot is free, being claimed, or in use; in use, it has
-//! a name and per device a budget and the device bytes its members hold.
+//! a name and per device a budget, the device bytes its members hold, and
+//! the bytes a high-priority member is waiting for (which the others free
+//! by demoting managed blocks).
 //!
 //! Reservation is one compare-and-swap on the pool's counter, checked
 //! against the budget, so processes allocating at once can never take the
@@ -11,7 +13,9 @@
 //! in its own registry slot; when a member dies without giving them back
 //! (SIGKILL), the first live member to notice (its shim looks every 50 ms)
 //! subtracts them, once, by marking the dead member's slot exited
-//! ([`crate::registry::Registry::reap_dead`]). No lock is ever held.
+//! ([`crate::registry::Registry::reap_dead`]). An allocation a member was
+//! reserving at the instant it was killed cannot be told apart; the count
+//! is cleared when the pool has no member left. No lock is ever held.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
