@@ -399,6 +399,32 @@ fn bad_shared_files_are_refused_clearly() {
         ),
     );
 
+    // A corrupt pool table: ps refuses it; a job asking for the pool says
+    // it is not in it, and runs under its own quota.
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_client(dir.path(), &["--pool", "team"], &["malloc:a:1M", "free:a"]);
+    assert!(out.status.success());
+    patch(&dir.path().join("pools"), 0, b"garbage!");
+    assert_refused(
+        dir.path(),
+        "ps",
+        "not a vramshare pool table (wrong magic number)",
+    );
+    let out = run_client(
+        dir.path(),
+        &["--pool", "team", "--quota", "1MiB"],
+        &["malloc:a:2M"],
+    );
+    assert!(out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("not a vramshare pool table"), "{stderr}");
+    assert!(stderr.contains("not in pool team"), "{stderr}");
+    assert!(
+        !stderr.contains("cannot use the shared files"),
+        "the registry and ring are still used: {stderr}"
+    );
+    assert!(text(&out.stdout).contains("malloc a rc=0"));
+
     let dir = tempfile::tempdir().unwrap();
     make_files(dir.path());
     std::fs::OpenOptions::new()

@@ -305,12 +305,28 @@ fn open_shared(pid: u32) -> Result<Shared, FileError> {
     let pool = match &config().pool {
         None => None,
         Some(name) => {
-            let pools = Pools::new(open_or_create::<PoolFile>(&dir)?)
-                .map_err(|why| invalid("pools", why))?;
-            let pools: &'static Pools<MmapMut> = Box::leak(Box::new(pools));
-            let joined = pools.join(name);
+            // A pool table that cannot be used costs the pool, not the
+            // registry and the ring.
+            let opened = open_or_create::<PoolFile>(&dir)
+                .and_then(|map| Pools::new(map).map_err(|why| invalid("pools", why)));
+            let pools = match opened {
+                Ok(pools) => Some(&*Box::leak(Box::new(pools))),
+                Err(error) => {
+                    error!("cannot use the pool table: {error}; not in pool {name}: only this process's own quota holds it");
+                    None
+                }
+            };
+            let joined = pools.and_then(|pools| pools.join(name).map(|j| (pools, j)));
+            let joined = match joined {
+                Some((pools, (index, slot))) => Some((pools, index, slot)),
+                None if pools.is_some() => {
+                    error!("the pool table in {} is full: not in pool {name}; only this process's own quota holds it", dir.display());
+                    None
+                }
+                None => None,
+            };
             match joined {
-                Some((index, _)) => {
+                Some((pools, index, _)) => {
                     if let Some(slot) = slot {
                         slot.set_pool(Some(index), config().priority as u32);
                     }
@@ -328,9 +344,9 @@ fn open_shared(pid: u32) -> Result<Shared, FileError> {
                         }
                     }
                 }
-                None => error!("the pool table in {} is full: not in pool {name}; only this process's own quota holds it", dir.display()),
+                None => {}
             }
-            joined
+            joined.map(|(_, index, slot)| (index, slot))
         }
     };
     Ok(Shared { ring, slot, pool })
