@@ -325,26 +325,21 @@ fn open_shared(pid: u32) -> Result<Shared, FileError> {
                 }
                 None => None,
             };
-            match joined {
-                Some((pools, index, _)) => {
-                    if let Some(slot) = slot {
-                        slot.set_pool(Some(index), config().priority as u32);
-                    }
-                    // Members that died without leaving are taken out now.
-                    registry.reap_dead(index, |dead| reap(dead, pools.get(index)));
-                    if let Some(pool) = pools.get(index) {
-                        let observed = pool.counts();
-                        // Alone in it (this process holds nothing yet).
-                        if registry
-                            .live()
-                            .iter()
-                            .all(|p| p.pool != Some(index) || p.pid == pid)
-                        {
-                            pool.clear_if_unchanged(&observed);
-                        }
-                    }
+            if let Some((pools, index, pool)) = joined {
+                if let Some(slot) = slot {
+                    slot.set_pool(Some(index), config().priority as u32);
                 }
-                None => {}
+                // Members that died without leaving are taken out now.
+                registry.reap_dead(index, |dead| reap(dead, pools.get(index)));
+                // Alone in it (this process holds nothing yet): it holds nothing.
+                let observed = pool.counts();
+                if registry
+                    .live()
+                    .iter()
+                    .all(|p| p.pool != Some(index) || p.pid == pid)
+                {
+                    pool.clear_if_unchanged(&observed);
+                }
             }
             joined.map(|(_, index, slot)| (index, slot))
         }
