@@ -593,6 +593,7 @@ fn a_quota_changed_while_the_job_runs_demotes_then_promotes() {
     assert_eq!(device(&row, "device_bytes"), 76 * MIB);
     assert!(job.wait().unwrap().success());
 
+    let trace_path = trace.clone();
     let trace: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
     let moves: Vec<(String, u64)> = trace["events"]
         .as_array()
@@ -616,6 +617,14 @@ fn a_quota_changed_while_the_job_runs_demotes_then_promotes() {
             m("promote", 4)
         ],
         "m demoted at the cut; b, m and c promoted at the raise"
+    );
+    let report = vramshare(&["report", trace_path.to_str().unwrap()]);
+    assert!(
+        text(&report.stdout).contains(
+            "promoted back: 3, 36.00 MiB; rejected: 0 (0 B); demoted to host: 1, 16.00 MiB"
+        ),
+        "{}",
+        text(&report.stdout)
     );
 
     // Not for a process that is not running, and not as a percentage.

@@ -110,6 +110,7 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
             .sum();
         let (promotions, promoted) = sum(Op::Promote, None);
         let (rejections, rejected) = sum(Op::Reject, None);
+        let (demotions, demoted) = sum(Op::Demote, None);
         out.push_str(&format!("  device {device}: quota {quota}"));
         if let Some(peak) = of(&process.peak_device) {
             out.push_str(&format!(
@@ -120,11 +121,19 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
         }
         out.push('\n');
         out.push_str(&format!(
-            "    spilled to host: {spills} allocations, {}; promoted back: {promotions}, {}; rejected: {rejections} ({})\n",
+            "    spilled to host: {spills} allocations, {}; promoted back: {promotions}, {}; rejected: {rejections} ({})",
             human_bytes(spilled),
             human_bytes(promoted),
             human_bytes(rejected)
         ));
+        // Quota cuts and pool neighbours move blocks to the host.
+        if demotions > 0 {
+            out.push_str(&format!(
+                "; demoted to host: {demotions}, {}",
+                human_bytes(demoted)
+            ));
+        }
+        out.push('\n');
     }
     // Leaks: the shim's list at exit, or else what the events leave unfreed.
     let (leaks, leak_source): (Vec<(u64, String)>, &str) = if !process.leaked.is_empty() {
