@@ -77,6 +77,19 @@ fn joined_members(shm: &Path) -> usize {
         .map_or(0, |r| r.live().iter().filter(|p| p.pool.is_some()).count())
 }
 
+/// Waits (up to 10 s) until pool `name` holds exactly `bytes` on device 0.
+fn wait_for_pool(shm: &Path, name: &str, bytes: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pool_bytes(shm, name) != Some(bytes) {
+        assert!(
+            Instant::now() < deadline,
+            "pool {name} never held {bytes} bytes: {:?}",
+            pool_bytes(shm, name)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Samples the pool as fast as it can until `stop`, keeping the highest value.
 fn sample_until(shm: &Path, name: &str, stop: &AtomicBool, highest: &AtomicU64) {
     while !stop.load(Ordering::Acquire) {
@@ -191,15 +204,7 @@ fn members_killed_with_sigkill_give_their_bytes_back_within_a_second() {
             )
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while pool_bytes(&shm, "team") != Some(128 * MIB) {
-        assert!(
-            Instant::now() < deadline,
-            "the pool never filled: {:?}",
-            pool_bytes(&shm, "team")
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_pool(&shm, "team", 128 * MIB);
     for mut member in doomed {
         member.kill().unwrap(); // SIGKILL: no exit handler runs
         member.wait().unwrap();
@@ -231,11 +236,7 @@ fn a_second_budget_for_a_running_pool_is_named_and_not_applied() {
     let work = tempfile::tempdir().unwrap();
     let shm = work.path().join("shm");
     let first = spawn_member(&shm, "client", &["malloc:a:4M", "sleep:1500"], "p", "64MiB");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while pool_bytes(&shm, "p") != Some(4 * MIB) {
-        assert!(Instant::now() < deadline);
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_pool(&shm, "p", 4 * MIB);
     let second = spawn_member(&shm, "client", &["malloc:a:4M", "meminfo"], "p", "32MiB")
         .wait_with_output()
         .unwrap();
@@ -305,11 +306,7 @@ fn a_high_priority_member_displaces_a_low_priority_one() {
         "low",
     );
     let low_pid = low.id();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while pool_bytes(&shm, "prio") != Some(48 * MIB) {
-        assert!(Instant::now() < deadline, "{:?}", pool_bytes(&shm, "prio"));
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_pool(&shm, "prio", 48 * MIB);
     std::thread::sleep(Duration::from_millis(200));
     // The high member asks for 32 MiB: the low one demotes its managed
     // blocks, and the high one gets the device.

@@ -93,8 +93,7 @@ const fn writing(position: u64) -> u64 {
 impl<M: AsRef<[u8]>> Ring<M> {
     /// Wraps a mapping that [`RingFile::validate`] accepts.
     pub fn new(map: M) -> Result<Ring<M>, String> {
-        RingFile::validate(map.as_ref())?;
-        let count = crate::files::read_u64(map.as_ref(), 16);
+        let count = RingFile::validate(map.as_ref())?;
         Ok(Ring {
             map,
             mask: count - 1,

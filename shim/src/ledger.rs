@@ -183,11 +183,7 @@ impl Ledger {
             self.release(ptr, &old);
         }
         if block.placement == Placement::Host {
-            let usage = self.device(block.device);
-            let spilled = block.spilled_part();
-            let before = usage.spilled_bytes.fetch_add(spilled, Ordering::AcqRel);
-            raise_peak(&usage.peak_spilled, before + spilled);
-            lock(&self.spilled[block.device as usize]).insert((spilled, ptr));
+            self.count_spilled(block.device, block.spilled_part(), Some(ptr));
         }
         stale
     }
@@ -197,9 +193,7 @@ impl Ledger {
     /// memory cannot move, so it is never promoted).
     pub fn insert_handle(&self, handle: u64, block: Block) {
         if block.placement == Placement::Host {
-            let usage = self.device(block.device);
-            let before = usage.spilled_bytes.fetch_add(block.size, Ordering::AcqRel);
-            raise_peak(&usage.peak_spilled, before + block.size);
+            self.count_spilled(block.device, block.size, None);
         }
         if let Some(stale) = self.handles.insert(handle, block) {
             self.release_handle(&stale);
@@ -215,7 +209,7 @@ impl Ledger {
 
     fn release_handle(&self, block: &Block) {
         match block.placement {
-            Placement::Host => subtract(&self.device(block.device).spilled_bytes, block.size),
+            Placement::Host => self.uncount_spilled(block.device, block.size, None),
             _ => self.unreserve(block.device, block.size),
         }
     }
@@ -238,12 +232,29 @@ impl Ledger {
             Placement::Device => self.unreserve(block.device, block.size),
             Placement::Host => {
                 self.unreserve(block.device, block.device_part);
-                let spilled = block.spilled_part();
-                lock(&self.spilled[block.device as usize]).remove(&(spilled, ptr));
-                subtract(&self.device(block.device).spilled_bytes, spilled);
+                self.uncount_spilled(block.device, block.spilled_part(), Some(ptr));
             }
             Placement::Unknown => {}
         }
+    }
+
+    /// Counts `size` spilled bytes on `device`; a block at `ptr` (not
+    /// physical memory by handle) becomes a promotion candidate.
+    fn count_spilled(&self, device: u32, size: u64, ptr: Option<usize>) {
+        let usage = self.device(device);
+        let before = usage.spilled_bytes.fetch_add(size, Ordering::AcqRel);
+        raise_peak(&usage.peak_spilled, before + size);
+        if let Some(ptr) = ptr {
+            lock(&self.spilled[device as usize]).insert((size, ptr));
+        }
+    }
+
+    /// Undoes [`Ledger::count_spilled`].
+    fn uncount_spilled(&self, device: u32, size: u64, ptr: Option<usize>) {
+        if let Some(ptr) = ptr {
+            lock(&self.spilled[device as usize]).remove(&(size, ptr));
+        }
+        subtract(&self.device(device).spilled_bytes, size);
     }
 
     /// Spilled blocks of `device` whose host parts would fit in `room` bytes
@@ -275,10 +286,10 @@ impl Ledger {
         block.moving = true;
         block.placement = Placement::Device;
         block.device_part = block.size;
-        let usage = self.device(block.device);
-        lock(&self.spilled[block.device as usize]).remove(&(spilled, ptr));
-        subtract(&usage.spilled_bytes, spilled);
-        usage.promotions.fetch_add(1, Ordering::Relaxed);
+        self.uncount_spilled(block.device, spilled, Some(ptr));
+        self.device(block.device)
+            .promotions
+            .fetch_add(1, Ordering::Relaxed);
         Some((block.api, offset))
     }
 
@@ -314,11 +325,8 @@ impl Ledger {
         block.moving = true;
         block.placement = Placement::Host;
         block.device_part = 0;
-        let usage = self.device(block.device);
         self.unreserve(block.device, size);
-        let before = usage.spilled_bytes.fetch_add(size, Ordering::AcqRel);
-        raise_peak(&usage.peak_spilled, before + size);
-        lock(&self.spilled[block.device as usize]).insert((size, ptr));
+        self.count_spilled(block.device, size, Some(ptr));
         Some(block.api)
     }
 

@@ -171,7 +171,9 @@ impl Backend {
         }
     }
 
-    pub fn malloc_managed(self, size: usize, flags: c_uint) -> (c_int, *mut c_void) {
+    /// Managed memory for the shim's own placements; a success without a
+    /// pointer counts as out of memory.
+    pub fn malloc_managed(self, size: usize, flags: c_uint) -> Result<*mut c_void, c_int> {
         let mut ptr: *mut c_void = std::ptr::null_mut();
         // SAFETY: writes a pointer (a 64-bit device address) we own.
         let rc = unsafe {
@@ -184,7 +186,11 @@ impl Backend {
                 ),
             }
         };
-        (rc, ptr)
+        match rc {
+            _ if rc != cudaSuccess => Err(rc),
+            _ if ptr.is_null() => Err(cudaErrorMemoryAllocation),
+            _ => Ok(ptr),
+        }
     }
 
     /// Frees managed memory (which the stream-ordered frees refuse).

@@ -16,11 +16,8 @@ use crate::ledger::{Block, Taken};
 use crate::placement::{self, Backend};
 use crate::state::{config, state, State, QUOTA_RESOLVED, QUOTA_UNRESOLVED};
 use crate::stream_pools;
-use vramshare_common::event::{Event, Op, Placement};
-use vramshare_common::process::monotonic_ns;
+use vramshare_common::event::{Op, Placement};
 use vramshare_common::registry::NO_QUOTA;
-
-use crate::trace::thread_id;
 
 /// A real function the loaded runtime does not have.
 pub fn missing(name: &str) -> cudaError_t {
@@ -267,16 +264,13 @@ fn place_movable(
     on_host: impl FnOnce(*mut c_void),
 ) -> cudaError_t {
     let backend = Backend::of(api);
-    let (rc, ptr) = backend.malloc_managed(size as usize, cudaMemAttachGlobal);
-    if rc != cudaSuccess || ptr.is_null() {
-        state.ledger.unreserve(device, size);
-        let rc = if rc == cudaSuccess {
-            cudaErrorMemoryAllocation
-        } else {
-            rc
-        };
-        return record_rejection(state, api, device, size, Placement::Device, rc);
-    }
+    let ptr = match backend.malloc_managed(size as usize, cudaMemAttachGlobal) {
+        Ok(ptr) => ptr,
+        Err(rc) => {
+            state.ledger.unreserve(device, size);
+            return record_rejection(state, api, device, size, Placement::Device, rc);
+        }
+    };
     let placed = backend.move_to_device(state, ptr, size as usize, device);
     if placed != cudaSuccess {
         debug!(
@@ -330,15 +324,13 @@ fn spill(
     // allocations that follow still find room.
     let device_part = split_head(state, device, size, quota);
     let backend = Backend::of(api);
-    let (rc, ptr) = backend.malloc_managed(size as usize, flags);
-    if rc != cudaSuccess || ptr.is_null() {
-        state.ledger.unreserve(device, device_part);
-        return reject(if rc == cudaSuccess {
-            cudaErrorMemoryAllocation
-        } else {
-            rc
-        });
-    }
+    let ptr = match backend.malloc_managed(size as usize, flags) {
+        Ok(ptr) => ptr,
+        Err(rc) => {
+            state.ledger.unreserve(device, device_part);
+            return reject(rc);
+        }
+    };
     let advised = backend.place_split(state, ptr, size as usize, device_part as usize, device);
     if advised != cudaSuccess {
         warn!(
@@ -390,25 +382,24 @@ fn record_allocation(state: &State, ptr: *mut c_void, block: Block) {
         .device(block.device)
         .allocations
         .fetch_add(1, Ordering::Relaxed);
-    let event = Event::new(
-        0,
-        monotonic_ns(),
-        state.pid,
-        thread_id(),
-        Op::Alloc,
-        block.api,
-        block.device as i32,
-        ptr as u64,
-        block.size,
-        block.placement,
-        cudaSuccess,
+    // A split block's event says how much of it is on the device.
+    let device_part = match block.placement {
+        Placement::Host => block.device_part,
+        _ => 0,
+    };
+    state.record_event(
+        state
+            .event(
+                Op::Alloc,
+                block.api,
+                block.device as i32,
+                ptr as usize,
+                block.size,
+                block.placement,
+                cudaSuccess,
+            )
+            .with_device_part(device_part),
     );
-    let split = block.placement == Placement::Host && block.device_part > 0;
-    state.record_event(if split {
-        event.with_device_part(block.device_part)
-    } else {
-        event
-    });
     if let Some(stale) = stale {
         info!("{ptr:p} was handed out again while still recorded ({} from {}); the old record is dropped", human_bytes(stale.size), stale.api.name());
     }
@@ -428,7 +419,7 @@ fn host_memory_bytes() -> u64 {
     pages as u64 * page as u64
 }
 
-/// `cudaMalloc`, `cudaMallocAsync`, `cudaMallocFromPoolAsync` and their kin.
+/// `cudaMalloc` and `cuMemAlloc_v2`.
 ///
 /// # Safety
 /// `out` is the caller's pointer, as CUDA would receive it.

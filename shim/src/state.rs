@@ -141,7 +141,7 @@ extern "C" fn at_exit() {
             reap(slot, state.pool.map(|(_, pool)| pool));
             slot.release();
             if let (Some((index, pool)), Some(registry)) = (state.pool, state.registry) {
-                clear_if_empty(registry, index, pool);
+                clear_if_empty(registry, index, pool, None);
             }
         }
     }
@@ -228,7 +228,22 @@ impl State {
         placement: Placement,
         rc: i32,
     ) {
-        self.record_event(Event::new(
+        self.record_event(self.event(op, api, device, ptr, size, placement, rc));
+    }
+
+    /// An event of this process and thread, now.
+    #[allow(clippy::too_many_arguments)]
+    pub fn event(
+        &self,
+        op: Op,
+        api: Api,
+        device: i32,
+        ptr: usize,
+        size: u64,
+        placement: Placement,
+        rc: i32,
+    ) -> Event {
+        Event::new(
             0,
             monotonic_ns(),
             self.pid,
@@ -240,7 +255,7 @@ impl State {
             size,
             placement,
             rc,
-        ));
+        )
     }
 
     /// Records a prepared event (one that carries more than `record` takes),
@@ -316,42 +331,38 @@ fn open_shared(pid: u32) -> Result<Shared, FileError> {
                     None
                 }
             };
-            let joined = pools.and_then(|pools| pools.join(name).map(|j| (pools, j)));
-            let joined = match joined {
-                Some((pools, (index, slot))) => Some((pools, index, slot)),
-                None if pools.is_some() => {
+            let joined = pools.and_then(|pools| {
+                let joined = pools.join(name);
+                if joined.is_none() {
                     error!("the pool table in {} is full: not in pool {name}; only this process's own quota holds it", dir.display());
-                    None
                 }
-                None => None,
-            };
-            if let Some((pools, index, pool)) = joined {
+                joined
+            });
+            if let Some((index, pool)) = joined {
                 if let Some(slot) = slot {
                     slot.set_pool(Some(index), config().priority as u32);
                 }
-                // Members that died without leaving are taken out now.
-                registry.reap_dead(index, |dead| reap(dead, pools.get(index)));
-                // Alone in it (this process holds nothing yet): it holds nothing.
-                let observed = pool.counts();
-                if registry
-                    .live()
-                    .iter()
-                    .all(|p| p.pool != Some(index) || p.pid == pid)
-                {
-                    pool.clear_if_unchanged(&observed);
-                }
+                // Members that died without leaving are taken out now, and
+                // if this process (which holds nothing yet) is alone in the
+                // pool, the pool holds nothing.
+                registry.reap_dead(index, |dead| reap(dead, Some(pool)));
+                clear_if_empty(registry, index, pool, Some(pid));
             }
-            joined.map(|(_, index, slot)| (index, slot))
+            joined
         }
     };
     Ok(Shared { ring, slot, pool })
 }
 
-/// A pool with no live member holds nothing (see
+/// A pool with no live member (other than `except`) holds nothing (see
 /// [`PoolSlot::clear_if_unchanged`]).
-fn clear_if_empty(registry: &Registry<MmapMut>, index: u32, pool: &PoolSlot) {
+fn clear_if_empty(registry: &Registry<MmapMut>, index: u32, pool: &PoolSlot, except: Option<u32>) {
     let observed = pool.counts();
-    if registry.live().iter().all(|p| p.pool != Some(index)) {
+    if registry
+        .live()
+        .iter()
+        .all(|p| p.pool != Some(index) || Some(p.pid) == except)
+    {
         pool.clear_if_unchanged(&observed);
     }
 }

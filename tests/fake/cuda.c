@@ -64,22 +64,11 @@ static CUresult free_async(const char *name, CUdeviceptr p) {
     trace("%s ptr=%p rc=%d", name, (void *)p, rc);
     return rc;
 }
-CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice device) {
-    if (no_device()) return NO_DEVICE;
-    if (!pool || device < 0 || device >= device_count()) return INVALID_VALUE;
-    *pool = (CUmemoryPool)(uintptr_t)(device + 1);
-    return OK;
-}
+CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice device) { return pool_of_device(pool, device); }
 CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attribute, void *value) {
     return pool_attribute(pool, attribute, value);
 }
-CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
-    int dev = (int)(uintptr_t)pool - 1;
-    if (dev < 0 || dev >= device_count()) return INVALID_VALUE;
-    pool_trim(dev, keep);
-    trace("cuMemPoolTrimTo pool=%d keep=%zu", dev + 1, keep);
-    return OK;
-}
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) { return pool_trim("cuMemPoolTrimTo", pool, keep); }
 CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { return free_async("cuMemFreeAsync", p); }
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return free_async("cuMemFreeAsync_ptsz", p); }
 

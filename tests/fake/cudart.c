@@ -87,22 +87,11 @@ static cudaError_t free_async(const char *name, void *p) {
     trace("%s ptr=%p rc=%d", name, p, rc);
     return rc;
 }
-cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *pool, int device) {
-    if (no_device()) return NO_DEVICE;
-    if (!pool || device < 0 || device >= device_count()) return INVALID_VALUE;
-    *pool = (cudaMemPool_t)(uintptr_t)(device + 1);
-    return OK;
-}
+cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *pool, int device) { return pool_of_device(pool, device); }
 cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, int attribute, void *value) {
     return pool_attribute(pool, attribute, value);
 }
-cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) {
-    int dev = (int)(uintptr_t)pool - 1;
-    if (dev < 0 || dev >= device_count()) return INVALID_VALUE;
-    pool_trim(dev, keep);
-    trace("cudaMemPoolTrimTo pool=%d keep=%zu", dev + 1, keep);
-    return OK;
-}
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) { return pool_trim("cudaMemPoolTrimTo", pool, keep); }
 cudaError_t cudaFreeAsync(void *p, cudaStream_t s) { return free_async("cudaFreeAsync", p); }
 cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s) { return free_async("cudaFreeAsync_ptsz", p); }
 

@@ -150,7 +150,18 @@ static int pool_free(void *p) {
     return fake_free(p);
 }
 
-static void pool_trim(int dev, size_t keep) {
+/* The device's pool (cudaDeviceGetMemPool, cuDeviceGetMemPool). */
+static int pool_of_device(void **pool, int device) {
+    if (no_device()) return NO_DEVICE;
+    if (!pool || device < 0 || device >= device_count()) return INVALID_VALUE;
+    *pool = (void *)(uintptr_t)(device + 1);
+    return OK;
+}
+
+/* cudaMemPoolTrimTo, cuMemPoolTrimTo (`name`, for the log). */
+static int pool_trim(const char *name, void *pool, size_t keep) {
+    int dev = (int)(uintptr_t)pool - 1;
+    if (dev < 0 || dev >= device_count()) return INVALID_VALUE;
     pthread_mutex_lock(&lock);
     size_t target = pool_used[dev] > keep ? pool_used[dev] : keep;
     if (target < pool_reserved[dev]) {
@@ -158,6 +169,8 @@ static void pool_trim(int dev, size_t keep) {
         pool_reserved[dev] = target;
     }
     pthread_mutex_unlock(&lock);
+    trace("%s pool=%d keep=%zu", name, dev + 1, keep);
+    return OK;
 }
 
 /* cudaMemPoolAttrReservedMemCurrent (5) and cudaMemPoolAttrUsedMemCurrent (7),
