@@ -38,6 +38,20 @@ fn spawn_member_as(
     budget: &str,
     priority: &str,
 ) -> Child {
+    member_command(shm, program, args, pool, budget, priority)
+        .spawn()
+        .unwrap()
+}
+
+/// The command [`spawn_member_as`] runs, to add to.
+fn member_command(
+    shm: &Path,
+    program: &str,
+    args: &[&str],
+    pool: &str,
+    budget: &str,
+    priority: &str,
+) -> Command {
     let dir = fake_dir(Runtime::Fake13);
     let mut command = Command::new(dir.join(program));
     for (key, _) in std::env::vars() {
@@ -58,9 +72,8 @@ fn spawn_member_as(
         )
         .env("FAKE_CUDA_CAPACITY", "4294967296")
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+        .stderr(Stdio::piped());
+    command
 }
 
 /// Reads pool `name`'s device bytes on device 0 (None until it exists).
@@ -308,8 +321,9 @@ fn a_high_priority_member_displaces_a_low_priority_one() {
     let low_pid = low.id();
     wait_for_pool(&shm, "prio", 48 * MIB);
     std::thread::sleep(Duration::from_millis(200));
-    // The high member asks for 32 MiB: the low one demotes its managed
-    // blocks, and the high one gets the device.
+    // The high member asks for 32 MiB: the low one demotes managed blocks
+    // until the pool has that much room (16 free + one 24 MiB block), and
+    // the high one gets the device.
     let high = spawn_member_as(
         &shm,
         "client",
@@ -340,11 +354,61 @@ fn a_high_priority_member_displaces_a_low_priority_one() {
         .filter(|m| m.0 == "demote")
         .map(|m| m.2)
         .collect();
-    assert_eq!(demoted, [24, 24], "the low member gave way: {low_moves:?}");
+    assert_eq!(
+        demoted,
+        [24],
+        "the low member gave way, no more than needed: {low_moves:?}"
+    );
     let demote_at = low_moves.iter().position(|m| m.0 == "demote").unwrap();
     assert!(
         low_moves[demote_at..].iter().any(|m| m.0 == "promote"),
         "and came back once the high member left: {low_moves:?}"
+    );
+}
+
+#[test]
+fn a_high_priority_member_allocating_fast_never_spills_while_a_slow_one_gives_way() {
+    let _serial = one_at_a_time();
+    let work = tempfile::tempdir().unwrap();
+    let shm = work.path().join("shm");
+    // As on the GPU: moving a block to the host keeps the low member's
+    // shim busy for a while (20 ms here), and meanwhile the high member
+    // has taken the room and asks for its next block. The low member holds
+    // 56 MiB of the 64 (all it may: the last eighth is the others').
+    let low_steps: Vec<String> = (0..14)
+        .map(|i| format!("malloc:l{i}:4M"))
+        .chain(["sleep:3000".to_string()])
+        .collect();
+    let low_steps: Vec<&str> = low_steps.iter().map(String::as_str).collect();
+    let low = member_command(&shm, "client", &low_steps, "slow", "64MiB", "low")
+        .env("FAKE_CUDA_MOVE_DELAY_MS", "20")
+        .spawn()
+        .unwrap();
+    wait_for_pool(&shm, "slow", 56 * MIB);
+    let high_steps: Vec<String> = (0..14).map(|i| format!("malloc:h{i}:4M")).collect();
+    let high_steps: Vec<&str> = high_steps.iter().map(String::as_str).collect();
+    let high = spawn_member_as(&shm, "client", &high_steps, "slow", "64MiB", "high");
+    let high_pid = high.id();
+    assert!(high.wait_with_output().unwrap().status.success());
+    let low_pid = low.id();
+    assert!(low.wait_with_output().unwrap().status.success());
+    let placed: Vec<String> = moves(&member_trace(&shm, high_pid))
+        .into_iter()
+        .filter(|m| m.0 == "alloc")
+        .map(|m| m.3)
+        .collect();
+    assert_eq!(
+        placed,
+        vec!["device"; 14],
+        "every high-priority allocation on the device"
+    );
+    let demoted = moves(&member_trace(&shm, low_pid))
+        .iter()
+        .filter(|m| m.0 == "demote")
+        .count();
+    assert!(
+        demoted >= 12,
+        "the low member gave 48 MiB (12 blocks) way, demoted {demoted}"
     );
 }
 

@@ -3,9 +3,9 @@
 //! Layout (native byte order; `pools` in `VRAMSHARE_DIR`): a 64-byte header
 //! (magic `VSHPOOL1`, version 1, slot size, slot count, as in the ring),
 //! then the slots. A slot is free, being claimed, or in use; in use, it has
-//! a name and per device a budget, the device bytes its members hold, and
-//! the bytes a high-priority member is waiting for (which the others free
-//! by demoting managed blocks).
+//! a name and per device a budget and the device bytes its members hold.
+//! (What a high-priority member waits for is in its own registry slot, so
+//! that it ends with the member: [`crate::registry::DeviceCounters::wanted`].)
 //!
 //! Reservation is one compare-and-swap on the pool's counter, checked
 //! against the budget, so processes allocating at once can never take the
@@ -24,7 +24,7 @@ use crate::registry::NO_QUOTA;
 use crate::size::MAX_DEVICES;
 
 pub const MAGIC: u64 = u64::from_ne_bytes(*b"VSHPOOL1");
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 pub const HEADER_LEN: usize = 64;
 pub const DEFAULT_POOLS: u64 = 64;
 /// Longest pool name, in bytes.
@@ -45,9 +45,6 @@ pub struct PoolSlot {
     budget: [AtomicU64; MAX_DEVICES],
     /// Per device: the bytes the members hold on the device.
     device_bytes: [AtomicU64; MAX_DEVICES],
-    /// Per device: bytes a high-priority member is waiting for; the others
-    /// demote managed blocks to free them.
-    demand: [AtomicU64; MAX_DEVICES],
 }
 
 /// The share of a budget that low-priority members leave to the others
@@ -135,24 +132,6 @@ impl PoolSlot {
                 used.checked_add(size).filter(|total| *total <= cap)
             })
             .is_ok()
-    }
-
-    /// Bytes a high-priority member waits for on `device`.
-    pub fn demand(&self, device: u32) -> u64 {
-        self.demand[device as usize].load(Ordering::Acquire)
-    }
-
-    /// A high-priority member asks for `size` bytes to be freed.
-    pub fn ask(&self, device: u32, size: u64) {
-        self.demand[device as usize].fetch_max(size, Ordering::AcqRel);
-    }
-
-    /// Bytes freed for the demand (or the demand withdrawn).
-    pub fn answer(&self, device: u32, freed: u64) {
-        let _ =
-            self.demand[device as usize].fetch_update(Ordering::AcqRel, Ordering::Acquire, |d| {
-                Some(d.saturating_sub(freed))
-            });
     }
 
     /// Adds bytes whatever the budget (memory already taken).
@@ -287,7 +266,6 @@ impl<M: AsRef<[u8]> + AsMut<[u8]>> Pools<M> {
                         for device in 0..MAX_DEVICES {
                             slot.budget[device].store(NO_QUOTA, Ordering::Relaxed);
                             slot.device_bytes[device].store(0, Ordering::Relaxed);
-                            slot.demand[device].store(0, Ordering::Relaxed);
                         }
                         slot.state.store(IN_USE, Ordering::Release);
                         return Some((index as u32, slot));
@@ -332,11 +310,6 @@ mod tests {
         );
         assert!(pool.try_reserve_as(2, 700, true));
         assert!(pool.try_reserve_as(2, 100, false), "the others may take it");
-        pool.ask(2, 64);
-        pool.ask(2, 32);
-        assert_eq!(pool.demand(2), 64);
-        pool.answer(2, 100);
-        assert_eq!(pool.demand(2), 0);
         assert_eq!(pools.in_use().len(), 2);
         assert!(check_name("team-a.v2_x").is_ok());
         assert!(check_name("").is_err());

@@ -4,7 +4,7 @@
 //! nothing extra) and read by `vramshare ps` and `top`.
 //!
 //! Layout (native byte order; `registry` in `VRAMSHARE_DIR`): a 64-byte
-//! header (magic `VSHREG01`, version 2, slot size, slot count, as in the
+//! header (magic `VSHREG01`, version 3, slot size, slot count, as in the
 //! ring), then the slots. A slot is free, being claimed, live, or exited
 //! (kept, with the process's numbers at exit, until a new process needs
 //! the slot: `vramshare dump` names the processes of the events it finds
@@ -23,7 +23,7 @@ use crate::process;
 use crate::size::MAX_DEVICES;
 
 pub const MAGIC: u64 = u64::from_ne_bytes(*b"VSHREG01");
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 pub const HEADER_LEN: usize = 64;
 pub const DEFAULT_SLOTS: u64 = 256;
 /// Bytes of the command line kept.
@@ -50,6 +50,12 @@ pub struct DeviceCounters {
     pub spills: AtomicU64,
     pub promotions: AtomicU64,
     pub rejections: AtomicU64,
+    /// Bytes a high-priority pool member wants room for: allocations
+    /// waiting for it and spilled blocks it would bring back. The pool's
+    /// other members demote managed blocks until the pool has that much
+    /// room. Kept here rather than in the pool so that it ends with the
+    /// process, however it ends.
+    pub wanted: AtomicU64,
 }
 
 impl DeviceCounters {
@@ -64,6 +70,7 @@ impl DeviceCounters {
             &self.spills,
             &self.promotions,
             &self.rejections,
+            &self.wanted,
         ] {
             counter.store(0, Ordering::Relaxed);
         }
@@ -75,6 +82,7 @@ impl DeviceCounters {
             || self.peak_spilled.load(Ordering::Relaxed) > 0
             || self.allocations.load(Ordering::Relaxed) > 0
             || self.rejections.load(Ordering::Relaxed) > 0
+            || self.wanted.load(Ordering::Relaxed) > 0
             || self.quota.load(Ordering::Relaxed) != NO_QUOTA
     }
 
@@ -90,6 +98,7 @@ impl DeviceCounters {
             spills: self.spills.load(Ordering::Relaxed),
             promotions: self.promotions.load(Ordering::Relaxed),
             rejections: self.rejections.load(Ordering::Relaxed),
+            wanted: self.wanted.load(Ordering::Relaxed),
         }
     }
 }
@@ -157,6 +166,7 @@ pub struct DeviceInfo {
     pub spills: u64,
     pub promotions: u64,
     pub rejections: u64,
+    pub wanted: u64,
 }
 
 impl ProcessSlot {

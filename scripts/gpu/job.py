@@ -1,8 +1,9 @@
 """A small PyTorch training job for checking vramshare on a real GPU.
 
 Six Linear(4096) layers with AdamW, fp32: about 1.9 GiB at its peak, so a
-quota of 1 GiB makes it spill. Prints one JSON line: losses, mean step time,
-what torch.cuda.mem_get_info() answered, and PyTorch's own peak.
+quota of 1 GiB makes it spill. Prints one JSON line: losses, mean step time
+(and each step's time and end), what torch.cuda.mem_get_info() answered,
+and PyTorch's own peak.
 
     python3 scripts/gpu/job.py [--steps N] [--expect-oom]
 
@@ -33,7 +34,7 @@ def run():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randn(2048, d, device="cuda")
     y = torch.randn(2048, d, device="cuda")
-    losses, times = [], []
+    losses, times, ends = [], [], []
     for _ in range(args.steps):
         torch.cuda.synchronize()
         t = time.perf_counter()
@@ -43,11 +44,12 @@ def run():
         opt.step()
         losses.append(loss.item())
         times.append(time.perf_counter() - t)
-    return losses, times
+        ends.append(time.time())
+    return losses, times, ends
 
 
 try:
-    losses, times = run()
+    losses, times, ends = run()
 except torch.cuda.OutOfMemoryError as error:
     print(json.dumps({"oom": True, "message": str(error).splitlines()[0], "mem_get_info": [free, total]}))
     raise SystemExit(0 if args.expect_oom else 1)
@@ -58,6 +60,10 @@ steady = times[2:] or times
 print(json.dumps({
     "losses": losses,
     "step_ms": 1e3 * sum(steady) / len(steady),
+    "first_step_ms": 1e3 * times[0],
+    # Each step's time and wall-clock end, to line up with another job's.
+    "times_ms": [1e3 * t for t in times],
+    "ends": ends,
     "mem_get_info": [free, total],
     "max_reserved": torch.cuda.max_memory_reserved(),
 }))

@@ -694,7 +694,7 @@ pub fn promote_leaving(state: &State, device: u32, backend: Backend, keep_free: 
 
 /// What the pool's budget has left on `device` (no pool, or no budget: no
 /// limit).
-fn pool_room(state: &State, device: u32) -> u64 {
+pub fn pool_room(state: &State, device: u32) -> u64 {
     state
         .pool
         .and_then(|(_, pool)| {
@@ -722,10 +722,12 @@ pub fn demote_to_quota(state: &State, device: u32, backend: Backend) {
     });
 }
 
-/// For a high-priority member of the pool waiting for `want` bytes: moves
-/// managed blocks to the host until that much is freed; returns how much.
-pub fn demote_for(state: &State, device: u32, want: u64) -> u64 {
-    demote_while(state, device, |freed| freed < want)
+/// For the pool's high-priority members, who want `wanted` bytes of room
+/// on `device`: moves managed blocks to the host, largest first, until the
+/// pool has that much room (each block's bytes leave the pool before it
+/// moves, so members giving way at once stop as soon as there is room).
+pub fn demote_for(state: &State, device: u32, wanted: u64) {
+    demote_while(state, device, |_| pool_room(state, device) < wanted);
 }
 
 /// Demotes the device's managed blocks, largest first, while `more(freed)`.
@@ -763,14 +765,16 @@ fn demote_while(state: &State, device: u32, mut more: impl FnMut(u64) -> bool) -
 /// to make room before it spills.
 const HIGH_PRIORITY_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// A high-priority member's allocation that finds its pool full: asks the
-/// others to demote managed blocks (their shims look every 50 ms), and
-/// takes the room if it comes in time.
+/// A high-priority member's allocation that finds its pool full: says in
+/// its registry slot that it wants `size` bytes (the others' shims look
+/// every 50 ms and demote managed blocks), and takes the room if it comes
+/// in time.
 fn wait_for_room(state: &State, device: u32, size: u64, limit: u64) -> bool {
     let Some((_, pool)) = state.pool else {
         return false;
     };
-    pool.ask(device, size);
+    let wanted = &state.ledger.device(device).wanted;
+    wanted.fetch_add(size, Ordering::AcqRel);
     let deadline = std::time::Instant::now() + HIGH_PRIORITY_WAIT;
     let got = loop {
         if state.ledger.try_reserve(device, size, limit) {
@@ -779,9 +783,9 @@ fn wait_for_room(state: &State, device: u32, size: u64, limit: u64) -> bool {
         if std::time::Instant::now() >= deadline {
             break false;
         }
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        std::thread::sleep(std::time::Duration::from_millis(2));
     };
-    pool.answer(device, size);
+    wanted.fetch_sub(size, Ordering::AcqRel);
     if !got {
         info!(
             "high priority: the pool {} had no room for {} after {:?}",

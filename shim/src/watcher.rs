@@ -7,9 +7,11 @@
 //!   cut one demotes the device's managed blocks to the host until the
 //!   process is back under it (new allocations go to the host meanwhile);
 //! - in a pool: takes the bytes of members that died without leaving out
-//!   of the pool, applies a cut of the pool's budget, gives way to a
-//!   high-priority member waiting for room, and promotes spilled blocks
-//!   into room other members freed (the high-priority members' first).
+//!   of the pool, applies a cut of the pool's budget, gives way to the
+//!   high-priority members (demotes managed blocks until the pool has the
+//!   room they want: for allocations waiting, and for their spilled
+//!   blocks), and promotes spilled blocks into room other members freed,
+//!   beyond what the high-priority members want.
 //!
 //! A job whose allocator caches (PyTorch) may not allocate again for a long
 //! time, hence a thread rather than waiting for the next call; no signal,
@@ -50,10 +52,13 @@ pub fn start() {
 
 fn watch() {
     let state = state();
+    let high = config().priority == Priority::High;
     // The pool's budgets as this process last acted on them.
     let mut pool_seen: Vec<Option<u64>> = (0..MAX_DEVICES as u32)
         .map(|d| state.pool.and_then(|(_, pool)| pool.budget(d)))
         .collect();
+    // A high-priority member: the spilled bytes it now asks room for.
+    let mut asked_for_spilled = [0u64; MAX_DEVICES];
     loop {
         std::thread::sleep(INTERVAL);
         if EXITING.load(Ordering::Acquire) {
@@ -62,6 +67,13 @@ fn watch() {
         if let (Some((index, pool)), Some(registry)) = (state.pool, state.registry) {
             // Members killed without leaving give their bytes back here.
             registry.reap_dead(index, |dead| crate::state::reap(dead, Some(pool)));
+            // What the high-priority members want room for; a member that
+            // dies stops wanting with it.
+            let wanted = if high {
+                [0; MAX_DEVICES]
+            } else {
+                wanted_by_high_priority(registry, index)
+            };
             for device in 0..MAX_DEVICES as u32 {
                 if state.cached_quota(device) == QUOTA_UNRESOLVED {
                     continue;
@@ -69,38 +81,40 @@ fn watch() {
                 let budget = pool.budget(device);
                 let before = std::mem::replace(&mut pool_seen[device as usize], budget);
                 let cut = budget.unwrap_or(u64::MAX) < before.unwrap_or(u64::MAX);
-                let spilled = state
-                    .ledger
-                    .device(device)
-                    .spilled_bytes
-                    .load(Ordering::Acquire);
-                // A high-priority member waits for room: the others give way.
-                let demand = if config().priority == Priority::High {
-                    0
-                } else {
-                    pool.demand(device)
-                };
-                if !cut && spilled == 0 && demand == 0 {
+                let usage = state.ledger.device(device);
+                let spilled = usage.spilled_bytes.load(Ordering::Acquire);
+                if high {
+                    // Spilled blocks wait for room as an allocation does,
+                    // as far as the process's own quota lets them back.
+                    let room = usage
+                        .quota
+                        .load(Ordering::Acquire)
+                        .saturating_sub(usage.device_bytes.load(Ordering::Acquire));
+                    let ask = spilled.min(room);
+                    let asked = std::mem::replace(&mut asked_for_spilled[device as usize], ask);
+                    if ask > asked {
+                        usage.wanted.fetch_add(ask - asked, Ordering::AcqRel);
+                    } else {
+                        usage.wanted.fetch_sub(asked - ask, Ordering::AcqRel);
+                    }
+                }
+                let wanted = wanted[device as usize];
+                let give_way = wanted > policy::pool_room(state, device);
+                if !cut && spilled == 0 && !give_way {
                     continue;
                 }
                 if !use_device(device) {
                     continue;
                 }
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    if demand > 0 {
-                        let freed = policy::demote_for(state, device, demand);
-                        pool.answer(device, freed);
+                    if give_way {
+                        policy::demote_for(state, device, wanted);
                     } else if cut {
                         policy::demote_to_quota(state, device, Backend::Runtime);
                     } else {
                         // Room other members freed: spilled blocks come
-                        // back, the high-priority members' first.
-                        let keep_free = if config().priority == Priority::High {
-                            0
-                        } else {
-                            high_priority_spilled(registry, index, device)
-                        };
-                        policy::promote_leaving(state, device, Backend::Runtime, keep_free);
+                        // back, after what the high-priority members want.
+                        policy::promote_leaving(state, device, Backend::Runtime, wanted);
                     }
                 }));
             }
@@ -152,18 +166,23 @@ fn use_device(device: u32) -> bool {
         && unsafe { real::cudaSetDevice(device as i32) } == 0
 }
 
-/// What the pool's live high-priority members have spilled on `device`.
-fn high_priority_spilled(
+/// Per device, the bytes the pool's live high-priority members want room
+/// for ([`vramshare_common::registry::DeviceCounters::wanted`]).
+fn wanted_by_high_priority(
     registry: &vramshare_common::registry::Registry<memmap2::MmapMut>,
     index: u32,
-    device: u32,
-) -> u64 {
-    registry
+) -> [u64; MAX_DEVICES] {
+    let mut wanted = [0; MAX_DEVICES];
+    for member in registry
         .live()
         .iter()
         .filter(|p| p.pool == Some(index) && p.priority == Priority::High as u32)
-        .flat_map(|p| &p.devices)
-        .filter(|(d, _)| *d == device)
-        .map(|(_, info)| info.spilled_bytes)
-        .sum()
+    {
+        for (device, info) in &member.devices {
+            if let Some(w) = wanted.get_mut(*device as usize) {
+                *w += info.wanted;
+            }
+        }
+    }
+    wanted
 }

@@ -133,6 +133,7 @@ cudaError_t cudaMemAdvise(const void *p, size_t n, int advice, struct cudaMemLoc
 cudaError_t cudaMemPrefetchAsync(const void *p, size_t n, struct cudaMemLocation loc, unsigned flags, cudaStream_t s) {
     char buf[32];
     cudaError_t rc = is_managed_range(p, n) ? OK : INVALID_VALUE;
+    move_delay();
     trace("cudaMemPrefetchAsync abi=13 ptr=%p size=%zu loc=%s stream=%s rc=%d", p, n, where(loc, buf), s ? "own" : "default", rc);
     return rc;
 }
@@ -146,6 +147,7 @@ cudaError_t cudaMemAdvise(const void *p, size_t n, int advice, int device) {
 cudaError_t cudaMemPrefetchAsync(const void *p, size_t n, int device, cudaStream_t s) {
     char buf[32];
     cudaError_t rc = is_managed_range(p, n) ? OK : INVALID_VALUE;
+    move_delay();
     trace("cudaMemPrefetchAsync abi=12 ptr=%p size=%zu loc=%s stream=%s rc=%d", p, n, where_id(device, buf), s ? "own" : "default", rc);
     return rc;
 }

@@ -41,14 +41,21 @@ static size_t env_size(const char *name, size_t fallback) {
  * shim's in benchmarks. */
 static size_t capacity_bytes = (size_t)1 << 30;
 static int devices = 2, no_device_flag;
+/* FAKE_CUDA_MOVE_DELAY_MS: how long a prefetch keeps its caller, as moving
+ * pages over the link does on a busy GPU (default 0). */
+static size_t move_delay_ms;
 __attribute__((constructor)) static void read_settings(void) {
     capacity_bytes = env_size("FAKE_CUDA_CAPACITY", capacity_bytes);
+    move_delay_ms = env_size("FAKE_CUDA_MOVE_DELAY_MS", 0);
     devices = (int)env_size("FAKE_CUDA_DEVICES", devices);
     no_device_flag = env_size("FAKE_CUDA_NO_DEVICE", 0) != 0;
 }
 static size_t capacity(void) { return capacity_bytes; }
 static int device_count(void) { return devices; }
 static int no_device(void) { return no_device_flag; }
+__attribute__((unused)) static void move_delay(void) {
+    if (move_delay_ms) usleep((useconds_t)(move_delay_ms * 1000));
+}
 
 static void trace(const char *fmt, ...) {
     if (log_fd == -2) {
