@@ -399,8 +399,9 @@ fn bad_shared_files_are_refused_clearly() {
         ),
     );
 
-    // A corrupt pool table: ps refuses it; a job asking for the pool says
-    // it is not in it, and runs under its own quota.
+    // A corrupt pool table: ps refuses it. A job asking for the pool while
+    // another process has the table mapped says it is not in the pool, and
+    // runs under its own quota.
     let dir = tempfile::tempdir().unwrap();
     let out = run_client(dir.path(), &["--pool", "team"], &["malloc:a:1M", "free:a"]);
     assert!(out.status.success());
@@ -410,6 +411,7 @@ fn bad_shared_files_are_refused_clearly() {
         "ps",
         "not a vramshare pool table (wrong magic number)",
     );
+    let held = map_file(&dir.path().join("pools"));
     let out = run_client(
         dir.path(),
         &["--pool", "team", "--quota", "1MiB"],
@@ -418,12 +420,33 @@ fn bad_shared_files_are_refused_clearly() {
     assert!(out.status.success());
     let stderr = text(&out.stderr);
     assert!(stderr.contains("not a vramshare pool table"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("process {} still uses it", std::process::id())),
+        "{stderr}"
+    );
     assert!(stderr.contains("not in pool team"), "{stderr}");
     assert!(
         !stderr.contains("cannot use the shared files"),
         "the registry and ring are still used: {stderr}"
     );
     assert!(text(&out.stdout).contains("malloc a rc=0"));
+    // Once no process has it, the next job replaces it and joins the pool.
+    drop(held);
+    let out = run_client(
+        dir.path(),
+        &["--pool", "team"],
+        &["malloc:a:1M", "sleep:300"],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("notice: replaced")
+            && stderr.contains("pools: not a vramshare pool table (wrong magic number)"),
+        "{stderr}"
+    );
+    assert!(vramshare(&["ps", "--dir", dir.path().to_str().unwrap()])
+        .status
+        .success());
 
     let dir = tempfile::tempdir().unwrap();
     make_files(dir.path());
@@ -491,21 +514,55 @@ fn client_in(dir: &Path, steps: &[&str]) -> Run {
     )
 }
 
+/// Maps `path` into this process (as a job under another vramshare would).
+fn map_file(path: &Path) -> memmap2::Mmap {
+    let file = std::fs::File::open(path).unwrap();
+    // SAFETY: read-only, and never read.
+    unsafe { memmap2::Mmap::map(&file) }.unwrap()
+}
+
 #[test]
-fn the_shim_carries_on_past_a_corrupt_ring() {
+fn a_corrupt_shared_file_is_refused_while_in_use_and_replaced_after() {
     let dir = tempfile::tempdir().unwrap();
     make_files(dir.path());
-    patch(&dir.path().join("ring"), 0, b"garbage!");
+    let ring = dir.path().join("ring");
+    patch(&ring, 0, b"garbage!");
+    // Mapped by a process (this test): refused, and the job carries on,
+    // traced in its own memory.
+    let held = map_file(&ring);
     let run = client_in(dir.path(), &["malloc:a:1M", "malloc:b:1M", "free:a"]);
     run.assert_ok();
     assert_eq!(run.stderr.lines().count(), 1, "one warning: {}", run.stderr);
     assert!(
         run.stderr.contains("cannot use the shared files")
-            && run.stderr.contains("wrong magic number"),
+            && run.stderr.contains("wrong magic number")
+            && run
+                .stderr
+                .contains(&format!("process {} still uses it", std::process::id())),
         "{}",
         run.stderr
     );
     assert_eq!(run.trace()["events"].as_array().unwrap().len(), 3);
+    assert_eq!(&held[..8], b"garbage!", "left as it was");
+    // Nobody maps it: the next job replaces it, says so once, and its
+    // events are in the new ring.
+    drop(held);
+    let run = client_in(dir.path(), &["malloc:a:1M", "free:a"]);
+    run.assert_ok();
+    assert_eq!(run.stderr.lines().count(), 1, "one notice: {}", run.stderr);
+    assert!(
+        run.stderr.contains("notice: replaced")
+            && run
+                .stderr
+                .contains("ring: not a vramshare trace ring (wrong magic number)")
+            && run.stderr.contains("no process was using it"),
+        "{}",
+        run.stderr
+    );
+    let dump = vramshare(&["dump", "--dir", dir.path().to_str().unwrap()]);
+    assert!(dump.status.success(), "{}", text(&dump.stderr));
+    let dumped: Value = serde_json::from_slice(&dump.stdout).unwrap();
+    assert_eq!(dumped["events"].as_array().unwrap().len(), 2);
 }
 
 #[test]

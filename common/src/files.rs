@@ -180,6 +180,74 @@ pub fn open_or_create<F: SharedFile>(dir: &Path) -> Result<MmapMut, FileError> {
     ))
 }
 
+/// [`open_or_create`], and a file that fails its checks (left by another
+/// vramshare version, or corrupt) is replaced by a fresh one if no process
+/// has it mapped; `replaced` is told what was wrong with it. One mapped by
+/// a running process is refused, naming the process. (After an upgrade the
+/// folder holds the old version's files; nothing else could read them.)
+pub fn open_or_replace<F: SharedFile>(
+    dir: &Path,
+    replaced: impl FnOnce(&FileError),
+) -> Result<MmapMut, FileError> {
+    let (path, why) = match open_or_create::<F>(dir) {
+        Err(FileError::Invalid(path, why)) => (path, why),
+        other => return other,
+    };
+    // One process replaces it; the others wait here, then use its file.
+    let _lock = DirLock::exclusive(dir)?;
+    match open_or_create::<F>(dir) {
+        Err(FileError::Invalid(..)) => {}
+        other => return other,
+    }
+    if let Some(pid) = mapped_by(&path) {
+        return Err(FileError::Invalid(
+            path,
+            format!("{why}; process {pid} still uses it, so it stays: set VRAMSHARE_DIR apart for this process, or start it after that one ends"),
+        ));
+    }
+    fs::remove_file(&path).map_err(|e| FileError::Io(path.clone(), e))?;
+    replaced(&FileError::Invalid(path, why));
+    open_or_create::<F>(dir)
+}
+
+/// An exclusive `flock` on a folder, released when dropped or when the
+/// process dies (the kernel releases it: a dead process never holds it).
+struct DirLock {
+    _folder: fs::File,
+}
+
+impl DirLock {
+    fn exclusive(dir: &Path) -> Result<DirLock, FileError> {
+        let folder = fs::File::open(dir).map_err(|e| FileError::Io(dir.to_path_buf(), e))?;
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid descriptor we own.
+        if unsafe { libc::flock(folder.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(FileError::Io(dir.to_path_buf(), io::Error::last_os_error()));
+        }
+        Ok(DirLock { _folder: folder })
+    }
+}
+
+/// A process (other than this one) that has `path` mapped, from
+/// `/proc/PID/maps`; processes whose maps cannot be read (other users',
+/// who cannot open a 0700 folder of ours) are skipped.
+fn mapped_by(path: &Path) -> Option<u32> {
+    let path = fs::canonicalize(path).ok()?;
+    let path = path.to_str()?;
+    let deleted = format!("{path} (deleted)");
+    let me = std::process::id();
+    fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != me)
+        .find(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|maps| {
+                maps.lines()
+                    .any(|line| line.ends_with(path) || line.ends_with(&deleted))
+            })
+        })
+}
+
 /// Makes the file under a temporary name and links it into place; losing
 /// the race to another process is fine (its file is used).
 fn create<F: SharedFile>(dir: &Path, path: &Path) -> Result<(), FileError> {
@@ -272,7 +340,9 @@ pub(crate) fn check_header(
     }
     let found = read_u32(bytes, 8);
     if found != version {
-        return Err(format!("a {what} of format version {found}; this vramshare reads version {version} (processes of another vramshare version use this folder: set VRAMSHARE_DIR apart)"));
+        return Err(format!(
+            "a {what} of format version {found}; this vramshare reads version {version}"
+        ));
     }
     let found_slot = read_u32(bytes, 12);
     if found_slot != slot_size {

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 
 use memmap2::MmapMut;
 use vramshare_common::event::{Api, Event, Op, Placement};
-use vramshare_common::files::{default_dir, open_or_create, FileError};
+use vramshare_common::files::{default_dir, open_or_replace, FileError};
 use vramshare_common::pool::{PoolFile, PoolSlot, Pools};
 use vramshare_common::process::{self, monotonic_ns};
 use vramshare_common::registry::{local_counters, ProcessSlot, Registry, RegistryFile};
@@ -296,13 +296,15 @@ static REGISTRY: OnceLock<&'static Registry<MmapMut>> = OnceLock::new();
 fn open_shared(pid: u32) -> Result<Shared, FileError> {
     let dir = default_dir();
     let invalid = |name: &str, why: String| FileError::Invalid(dir.join(name), why);
-    let ring = Ring::new(open_or_create::<RingFile>(&dir)?).map_err(|why| invalid("ring", why))?;
+    let replaced = |what: &FileError| notice!("replaced {what} (no process was using it)");
+    let ring = Ring::new(open_or_replace::<RingFile>(&dir, replaced)?)
+        .map_err(|why| invalid("ring", why))?;
     // The registry stays mapped for the life of the process: the slot's
     // counters are the ledger's.
     let registry: &'static Registry<MmapMut> = match REGISTRY.get() {
         Some(registry) => registry,
         None => {
-            let registry = Registry::new(open_or_create::<RegistryFile>(&dir)?)
+            let registry = Registry::new(open_or_replace::<RegistryFile>(&dir, replaced)?)
                 .map_err(|why| invalid("registry", why))?;
             REGISTRY.get_or_init(|| Box::leak(Box::new(registry)))
         }
@@ -322,7 +324,7 @@ fn open_shared(pid: u32) -> Result<Shared, FileError> {
         Some(name) => {
             // A pool table that cannot be used costs the pool, not the
             // registry and the ring.
-            let opened = open_or_create::<PoolFile>(&dir)
+            let opened = open_or_replace::<PoolFile>(&dir, replaced)
                 .and_then(|map| Pools::new(map).map_err(|why| invalid("pools", why)));
             let pools = match opened {
                 Ok(pools) => Some(&*Box::leak(Box::new(pools))),
