@@ -297,6 +297,63 @@ const VMM_STEPS: [&str; 10] = [
     "release:h",
 ];
 
+#[test]
+fn physical_memory_released_while_mapped_counts_until_unmapped() {
+    // NVIDIA's own pattern: map, then release the handle at once; the
+    // driver frees the memory at the last unmap, and the count ends there.
+    // Then PyTorch's order: unmap, then release.
+    let run = driver_client(
+        &[("VRAMSHARE_QUOTA", "32MiB"), ("VRAMSHARE_SPILL", "off")],
+        &[
+            "create:a:24M",
+            "reserve:va:24M",
+            "map:va:a",
+            "release:a",
+            "create:b:16M",
+            "unmap:va:24M",
+            "create:c:16M",
+            "reserve:vc:16M",
+            "map:vc:c",
+            "unmap:vc:16M",
+            "create:d:24M",
+            "release:c",
+            "create:e:24M",
+        ],
+    );
+    run.assert_ok();
+    assert_eq!(
+        (run.rc("map va"), run.rc("release a")),
+        (0, 0),
+        "the driver took both"
+    );
+    assert_eq!(run.rc("create b"), 2, "a is mapped: it still counts");
+    assert_eq!(run.rc("create c"), 0, "a's last unmap freed it");
+    assert_eq!(
+        run.rc("create d"),
+        2,
+        "c unmapped but not released: it counts"
+    );
+    assert_eq!(run.rc("create e"), 0, "c released");
+    let frees: Vec<(String, u64)> = run
+        .events("free")
+        .iter()
+        .map(|e| {
+            (
+                e["api"].as_str().unwrap().to_string(),
+                e["size"].as_u64().unwrap() / MIB,
+            )
+        })
+        .collect();
+    assert_eq!(
+        frees,
+        [
+            ("cuMemUnmap".to_string(), 24),
+            ("cuMemRelease".to_string(), 16)
+        ],
+        "each freed once, by the call that freed it"
+    );
+}
+
 /// The fake driver's log lines for creates of `size`, as (location, rc).
 fn creates_of(run: &Run, size: u64) -> Vec<(String, String)> {
     run.calls_with(&["cuMemCreate", &format!("size={size}")])
@@ -529,6 +586,28 @@ fn a_driver_only_program_never_gets_the_runtime_loaded() {
 
 #[test]
 fn dlsym_hands_back_the_hooks_and_answers_as_glibc_otherwise() {
+    dlsym_as("dlsym_client");
+}
+
+#[test]
+fn dlsym_of_programs_built_against_glibc_before_2_34_too() {
+    let dir = fake_dir(Runtime::Fake13);
+    let symbols = std::process::Command::new("objdump")
+        .arg("-T")
+        .arg(dir.join("dlsym_client_old_glibc"))
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).into_owned());
+    if let Ok(symbols) = symbols {
+        assert!(
+            symbols.contains("GLIBC_2.2.5") && symbols.contains(" dlsym"),
+            "the client calls dlsym@GLIBC_2.2.5: {symbols}"
+        );
+    }
+    dlsym_as("dlsym_client_old_glibc");
+}
+
+/// The dlsym checks, with `client` (one of the dlsym clients).
+fn dlsym_as(client: &str) {
     let dir = fake_dir(Runtime::Fake13);
     let steps = [
         "default",
@@ -545,7 +624,7 @@ fn dlsym_hands_back_the_hooks_and_answers_as_glibc_otherwise() {
         ("VRAMSHARE_QUOTA", "32MiB"),
         ("LD_LIBRARY_PATH", dir.to_str().unwrap()),
     ];
-    let run = run_in(dir, "dlsym_client", &steps, &path, true);
+    let run = run_in(dir, client, &steps, &path, true);
     run.assert_ok();
     assert_eq!(
         run.line("default"),
@@ -591,7 +670,7 @@ fn dlsym_hands_back_the_hooks_and_answers_as_glibc_otherwise() {
     );
 
     // Without the shim, the same lookups find the libraries' own functions.
-    let bare = run_in(dir, "dlsym_client", &steps[..4], &path, false);
+    let bare = run_in(dir, client, &steps[..4], &path, false);
     assert_eq!(bare.field("lookup cuMemAlloc_v2", "owner"), "libcuda.so.1");
     assert_eq!(bare.line("next"), "next ok=1 wrapped=1");
 }

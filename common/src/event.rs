@@ -101,6 +101,9 @@ named_enum! {
         /// Physical memory of the virtual memory API; the event's `ptr` is the handle.
         cuMemCreate = 31 => "cuMemCreate",
         cuMemRelease = 32 => "cuMemRelease",
+        /// Unmapping the last mapping of released physical memory frees it.
+        cuMemUnmap = 33 => "cuMemUnmap",
+        cuMemMap = 34 => "cuMemMap",
     }
 }
 

@@ -156,11 +156,17 @@ hooks! {
             policy::mem_get_info(Backend::Driver, free, total, |f, t| real::cuMemGetInfo_v2(f, t));
 
         // Physical memory of the virtual memory API (PyTorch's expandable
-        // segments): counted from creation to release.
+        // segments): counted from creation until it is both released and
+        // unmapped, as the driver frees it. Reserving address space and
+        // granting access change no count: those calls are not hooked.
         fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: u64) =>
             policy::mem_create(handle, size, prop, |prop| real::cuMemCreate(handle, size, prop, flags));
         fn cuMemRelease(handle: CUmemGenericAllocationHandle) =>
             policy::mem_release(handle, || real::cuMemRelease(handle));
+        fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: u64) =>
+            policy::mem_map(ptr, size, handle, || real::cuMemMap(ptr, size, offset, handle, flags));
+        fn cuMemUnmap(ptr: CUdeviceptr, size: usize) =>
+            policy::mem_unmap(ptr, size, || real::cuMemUnmap(ptr, size));
 
         // Every way a program fetches driver functions by name: the pointer
         // handed back is swapped for the hook when it is a hooked function.

@@ -8,7 +8,7 @@
 //! [`Ledger::take`] releases whichever the block held. No lock here is ever
 //! held across a call into CUDA.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -42,6 +42,24 @@ pub struct Block {
     pub moving: bool,
 }
 
+/// Physical memory by handle: the driver frees it once its handle is
+/// released *and* nothing maps it any more, so it counts until both.
+struct Physical {
+    block: Block,
+    mappings: u32,
+    released: bool,
+}
+
+/// What `cuMemRelease` did to the count.
+pub enum Released {
+    /// The memory is gone: its bytes no longer count.
+    Freed(Block),
+    /// Still mapped: it counts until the last `cuMemUnmap`.
+    StillMapped,
+    /// Not a handle the shim recorded.
+    Unknown,
+}
+
 pub enum Taken {
     Block(Block),
     /// A promotion is in flight; try again in a moment.
@@ -60,8 +78,11 @@ pub struct Ledger {
     /// adversary and SipHash would double the cost of a lookup.
     blocks: DashMap<usize, Block, FxBuildHasher>,
     /// Physical memory made with the virtual memory API (`cuMemCreate`), by
-    /// handle; always device bytes.
-    handles: DashMap<u64, Block, FxBuildHasher>,
+    /// handle.
+    handles: DashMap<u64, Physical, FxBuildHasher>,
+    /// Where that memory is mapped: address -> (handle, bytes mapped).
+    /// Mapping is rare next to allocating, so one lock is enough.
+    mappings: Mutex<BTreeMap<usize, (u64, usize)>>,
     /// Per-device counters: the process's slot in the shared registry (so
     /// `vramshare ps` sees them as they change), or local ones without it.
     counters: &'static [DeviceCounters],
@@ -114,6 +135,7 @@ impl Ledger {
             low_priority,
             blocks: DashMap::with_hasher(FxBuildHasher),
             handles: DashMap::with_hasher(FxBuildHasher),
+            mappings: Mutex::default(),
             counters,
             spilled: (0..MAX_DEVICES).map(|_| Mutex::default()).collect(),
         }
@@ -195,16 +217,67 @@ impl Ledger {
         if block.placement == Placement::Host {
             self.count_spilled(block.device, block.size, None);
         }
-        if let Some(stale) = self.handles.insert(handle, block) {
-            self.release_handle(&stale);
+        let physical = Physical {
+            block,
+            mappings: 0,
+            released: false,
+        };
+        if let Some(stale) = self.handles.insert(handle, physical) {
+            self.release_handle(&stale.block);
         }
     }
 
-    /// Removes physical memory by handle and releases its bytes.
-    pub fn take_handle(&self, handle: u64) -> Option<Block> {
-        let (_, block) = self.handles.remove(&handle)?;
-        self.release_handle(&block);
-        Some(block)
+    /// `cuMemRelease` of a handle: its bytes stop counting unless it is
+    /// still mapped.
+    pub fn release_physical(&self, handle: u64) -> Released {
+        match self.handles.entry(handle) {
+            Entry::Vacant(_) => Released::Unknown,
+            Entry::Occupied(mut entry) if entry.get().mappings > 0 => {
+                entry.get_mut().released = true;
+                Released::StillMapped
+            }
+            Entry::Occupied(entry) => {
+                let physical = entry.remove();
+                self.release_handle(&physical.block);
+                Released::Freed(physical.block)
+            }
+        }
+    }
+
+    /// `cuMemMap` of `size` bytes of a handle at `ptr` (a handle the shim did
+    /// not record, imported from another process say, is not counted here).
+    pub fn map_physical(&self, ptr: usize, size: usize, handle: u64) {
+        let mut mappings = lock(&self.mappings);
+        if let Some(mut physical) = self.handles.get_mut(&handle) {
+            physical.mappings += 1;
+            mappings.insert(ptr, (handle, size));
+        }
+    }
+
+    /// `cuMemUnmap` of `[ptr, ptr + size)`: the mappings inside it end; the
+    /// released handles left with no mapping are freed, and returned.
+    pub fn unmap_physical(&self, ptr: usize, size: usize) -> Vec<(u64, Block)> {
+        let mut mappings = lock(&self.mappings);
+        let end = ptr.saturating_add(size);
+        let inside: Vec<(usize, u64)> = mappings
+            .range(ptr..end)
+            .map(|(address, (handle, _))| (*address, *handle))
+            .collect();
+        let mut freed = Vec::new();
+        for (address, handle) in inside {
+            mappings.remove(&address);
+            let Entry::Occupied(mut entry) = self.handles.entry(handle) else {
+                continue;
+            };
+            let physical = entry.get_mut();
+            physical.mappings = physical.mappings.saturating_sub(1);
+            if physical.released && physical.mappings == 0 {
+                let physical = entry.remove();
+                self.release_handle(&physical.block);
+                freed.push((handle, physical.block));
+            }
+        }
+        freed
     }
 
     fn release_handle(&self, block: &Block) {
@@ -346,7 +419,7 @@ impl Ledger {
         let mut handles: Vec<(usize, Block)> = self
             .handles
             .iter()
-            .map(|e| (*e.key() as usize, *e.value()))
+            .map(|e| (*e.key() as usize, e.value().block))
             .collect();
         handles.sort_by_key(|(handle, _)| *handle);
         live.extend(handles);

@@ -12,7 +12,7 @@ use cudart_sys::*;
 
 use crate::config::{human_bytes, Limit, Priority, Spill, MAX_DEVICES};
 use crate::hooks::{real, Api};
-use crate::ledger::{Block, Taken};
+use crate::ledger::{Block, Released, Taken};
 use crate::placement::{self, Backend};
 use crate::state::{config, state, State, QUOTA_RESOLVED, QUOTA_UNRESOLVED};
 use crate::stream_pools;
@@ -1016,29 +1016,24 @@ fn create_on_host(
     Err(first)
 }
 
-/// `cuMemRelease`: the handle's bytes stop counting, and spilled blocks may
-/// come back into the room.
+/// `cuMemRelease`: the handle's bytes stop counting (and spilled blocks may
+/// come back into the room), unless the memory is still mapped: the driver
+/// frees it at the last `cuMemUnmap`, and so does the count.
 pub fn mem_release(
     handle: CUmemGenericAllocationHandle,
     real_release: impl FnOnce() -> CUresult,
 ) -> CUresult {
     let state = state();
-    let block = state.ledger.take_handle(handle);
+    // Taken out of the ledger first: once released, the driver may hand
+    // the same handle value to another thread's cuMemCreate.
+    let released = state.ledger.release_physical(handle);
     let rc = real_release();
-    match block {
-        Some(block) => {
-            state.record(
-                Op::Free,
-                Api::cuMemRelease,
-                block.device as i32,
-                handle as usize,
-                block.size,
-                block.placement,
-                rc,
-            );
-            promote(state, block.device, Backend::Driver);
+    match released {
+        Released::Freed(block) => physical_freed(state, Api::cuMemRelease, handle, block, rc),
+        Released::StillMapped => {
+            debug!("cuMemRelease of handle {handle}: still mapped, counted until unmapped")
         }
-        None => state.record(
+        Released::Unknown => state.record(
             Op::Free,
             Api::cuMemRelease,
             -1,
@@ -1049,4 +1044,51 @@ pub fn mem_release(
         ),
     }
     rc
+}
+
+/// `cuMemMap`: a mapping keeps the handle's memory alive past its release.
+pub fn mem_map(
+    ptr: CUdeviceptr,
+    size: usize,
+    handle: CUmemGenericAllocationHandle,
+    real_map: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let rc = real_map();
+    if rc == CUDA_SUCCESS {
+        state().ledger.map_physical(ptr as usize, size, handle);
+    }
+    rc
+}
+
+/// `cuMemUnmap`: released memory whose last mapping this was is freed.
+pub fn mem_unmap(ptr: CUdeviceptr, size: usize, real_unmap: impl FnOnce() -> CUresult) -> CUresult {
+    let rc = real_unmap();
+    if rc == CUDA_SUCCESS {
+        let state = state();
+        for (handle, block) in state.ledger.unmap_physical(ptr as usize, size) {
+            physical_freed(state, Api::cuMemUnmap, handle, block, rc);
+        }
+    }
+    rc
+}
+
+/// Physical memory the driver has freed: recorded (the event's `ptr` is the
+/// handle), and its room goes to spilled blocks.
+fn physical_freed(
+    state: &State,
+    api: Api,
+    handle: CUmemGenericAllocationHandle,
+    block: Block,
+    rc: CUresult,
+) {
+    state.record(
+        Op::Free,
+        api,
+        block.device as i32,
+        handle as usize,
+        block.size,
+        block.placement,
+        rc,
+    );
+    promote(state, block.device, Backend::Driver);
 }

@@ -2,6 +2,7 @@
  * A program that finds CUDA through dlopen and dlsym, as JAX/XLA and ctypes
  * do, and checks that dlsym still answers as glibc's does for everything
  * else. It is linked against getpid_wrap.so (an RTLD_NEXT interposer).
+ * Built with -DOLD_GLIBC_DLSYM it calls dlsym@GLIBC_2.2.5.
  *   dlsym_client QUOTA_STEP...: default | next | hooked:LIB:SYMBOL | real:LIB:SYMBOL
  *                               | alloc:NAME:SIZE (through cuMemAlloc_v2 from dlsym)
  */
@@ -12,6 +13,12 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#ifdef OLD_GLIBC_DLSYM
+/* As a program built against glibc before 2.34 (a manylinux wheel, say):
+ * its dlsym is the older version of the symbol. */
+__asm__(".symver dlsym, dlsym@GLIBC_2.2.5");
+#endif
 
 extern int getpid_wrapped_calls;
 

@@ -7,6 +7,8 @@
  * Built with -DDRIVER_ONLY it links the driver alone (no rtmalloc, no entry points).
  *   create:NAME:SIZE[:host|:rdma] (cuMemCreate on device 0, or on the host,
  *   or on device 0 asking for GPUDirect RDMA as PyTorch does)  release:NAME
+ *   reserve:NAME:SIZE (address space)  map:NAME:HANDLE (all of HANDLE, at
+ *   the start of reserved NAME)  unmap:NAME:SIZE  meminfo
  *   fetch:HOW (proc, proc_v2, entry, entry_version), then fmalloc:NAME:SIZE,
  *   ffree:NAME, fmeminfo through the fetched cuMemAlloc, cuMemFree, cuMemGetInfo
  * SIZE is bytes, or with K, M or G (binary). Each step prints one line.
@@ -37,6 +39,9 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsign
 typedef struct { int type; int requestedHandleTypes; struct { int type; int id; } location; void *win32; unsigned char flags[8]; } CUmemAllocationProp;
 CUresult cuMemCreate(unsigned long long *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags);
 CUresult cuMemRelease(unsigned long long handle);
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags);
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, unsigned long long handle, unsigned long long flags);
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
 
 /* cuMemAlloc, cuMemFree and cuMemGetInfo as fetched by name (fetch:HOW). */
 static CUresult (*fetched_alloc)(CUdeviceptr *, size_t);
@@ -110,8 +115,19 @@ int main(int argc, char **argv) {
             prop.flags[1] = fields[3] && !strcmp(fields[3], "rdma"); /* gpuDirectRDMACapable */
             unsigned long long handle = 0;
             rc = cuMemCreate(&handle, parse_size(fields[2]), &prop, 0);
-            if (rc == 0) names[slot(fields[1])].ptr = handle;
+            if (rc == 0) { names[slot(fields[1])].ptr = handle; names[slot(fields[1])].size = parse_size(fields[2]); }
             printf("create %s rc=%d handle=%llu\n", fields[1], rc, handle);
+        } else if (!strcmp(op, "reserve")) {
+            rc = cuMemAddressReserve(&p, parse_size(fields[2]), 0, 0, 0);
+            if (rc == 0) names[slot(fields[1])].ptr = p;
+            printf("reserve %s rc=%d ptr=%#llx\n", fields[1], rc, rc == 0 ? p : 0ULL);
+        } else if (!strcmp(op, "map")) {
+            int h = slot(fields[2]);
+            rc = cuMemMap(names[slot(fields[1])].ptr, names[h].size, 0, names[h].ptr, 0);
+            printf("map %s rc=%d\n", fields[1], rc);
+        } else if (!strcmp(op, "unmap")) {
+            rc = cuMemUnmap(names[slot(fields[1])].ptr, parse_size(fields[2]));
+            printf("unmap %s rc=%d\n", fields[1], rc);
         } else if (!strcmp(op, "release")) {
             rc = cuMemRelease(names[slot(fields[1])].ptr);
             printf("release %s rc=%d\n", fields[1], rc);

@@ -158,6 +158,13 @@ pub fn fake_dir(runtime: Runtime) -> &'static Path {
                 &["-ldl"],
             );
             program(&dir, "dlsym_client", &[], &["-lgetpid_wrap", "-ldl"]);
+            program_as(
+                &dir,
+                "dlsym_client",
+                "dlsym_client_old_glibc",
+                &["-DOLD_GLIBC_DLSYM"],
+                &["-lgetpid_wrap", "-ldl"],
+            );
             dirs.insert(major, dir);
         }
         dirs

@@ -120,12 +120,24 @@ CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice d, CUstream s) {
 }
 
 /* Physical memory of the virtual memory API: handles are small numbers;
- * device-located memory counts against the device's capacity. */
+ * device-located memory counts against the device's capacity until it is
+ * both released and unmapped everywhere, as the driver's does. Address
+ * space is handed out from a counter. */
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef struct { int type; int requestedHandleTypes; CUmemLocation location; void *win32; unsigned char flags[8]; } CUmemAllocationProp;
 #define MAX_HANDLES 256
-static struct { CUmemGenericAllocationHandle handle; size_t size; int device; } handles[MAX_HANDLES];
+static struct { CUmemGenericAllocationHandle handle; size_t size; int device; int mappings; int released; } handles[MAX_HANDLES];
 static CUmemGenericAllocationHandle next_handle = 1;
+#define MAX_MAPPINGS 256
+static struct { CUdeviceptr ptr; size_t size; int handle_index; } mappings[MAX_MAPPINGS];
+static CUdeviceptr next_address = 0x600000000000ULL;
+
+/* With the lock held: frees a handle's memory once nothing holds it. */
+static void free_if_unused(int i) {
+    if (!handles[i].released || handles[i].mappings > 0) return;
+    if (handles[i].device >= 0) used[handles[i].device] -= handles[i].size;
+    handles[i].handle = 0;
+}
 
 /* FAKE_CUDA_NO_HOST_VMM=1: a driver that makes physical memory on devices
  * only, as drivers before CUDA 12.2 do. */
@@ -147,6 +159,8 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
         handles[i].handle = next_handle++;
         handles[i].size = size;
         handles[i].device = on_device ? dev : -1;
+        handles[i].mappings = 0;
+        handles[i].released = 0;
         if (on_device) used[dev] += size;
         *handle = handles[i].handle;
     }
@@ -159,13 +173,56 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     CUresult rc = INVALID_VALUE;
     pthread_mutex_lock(&lock);
     for (int i = 0; i < MAX_HANDLES; i++)
-        if (handle && handles[i].handle == handle) {
-            if (handles[i].device >= 0) used[handles[i].device] -= handles[i].size;
-            handles[i].handle = 0;
+        if (handle && handles[i].handle == handle && !handles[i].released) {
+            handles[i].released = 1;
+            free_if_unused(i);
             rc = OK;
         }
     pthread_mutex_unlock(&lock);
     trace("cuMemRelease handle=%llu rc=%d", handle, rc);
+    return rc;
+}
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags) {
+    if (!ptr || !size) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    *ptr = next_address;
+    next_address += (size + 0xfffff) & ~(CUdeviceptr)0xfffff;
+    pthread_mutex_unlock(&lock);
+    return OK;
+}
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) { return ptr && size ? OK : INVALID_VALUE; }
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags) {
+    CUresult rc = INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_HANDLES && rc != OK; i++)
+        if (handle && handles[i].handle == handle && !handles[i].released && offset + size <= handles[i].size)
+            for (int m = 0; m < MAX_MAPPINGS; m++)
+                if (!mappings[m].ptr) {
+                    mappings[m].ptr = ptr;
+                    mappings[m].size = size;
+                    mappings[m].handle_index = i;
+                    handles[i].mappings++;
+                    rc = OK;
+                    break;
+                }
+    pthread_mutex_unlock(&lock);
+    trace("cuMemMap ptr=%#llx size=%zu handle=%llu rc=%d", ptr, size, handle, rc);
+    return rc;
+}
+/* Unmaps every mapping inside [ptr, ptr + size). */
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+    CUresult rc = INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    for (int m = 0; m < MAX_MAPPINGS; m++)
+        if (mappings[m].ptr && mappings[m].ptr >= ptr && mappings[m].ptr + mappings[m].size <= ptr + size) {
+            int i = mappings[m].handle_index;
+            mappings[m].ptr = 0;
+            handles[i].mappings--;
+            free_if_unused(i);
+            rc = OK;
+        }
+    pthread_mutex_unlock(&lock);
+    trace("cuMemUnmap ptr=%#llx size=%zu rc=%d", ptr, size, rc);
     return rc;
 }
 
@@ -185,6 +242,8 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsign
     else if (!strcmp(symbol, "cuInit")) found = (void *)cuInit;
     else if (!strcmp(symbol, "cuMemCreate")) found = (void *)cuMemCreate;
     else if (!strcmp(symbol, "cuMemRelease")) found = (void *)cuMemRelease;
+    else if (!strcmp(symbol, "cuMemMap")) found = (void *)cuMemMap;
+    else if (!strcmp(symbol, "cuMemUnmap")) found = (void *)cuMemUnmap;
     trace("cuGetProcAddress symbol=%s version=%d flags=%llu found=%s", symbol, version, flags, found ? "yes" : "no");
     if (status) *status = found ? 0 : 1;
     *pfn = found;
