@@ -550,3 +550,56 @@ fn freed_room_goes_to_the_high_priority_member_first() {
         times(h_pid)
     );
 }
+
+#[test]
+fn others_leave_the_room_a_high_priority_member_wants_for_its_spilled_block() {
+    let _serial = one_at_a_time();
+    let work = tempfile::tempdir().unwrap();
+    let shm = work.path().join("shm");
+    // 64 MiB: n holds 40 (cudaMalloc: it cannot move); h gets 16, and its
+    // 24 MiB h2 spills (nothing can give way). m, a normal member, then
+    // allocates 8 MiB while the pool has 8 free: it leaves them to h, whose
+    // h2 wants room. When n frees 16, the 24 free go to h2.
+    let spawn = |steps: &[&str], priority: &str| {
+        spawn_member_as(&shm, "client", steps, "wants", "64MiB", priority)
+    };
+    let n = spawn(
+        &[
+            "malloc:n1:16M",
+            "malloc:n2:24M",
+            "sleep:1600",
+            "free:n1",
+            "sleep:2500",
+        ],
+        "normal",
+    );
+    let h = spawn(
+        &["sleep:200", "malloc:h1:16M", "malloc:h2:24M", "sleep:3500"],
+        "high",
+    );
+    let m = spawn(
+        &["meminfo", "sleep:1200", "malloc:x:8M", "sleep:2500"],
+        "normal",
+    );
+    let (h_pid, m_pid) = (h.id(), m.id());
+    for member in [n, h, m] {
+        assert!(member.wait_with_output().unwrap().status.success());
+    }
+    let placed = |pid, size: u64| {
+        moves(&member_trace(&shm, pid))
+            .into_iter()
+            .filter(|m| m.2 == size && (m.0 == "alloc" || m.0 == "promote"))
+            .map(|m| format!("{} {}", m.0, m.3))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        placed(h_pid, 24),
+        ["alloc host", "promote device"],
+        "h2 spilled, then came back when n freed room"
+    );
+    assert_eq!(
+        placed(m_pid, 8),
+        ["alloc host"],
+        "x left the free 8 MiB to h, which wanted 24"
+    );
+}

@@ -114,21 +114,27 @@ impl PoolSlot {
 
     /// Reserves `size` bytes on `device` if the pool's budget allows them.
     pub fn try_reserve(&self, device: u32, size: u64) -> bool {
-        self.try_reserve_as(device, size, false)
+        self.try_reserve_as(device, size, false, 0)
     }
 
-    /// The same for a member of low priority (`low`), which may not take
-    /// the last [`LOW_PRIORITY_HEADROOM_DIVISOR`]th of the budget.
-    pub fn try_reserve_as(&self, device: u32, size: u64, low: bool) -> bool {
+    /// The same for a member that leaves room to others: the last
+    /// [`LOW_PRIORITY_HEADROOM_DIVISOR`]th of the budget if it is of low
+    /// priority (`low`), and `leave` bytes (what the high-priority members
+    /// want).
+    pub fn try_reserve_as(&self, device: u32, size: u64, low: bool, leave: u64) -> bool {
         let budget = &self.budget[device as usize];
         self.device_bytes[device as usize]
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
                 let budget = budget.load(Ordering::Acquire);
-                let cap = if low && budget != NO_QUOTA {
-                    budget - budget / LOW_PRIORITY_HEADROOM_DIVISOR
+                if budget == NO_QUOTA {
+                    return used.checked_add(size);
+                }
+                let headroom = if low {
+                    budget / LOW_PRIORITY_HEADROOM_DIVISOR
                 } else {
-                    budget
+                    0
                 };
+                let cap = budget.saturating_sub(headroom).saturating_sub(leave);
                 used.checked_add(size).filter(|total| *total <= cap)
             })
             .is_ok()
@@ -305,11 +311,20 @@ mod tests {
         assert_eq!(pool.set_budget(0, None), Some(100));
         pool.set_budget(2, Some(800));
         assert!(
-            !pool.try_reserve_as(2, 701, true),
+            !pool.try_reserve_as(2, 701, true, 0),
             "low priority leaves 1/8"
         );
-        assert!(pool.try_reserve_as(2, 700, true));
-        assert!(pool.try_reserve_as(2, 100, false), "the others may take it");
+        assert!(
+            !pool.try_reserve_as(2, 601, true, 100),
+            "and what high-priority members want"
+        );
+        assert!(pool.try_reserve_as(2, 600, true, 100));
+        assert!(!pool.try_reserve_as(2, 101, false, 100));
+        assert!(pool.try_reserve_as(2, 100, false, 100));
+        assert!(
+            pool.try_reserve_as(2, 100, false, 0),
+            "the others may take it"
+        );
         assert_eq!(pools.in_use().len(), 2);
         assert!(check_name("team-a.v2_x").is_ok());
         assert!(check_name("").is_err());

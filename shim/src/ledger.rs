@@ -74,6 +74,10 @@ pub struct Ledger {
     pool: Option<&'static PoolSlot>,
     /// A low-priority member leaves the last part of the pool's budget.
     low_priority: bool,
+    /// Per device, the room this member leaves to the pool's high-priority
+    /// members: what they want, as the shim's thread last read it (0 for a
+    /// high-priority member).
+    left_for_high: [AtomicU64; MAX_DEVICES],
     /// Keyed by address; Fx hashing, since addresses are not chosen by an
     /// adversary and SipHash would double the cost of a lookup.
     blocks: DashMap<usize, Block, FxBuildHasher>,
@@ -133,6 +137,7 @@ impl Ledger {
         Self {
             pool,
             low_priority,
+            left_for_high: Default::default(),
             blocks: DashMap::with_hasher(FxBuildHasher),
             handles: DashMap::with_hasher(FxBuildHasher),
             mappings: Mutex::default(),
@@ -153,7 +158,8 @@ impl Ledger {
         // is given back, so the process's own count (and its peak) only
         // ever holds bytes it got.
         if let Some(pool) = self.pool {
-            if !pool.try_reserve_as(device, size, self.low_priority) {
+            let leave = self.left_for_high[device as usize].load(Ordering::Relaxed);
+            if !pool.try_reserve_as(device, size, self.low_priority, leave) {
                 return false;
             }
         }
@@ -176,6 +182,12 @@ impl Ledger {
                 false
             }
         }
+    }
+
+    /// Sets the room this member leaves to the high-priority members on
+    /// `device`.
+    pub fn leave_for_high(&self, device: u32, bytes: u64) {
+        self.left_for_high[device as usize].store(bytes, Ordering::Relaxed);
     }
 
     /// Reserves `size` device bytes with no limit (memory already taken).

@@ -10,8 +10,9 @@
 //!   of the pool, applies a cut of the pool's budget, gives way to the
 //!   high-priority members (demotes managed blocks until the pool has the
 //!   room they want: for allocations waiting, and for their spilled
-//!   blocks), and promotes spilled blocks into room other members freed,
-//!   beyond what the high-priority members want.
+//!   blocks) and keeps that room out of its own allocations' reach, and
+//!   promotes spilled blocks into room other members freed, beyond what the
+//!   high-priority members want.
 //!
 //! A job whose allocator caches (PyTorch) may not allocate again for a long
 //! time, hence a thread rather than waiting for the next call; no signal,
@@ -99,6 +100,8 @@ fn watch() {
                     }
                 }
                 let wanted = wanted[device as usize];
+                // New allocations and promotions leave that room too.
+                state.ledger.leave_for_high(device, wanted);
                 let give_way = wanted > policy::pool_room(state, device);
                 if !cut && spilled == 0 && !give_way {
                     continue;
