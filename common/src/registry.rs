@@ -308,6 +308,36 @@ impl<M: AsRef<[u8]>> Registry<M> {
         }
     }
 
+    /// Per device, the bytes that the live members of pool `index` with
+    /// `priority` want room for ([`DeviceCounters::wanted`]). Read by every
+    /// member's shim every 50 ms: only a slot that wants something is
+    /// checked for being alive, and nothing is copied.
+    pub fn wanted_in_pool(&self, index: u32, priority: u32) -> [u64; MAX_DEVICES] {
+        let mut wanted = [0; MAX_DEVICES];
+        for slot in self.slots() {
+            if slot.state.load(Ordering::Acquire) != LIVE
+                || slot.pool.load(Ordering::Acquire) != index + 1
+                || slot.priority.load(Ordering::Relaxed) != priority
+            {
+                continue;
+            }
+            let asks: [u64; MAX_DEVICES] =
+                std::array::from_fn(|d| slot.devices[d].wanted.load(Ordering::Relaxed));
+            if asks.iter().all(|&ask| ask == 0)
+                || !process::is_alive(
+                    slot.pid.load(Ordering::Relaxed),
+                    slot.start_time.load(Ordering::Relaxed),
+                )
+            {
+                continue;
+            }
+            for (total, ask) in wanted.iter_mut().zip(asks) {
+                *total += ask;
+            }
+        }
+        wanted
+    }
+
     /// The slot of the live process `pid`, for changing its quotas.
     pub fn live_slot(&self, pid: u32) -> Option<&ProcessSlot> {
         self.slots().iter().find(|slot| {
@@ -473,6 +503,33 @@ mod tests {
             long_one.cmdline.len(),
             CMDLINE_BYTES,
             "cut to the slot's room"
+        );
+    }
+
+    #[test]
+    fn what_a_pools_live_members_of_one_priority_want() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::new(open_or_create::<RegistryFile>(dir.path()).unwrap()).unwrap();
+        let me = std::process::id();
+        let start = process::start_time(me).unwrap();
+        let dead = registry.claim(me, start - 1, "dead", false).unwrap();
+        let first = registry.claim(me, start, "first", false).unwrap();
+        let second = registry.claim(me, start, "second", false).unwrap();
+        for (slot, bytes) in [(dead, 7000), (first, 100), (second, 20)] {
+            slot.set_pool(Some(3), 2);
+            slot.devices()[1].wanted.store(bytes, Ordering::Relaxed);
+        }
+        assert_eq!(
+            registry.wanted_in_pool(3, 2)[1],
+            120,
+            "the dead one's ask does not count"
+        );
+        second.set_pool(Some(4), 2);
+        assert_eq!(registry.wanted_in_pool(3, 2)[1], 100, "nor another pool's");
+        assert_eq!(
+            registry.wanted_in_pool(3, 1),
+            [0; MAX_DEVICES],
+            "nor another priority's"
         );
     }
 }

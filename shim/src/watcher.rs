@@ -73,7 +73,7 @@ fn watch() {
             let wanted = if high {
                 [0; MAX_DEVICES]
             } else {
-                wanted_by_high_priority(registry, index)
+                registry.wanted_in_pool(index, Priority::High as u32)
             };
             for device in 0..MAX_DEVICES as u32 {
                 if state.cached_quota(device) == QUOTA_UNRESOLVED {
@@ -167,25 +167,4 @@ fn use_device(device: u32) -> bool {
     cudart_sys::loaded_object_named("libcudart.so").is_some()
         // SAFETY: plain runtime call.
         && unsafe { real::cudaSetDevice(device as i32) } == 0
-}
-
-/// Per device, the bytes the pool's live high-priority members want room
-/// for ([`vramshare_common::registry::DeviceCounters::wanted`]).
-fn wanted_by_high_priority(
-    registry: &vramshare_common::registry::Registry<memmap2::MmapMut>,
-    index: u32,
-) -> [u64; MAX_DEVICES] {
-    let mut wanted = [0; MAX_DEVICES];
-    for member in registry
-        .live()
-        .iter()
-        .filter(|p| p.pool == Some(index) && p.priority == Priority::High as u32)
-    {
-        for (device, info) in &member.devices {
-            if let Some(w) = wanted.get_mut(*device as usize) {
-                *w += info.wanted;
-            }
-        }
-    }
-    wanted
 }
