@@ -281,14 +281,7 @@ fn create<F: SharedFile>(dir: &Path, path: &Path) -> Result<(), FileError> {
 /// Maps an existing file for writing, without ever making it (for
 /// `vramshare quota set`, which changes a live process's quota in place).
 pub fn open_existing_mut<F: SharedFile>(dir: &Path) -> Result<MmapMut, FileError> {
-    let path = dir.join(F::NAME);
-    let file = match OpenOptions::new().read(true).write(true).open(&path) {
-        Ok(file) => file,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => {
-            return Err(FileError::Missing(path))
-        }
-        Err(error) => return Err(FileError::Io(path, error)),
-    };
+    let (path, file) = existing::<F>(dir, true)?;
     // SAFETY: a shared mapping, written only through atomics.
     let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| FileError::Io(path.clone(), e))?;
     checked::<F>(&path, &file, &map)?;
@@ -298,18 +291,22 @@ pub fn open_existing_mut<F: SharedFile>(dir: &Path) -> Result<MmapMut, FileError
 /// Maps an existing file for reading (the command never makes the shared
 /// files, and changes only quotas).
 pub fn open_existing<F: SharedFile>(dir: &Path) -> Result<Mmap, FileError> {
-    let path = dir.join(F::NAME);
-    let file = match fs::File::open(&path) {
-        Ok(file) => file,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => {
-            return Err(FileError::Missing(path))
-        }
-        Err(error) => return Err(FileError::Io(path, error)),
-    };
+    let (path, file) = existing::<F>(dir, false)?;
     // SAFETY: read-only shared mapping; read through atomics or checked.
     let map = unsafe { Mmap::map(&file) }.map_err(|e| FileError::Io(path.clone(), e))?;
     checked::<F>(&path, &file, &map)?;
     Ok(map)
+}
+
+/// Opens the file of layout `F` in `dir` if it exists (for writing too if
+/// `write`).
+fn existing<F: SharedFile>(dir: &Path, write: bool) -> Result<(PathBuf, fs::File), FileError> {
+    let path = dir.join(F::NAME);
+    match OpenOptions::new().read(true).write(write).open(&path) {
+        Ok(file) => Ok((path, file)),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Err(FileError::Missing(path)),
+        Err(error) => Err(FileError::Io(path, error)),
+    }
 }
 
 /// Reads a little-endian `u64` / `u32` at `offset` of a header.
