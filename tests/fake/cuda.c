@@ -58,28 +58,16 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
     trace("cuMemFree_v2 ptr=%p rc=%d", (void *)p, rc);
     return rc;
 }
-static CUresult free_async(const char *name, CUdeviceptr p) {
-    /* The real driver refuses managed memory here. */
-    CUresult rc = p && is_managed((void *)p) ? INVALID_VALUE : pool_free((void *)p);
-    trace("%s ptr=%p rc=%d", name, (void *)p, rc);
-    return rc;
-}
 CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice device) { return pool_of_device(pool, device); }
 CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attribute, void *value) {
     return pool_attribute(pool, attribute, value);
 }
 CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) { return pool_trim("cuMemPoolTrimTo", pool, keep); }
-CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { return free_async("cuMemFreeAsync", p); }
-CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return free_async("cuMemFreeAsync_ptsz", p); }
+CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { return fake_free_async("cuMemFreeAsync", (void *)p); }
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return fake_free_async("cuMemFreeAsync_ptsz", (void *)p); }
 
 CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
-    if (no_device()) return NO_DEVICE;
-    pthread_mutex_lock(&lock);
-    *total = capacity();
-    *free_bytes = capacity() - used[current_device];
-    pthread_mutex_unlock(&lock);
-    trace("cuMemGetInfo_v2 device=%d", current_device);
-    return OK;
+    return fake_mem_info("cuMemGetInfo_v2", free_bytes, total);
 }
 
 CUresult cuStreamCreate(CUstream *s, unsigned flags) {

@@ -81,28 +81,16 @@ cudaError_t cudaFree(void *p) {
     trace("cudaFree ptr=%p rc=%d", p, rc);
     return rc;
 }
-static cudaError_t free_async(const char *name, void *p) {
-    /* The real runtime refuses managed memory here. */
-    cudaError_t rc = p && is_managed(p) ? INVALID_VALUE : pool_free(p);
-    trace("%s ptr=%p rc=%d", name, p, rc);
-    return rc;
-}
 cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *pool, int device) { return pool_of_device(pool, device); }
 cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, int attribute, void *value) {
     return pool_attribute(pool, attribute, value);
 }
 cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) { return pool_trim("cudaMemPoolTrimTo", pool, keep); }
-cudaError_t cudaFreeAsync(void *p, cudaStream_t s) { return free_async("cudaFreeAsync", p); }
-cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s) { return free_async("cudaFreeAsync_ptsz", p); }
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s) { return fake_free_async("cudaFreeAsync", p); }
+cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s) { return fake_free_async("cudaFreeAsync_ptsz", p); }
 
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
-    if (no_device()) return NO_DEVICE;
-    pthread_mutex_lock(&lock);
-    *total = capacity();
-    *free_bytes = capacity() - used[current_device];
-    pthread_mutex_unlock(&lock);
-    trace("cudaMemGetInfo device=%d", current_device);
-    return OK;
+    return fake_mem_info("cudaMemGetInfo", free_bytes, total);
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {

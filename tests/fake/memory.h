@@ -213,3 +213,22 @@ static int is_managed(const void *p) {
     return managed;
 }
 
+/* cudaFreeAsync, cuMemFreeAsync and their _ptsz forms (`name`, for the log):
+ * the real libraries refuse managed memory here. */
+static int fake_free_async(const char *name, void *p) {
+    int rc = p && is_managed(p) ? INVALID_VALUE : pool_free(p);
+    trace("%s ptr=%p rc=%d", name, p, rc);
+    return rc;
+}
+
+/* cudaMemGetInfo, cuMemGetInfo_v2 (`name`, for the log). */
+static int fake_mem_info(const char *name, size_t *free_bytes, size_t *total) {
+    if (no_device()) return NO_DEVICE;
+    pthread_mutex_lock(&lock);
+    *total = capacity();
+    *free_bytes = capacity() - used[current_device];
+    pthread_mutex_unlock(&lock);
+    trace("%s device=%d", name, current_device);
+    return OK;
+}
+
