@@ -90,17 +90,29 @@ fn joined_members(shm: &Path) -> usize {
         .map_or(0, |r| r.live().iter().filter(|p| p.pool.is_some()).count())
 }
 
+/// Polls `done` every 5 ms until it holds; fails, saying `what` (given the
+/// time waited), once `limit` has passed.
+fn poll_until(limit: Duration, mut done: impl FnMut() -> bool, what: impl Fn(Duration) -> String) {
+    let start = Instant::now();
+    while !done() {
+        let waited = start.elapsed();
+        assert!(waited < limit, "{}", what(waited));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Waits (up to 10 s) until pool `name` holds exactly `bytes` on device 0.
 fn wait_for_pool(shm: &Path, name: &str, bytes: u64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while pool_bytes(shm, name) != Some(bytes) {
-        assert!(
-            Instant::now() < deadline,
-            "pool {name} never held {bytes} bytes: {:?}",
-            pool_bytes(shm, name)
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    poll_until(
+        Duration::from_secs(10),
+        || pool_bytes(shm, name) == Some(bytes),
+        |_| {
+            format!(
+                "pool {name} never held {bytes} bytes: {:?}",
+                pool_bytes(shm, name)
+            )
+        },
+    );
 }
 
 /// Samples the pool as fast as it can until `stop`, keeping the highest value.
@@ -222,16 +234,16 @@ fn members_killed_with_sigkill_give_their_bytes_back_within_a_second() {
         member.kill().unwrap(); // SIGKILL: no exit handler runs
         member.wait().unwrap();
     }
-    let killed = Instant::now();
-    while pool_bytes(&shm, "team") != Some(96 * MIB) {
-        assert!(
-            killed.elapsed() < Duration::from_secs(1),
-            "after {:?} the pool still counts {:?}",
-            killed.elapsed(),
-            pool_bytes(&shm, "team")
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    poll_until(
+        Duration::from_secs(1),
+        || pool_bytes(&shm, "team") == Some(96 * MIB),
+        |waited| {
+            format!(
+                "after {waited:?} the pool still counts {:?}",
+                pool_bytes(&shm, "team")
+            )
+        },
+    );
     // The others never hang: each frees a and asks for c (24M), more than
     // the budget has for all six, so some c spill; none fail.
     for member in members.drain(..) {
@@ -431,38 +443,34 @@ fn two_of_eight_stressed_members_killed_are_reaped_within_a_second() {
         .collect();
     let doomed: Vec<Child> = members.drain(..2).collect();
     // Killed once all eight are in the pool and it is busy.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let joined = joined_members(&shm);
-        if joined == 8 && pool_bytes(&shm, "churn").unwrap_or(0) >= 48 * MIB {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{joined} members joined");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    poll_until(
+        Duration::from_secs(10),
+        || joined_members(&shm) == 8 && pool_bytes(&shm, "churn").unwrap_or(0) >= 48 * MIB,
+        |_| format!("{} members joined", joined_members(&shm)),
+    );
     let pids: Vec<u32> = doomed.iter().map(|c| c.id()).collect();
     for mut member in doomed {
         member.kill().unwrap();
         member.wait().unwrap();
     }
-    let killed = Instant::now();
-    loop {
+    let reaped = || {
         let registry = Registry::new(open_existing::<RegistryFile>(&shm).unwrap()).unwrap();
-        let reaped = registry
+        registry
             .gone()
             .iter()
             .filter(|p| pids.contains(&p.pid) && p.exited)
-            .count();
-        if reaped == 2 {
-            break;
-        }
-        assert!(
-            killed.elapsed() < Duration::from_secs(1),
-            "{reaped} of the 2 killed members reaped after {:?}",
-            killed.elapsed()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+            .count()
+    };
+    poll_until(
+        Duration::from_secs(1),
+        || reaped() == 2,
+        |waited| {
+            format!(
+                "{} of the 2 killed members reaped after {waited:?}",
+                reaped()
+            )
+        },
+    );
     for member in members {
         let output = member.wait_with_output().unwrap();
         assert!(
