@@ -70,7 +70,7 @@ fn watch() {
             registry.reap_dead(index, |dead| crate::state::reap(dead, Some(pool)));
             // What the high-priority members want room for; a member that
             // dies stops wanting with it.
-            let wanted = if high {
+            let wanted_by_high = if high {
                 [0; MAX_DEVICES]
             } else {
                 registry.wanted_in_pool(index, Priority::High as u32)
@@ -99,7 +99,7 @@ fn watch() {
                         usage.wanted.fetch_sub(asked - ask, Ordering::AcqRel);
                     }
                 }
-                let wanted = wanted[device as usize];
+                let wanted = wanted_by_high[device as usize];
                 // New allocations and promotions leave that room too.
                 state.ledger.leave_for_high(device, wanted);
                 let give_way = wanted > policy::pool_room(state, device);
