@@ -3,8 +3,14 @@
 //! checked before they are trusted.
 //!
 //! A file is made under a temporary name, filled in, and then linked into
-//! place, so no process ever maps a half-made file. The folder is 0700 and
-//! the files 0600; a folder or file owned by another user is refused.
+//! place, so no process ever maps a half-made file, with its space reserved
+//! on the filesystem, so that no write to it can fault. The folder is 0700
+//! and the files 0600. Before a file is trusted: the folder must be the
+//! user's (a symbolic link to it only if the user made the link) and
+//! writable by no one else; each file is opened without following links and
+//! without blocking, and must be a regular file of the user's that no one
+//! else can write. Each mapping is guarded against a file cut short
+//! ([`crate::fault_guard`]).
 
 use std::fmt;
 use std::fs::{self, OpenOptions};
@@ -32,6 +38,12 @@ pub enum FileError {
         owner: u32,
         me: u32,
     },
+    /// Others than its owner may write it (`mode`: its permission bits).
+    Writable {
+        path: PathBuf,
+        mode: u32,
+        folder: bool,
+    },
     /// Wrong magic, version, size or layout: the reason in words.
     Invalid(PathBuf, String),
 }
@@ -45,13 +57,19 @@ impl fmt::Display for FileError {
                 path.display()
             ),
             FileError::Io(path, error) => write!(f, "{}: {error}", path.display()),
-            FileError::ForeignOwner { path, owner, me } => {
-                write!(
-                    f,
-                    "{} belongs to uid {owner}, not to you (uid {me}): refused",
-                    path.display()
-                )
-            }
+            FileError::ForeignOwner { path, owner, me } => write!(
+                f,
+                "{} belongs to {}, not to you (uid {me}): refused; set VRAMSHARE_DIR (or --dir) to a folder of your own",
+                path.display(),
+                who(*owner),
+            ),
+            FileError::Writable { path, mode, folder } => write!(
+                f,
+                "{} can be written by other users (mode {mode:04o}): refused, since they could change quotas through it; make it yours alone with chmod {} {}",
+                path.display(),
+                if *folder { "700" } else { "600" },
+                path.display()
+            ),
             FileError::Invalid(path, why) => write!(f, "{}: {why}", path.display()),
         }
     }
@@ -121,6 +139,36 @@ pub unsafe fn slots<F: SharedFile, T>(bytes: &[u8]) -> &[T] {
     unsafe { std::slice::from_raw_parts(bytes.as_ptr().add(F::HEADER_LEN) as *const T, count) }
 }
 
+/// The name of user `uid`, for messages ("uid 1001 (alice)").
+fn who(uid: u32) -> String {
+    match crate::process::user_name(uid) {
+        Some(name) => format!("uid {uid} ({name})"),
+        None => format!("uid {uid}"),
+    }
+}
+
+/// What a file that is not a regular one is, in words.
+fn kind(file_type: fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if file_type.is_dir() {
+        "a folder"
+    } else if file_type.is_symlink() {
+        "a symbolic link"
+    } else if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_char_device() {
+        "a character device"
+    } else if file_type.is_block_device() {
+        "a block device"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// The checks on who may have written a folder or file: its owner must be
+/// the user, and no one else may write it.
 fn check_owner(path: &Path, metadata: &fs::Metadata) -> Result<(), FileError> {
     let me = crate::process::uid();
     if metadata.uid() != me {
@@ -130,10 +178,59 @@ fn check_owner(path: &Path, metadata: &fs::Metadata) -> Result<(), FileError> {
             me,
         });
     }
+    let mode = metadata.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(FileError::Writable {
+            path: path.to_path_buf(),
+            mode,
+            folder: metadata.is_dir(),
+        });
+    }
     Ok(())
 }
 
+/// Checks the folder before anything in it is used. A symbolic link in
+/// its place (the default folder is in world-writable `/dev/shm`) is
+/// followed only if the user made it; its target is then checked as the
+/// folder. `Ok(false)`: the folder does not exist.
+fn check_dir(dir: &Path) -> Result<bool, FileError> {
+    let io_error = |e| FileError::Io(dir.to_path_buf(), e);
+    let link = match fs::symlink_metadata(dir) {
+        Ok(link) => link,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(error) => return Err(io_error(error)),
+    };
+    let metadata = if link.file_type().is_symlink() {
+        let me = crate::process::uid();
+        if link.uid() != me {
+            return Err(FileError::ForeignOwner {
+                path: dir.to_path_buf(),
+                owner: link.uid(),
+                me,
+            });
+        }
+        match fs::metadata(dir) {
+            Ok(target) => target,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(error) => return Err(io_error(error)),
+        }
+    } else {
+        link
+    };
+    if !metadata.is_dir() {
+        return Err(FileError::Invalid(
+            dir.to_path_buf(),
+            format!("{}, not a folder", kind(metadata.file_type())),
+        ));
+    }
+    check_owner(dir, &metadata)?;
+    Ok(true)
+}
+
 fn ensure_dir(dir: &Path) -> Result<(), FileError> {
+    if check_dir(dir)? {
+        return Ok(());
+    }
     match fs::DirBuilder::new()
         .mode(0o700)
         .recursive(true)
@@ -142,41 +239,103 @@ fn ensure_dir(dir: &Path) -> Result<(), FileError> {
         Ok(()) => {}
         Err(error) => return Err(FileError::Io(dir.to_path_buf(), error)),
     }
-    let metadata = fs::metadata(dir).map_err(|e| FileError::Io(dir.to_path_buf(), e))?;
-    check_owner(dir, &metadata)
+    match check_dir(dir)? {
+        true => Ok(()),
+        false => Err(FileError::Io(
+            dir.to_path_buf(),
+            io::Error::other("made, then removed by another process at once"),
+        )),
+    }
 }
 
-fn checked<F: SharedFile>(path: &Path, file: &fs::File, bytes: &[u8]) -> Result<(), FileError> {
+/// Opens a shared file without following a link and without blocking (a
+/// FIFO in its place would otherwise hang the open), and checks that it is
+/// a regular file of the user's that no one else can write.
+fn open_checked(path: &Path, write: bool, create: bool) -> Result<fs::File, FileError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(write)
+        .create_new(create)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|error| match error.raw_os_error() {
+            Some(libc::ENOENT) => FileError::Missing(path.to_path_buf()),
+            Some(libc::ELOOP) => FileError::Invalid(
+                path.to_path_buf(),
+                "a symbolic link: refused (shared files are never opened through a link); remove it".into(),
+            ),
+            Some(libc::EISDIR) => {
+                FileError::Invalid(path.to_path_buf(), "a folder, not a regular file".into())
+            }
+            _ => FileError::Io(path.to_path_buf(), error),
+        })?;
     let metadata = file
         .metadata()
         .map_err(|e| FileError::Io(path.to_path_buf(), e))?;
+    if !metadata.file_type().is_file() {
+        return Err(FileError::Invalid(
+            path.to_path_buf(),
+            format!(
+                "{}, not a regular file: refused; remove it",
+                kind(metadata.file_type())
+            ),
+        ));
+    }
     check_owner(path, &metadata)?;
+    Ok(file)
+}
+
+/// Reserves the file's whole length on its filesystem, so that no later
+/// write to the mapping can find a full filesystem (which would be SIGBUS
+/// in the job, not an error). Already reserved pages cost nothing.
+fn reserve(file: &fs::File, len: usize, what: &str, path: &Path) -> Result<(), FileError> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid descriptor we own; posix_fallocate returns its error.
+    let error = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+    if error == 0 {
+        return Ok(());
+    }
+    Err(FileError::Io(
+        path.to_path_buf(),
+        io::Error::other(format!(
+            "cannot reserve the {len} bytes of a {what}: {}",
+            io::Error::from_raw_os_error(error)
+        )),
+    ))
+}
+
+fn validated<F: SharedFile>(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
     F::validate(bytes)
         .map(|_| ())
         .map_err(|why| FileError::Invalid(path.to_path_buf(), why))
 }
 
 /// Maps the file for writing, making it first if it does not exist.
-pub fn open_or_create<F: SharedFile>(dir: &Path) -> Result<MmapMut, FileError> {
+pub fn open_or_create<F: SharedFile>(dir: &Path) -> Result<Mapped<MmapMut>, FileError> {
     ensure_dir(dir)?;
     let path = dir.join(F::NAME);
+    // A file can be removed (replaced) between making and opening.
     for _ in 0..3 {
-        match OpenOptions::new().read(true).write(true).open(&path) {
+        match open_checked(&path, true, false) {
             Ok(file) => {
                 // SAFETY: a shared mapping of a file that other processes also
-                // map; every access to it goes through atomics or is checked.
+                // map; every access to it goes through atomics or is checked,
+                // and a page cut short is caught by the fault guard.
                 let map = unsafe { MmapMut::map_mut(&file) }
                     .map_err(|e| FileError::Io(path.clone(), e))?;
-                checked::<F>(&path, &file, &map)?;
+                let map = Mapped::new(map);
+                validated::<F>(&path, map.as_ref())?;
+                reserve(&file, map.as_ref().len(), F::WHAT, &path)?;
                 return Ok(map);
             }
-            Err(error) if error.kind() == io::ErrorKind::NotFound => create::<F>(dir, &path)?,
-            Err(error) => return Err(FileError::Io(path, error)),
+            Err(FileError::Missing(_)) => create::<F>(dir, &path)?,
+            Err(error) => return Err(error),
         }
     }
     Err(FileError::Io(
         path,
-        io::Error::other("made, then gone again, three times"),
+        io::Error::other("removed by another process each time it was made"),
     ))
 }
 
@@ -188,9 +347,9 @@ pub fn open_or_create<F: SharedFile>(dir: &Path) -> Result<MmapMut, FileError> {
 pub fn open_or_replace<F: SharedFile>(
     dir: &Path,
     replaced: impl FnOnce(&FileError),
-) -> Result<MmapMut, FileError> {
+) -> Result<Mapped<MmapMut>, FileError> {
     let (path, why) = match open_or_create::<F>(dir) {
-        Err(FileError::Invalid(path, why)) => (path, why),
+        Err(FileError::Invalid(path, why)) if path != dir => (path, why),
         other => return other,
     };
     // One process replaces it; the others wait here, then use its file.
@@ -205,6 +364,8 @@ pub fn open_or_replace<F: SharedFile>(
             format!("{why}; process {pid} still uses it, so it stays: set VRAMSHARE_DIR apart for this process, or start it after that one ends"),
         ));
     }
+    // The folder was checked (the user's, no one else's to write), so the
+    // name cannot lead anywhere else; a folder in its place is not removed.
     fs::remove_file(&path).map_err(|e| FileError::Io(path.clone(), e))?;
     replaced(&FileError::Invalid(path, why));
     open_or_create::<F>(dir)
@@ -218,7 +379,11 @@ struct DirLock {
 
 impl DirLock {
     fn exclusive(dir: &Path) -> Result<DirLock, FileError> {
-        let folder = fs::File::open(dir).map_err(|e| FileError::Io(dir.to_path_buf(), e))?;
+        let folder = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(dir)
+            .map_err(|e| FileError::Io(dir.to_path_buf(), e))?;
         use std::os::fd::AsRawFd;
         // SAFETY: a valid descriptor we own.
         if unsafe { libc::flock(folder.as_raw_fd(), libc::LOCK_EX) } != 0 {
@@ -248,64 +413,94 @@ fn mapped_by(path: &Path) -> Option<u32> {
         })
 }
 
-/// Makes the file under a temporary name and links it into place; losing
-/// the race to another process is fine (its file is used).
+/// Makes the file under a temporary name, with its space reserved, and
+/// links it into place; losing the race to another process is fine (its
+/// file is used). A filesystem too full for the file refuses it here, once,
+/// instead of faulting the job at some later write.
 fn create<F: SharedFile>(dir: &Path, path: &Path) -> Result<(), FileError> {
     let temp = dir.join(format!(".{}.{}.tmp", F::NAME, std::process::id()));
-    let io_error = |e| FileError::Io(temp.clone(), e);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&temp)
-        .map_err(io_error)?;
+    // Left by a process of this pid that died while making it.
+    let _ = fs::remove_file(&temp);
+    let file = open_checked(&temp, true, true)?;
     let made = (|| {
-        file.set_len(F::new_len() as u64)?;
+        reserve(&file, F::new_len(), F::WHAT, dir)?;
         // SAFETY: the file is ours alone until it is linked into place.
-        let mut map = unsafe { MmapMut::map_mut(&file) }?;
+        let mut map =
+            unsafe { MmapMut::map_mut(&file) }.map_err(|e| FileError::Io(temp.clone(), e))?;
         F::init(&mut map);
-        map.flush()?;
-        fs::hard_link(&temp, path).or_else(|e| {
-            if e.kind() == io::ErrorKind::AlreadyExists {
-                Ok(())
-            } else {
-                Err(e)
+        let linked = fs::hard_link(&temp, path);
+        match linked {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                Err(FileError::Io(path.to_path_buf(), e))
             }
-        })
+            _ => Ok(()),
+        }
     })();
     let _ = fs::remove_file(&temp);
-    made.map_err(|e| FileError::Io(path.to_path_buf(), e))
+    made
 }
 
 /// Maps an existing file for writing, without ever making it (for
 /// `vramshare quota set`, which changes a live process's quota in place).
-pub fn open_existing_mut<F: SharedFile>(dir: &Path) -> Result<MmapMut, FileError> {
-    let (path, file) = existing::<F>(dir, true)?;
-    // SAFETY: a shared mapping, written only through atomics.
+pub fn open_existing_mut<F: SharedFile>(dir: &Path) -> Result<Mapped<MmapMut>, FileError> {
+    let (path, file) = existing(dir, F::NAME, true)?;
+    // SAFETY: a shared mapping, written only through atomics; a page cut
+    // short is caught by the fault guard.
     let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| FileError::Io(path.clone(), e))?;
-    checked::<F>(&path, &file, &map)?;
+    let map = Mapped::new(map);
+    validated::<F>(&path, map.as_ref())?;
     Ok(map)
 }
 
 /// Maps an existing file for reading (the command never makes the shared
 /// files, and changes only quotas).
-pub fn open_existing<F: SharedFile>(dir: &Path) -> Result<Mmap, FileError> {
-    let (path, file) = existing::<F>(dir, false)?;
-    // SAFETY: read-only shared mapping; read through atomics or checked.
+pub fn open_existing<F: SharedFile>(dir: &Path) -> Result<Mapped<Mmap>, FileError> {
+    let (path, file) = existing(dir, F::NAME, false)?;
+    // SAFETY: read-only shared mapping; read through atomics or checked; a
+    // page cut short is caught by the fault guard.
     let map = unsafe { Mmap::map(&file) }.map_err(|e| FileError::Io(path.clone(), e))?;
-    checked::<F>(&path, &file, &map)?;
+    let map = Mapped::new(map);
+    validated::<F>(&path, map.as_ref())?;
     Ok(map)
 }
 
-/// Opens the file of layout `F` in `dir` if it exists (for writing too if
-/// `write`).
-fn existing<F: SharedFile>(dir: &Path, write: bool) -> Result<(PathBuf, fs::File), FileError> {
-    let path = dir.join(F::NAME);
-    match OpenOptions::new().read(true).write(write).open(&path) {
-        Ok(file) => Ok((path, file)),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => Err(FileError::Missing(path)),
-        Err(error) => Err(FileError::Io(path, error)),
+/// Opens the file `name` in `dir` if it exists (for writing too if
+/// `write`), after checking the folder: a folder of another user's says
+/// so, rather than that the file is missing.
+fn existing(dir: &Path, name: &str, write: bool) -> Result<(PathBuf, fs::File), FileError> {
+    let path = dir.join(name);
+    if !check_dir(dir)? {
+        return Err(FileError::Missing(path));
+    }
+    let file = open_checked(&path, write, false)?;
+    Ok((path, file))
+}
+
+/// A mapping of a shared file, guarded against SIGBUS from a file cut
+/// short ([`crate::fault_guard`]) for as long as it is mapped.
+pub struct Mapped<M> {
+    // Ends before `map` is unmapped: fields drop in order.
+    _guard: crate::fault_guard::Registration,
+    map: M,
+}
+
+impl<M: AsRef<[u8]>> Mapped<M> {
+    fn new(map: M) -> Mapped<M> {
+        let bytes = map.as_ref();
+        let guard = crate::fault_guard::guard(bytes.as_ptr(), bytes.len());
+        Mapped { map, _guard: guard }
+    }
+}
+
+impl<M: AsRef<[u8]>> AsRef<[u8]> for Mapped<M> {
+    fn as_ref(&self) -> &[u8] {
+        self.map.as_ref()
+    }
+}
+
+impl<M: AsMut<[u8]>> AsMut<[u8]> for Mapped<M> {
+    fn as_mut(&mut self) -> &mut [u8] {
+        self.map.as_mut()
     }
 }
 

@@ -57,6 +57,31 @@ pub fn uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
+/// The login name of `uid`, from the user database, if it has one.
+pub fn user_name(uid: u32) -> Option<String> {
+    // SAFETY: passwd is plain data; zeroed is a valid value to be overwritten.
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buffer = vec![0 as libc::c_char; 4096];
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwuid_r writes into the entry and buffer we own, and points
+    // `found` at the entry (or leaves it null).
+    let rc = unsafe {
+        libc::getpwuid_r(
+            uid,
+            &mut entry,
+            buffer.as_mut_ptr(),
+            buffer.len(),
+            &mut found,
+        )
+    };
+    if rc != 0 || found.is_null() || entry.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: on success pw_name points at a NUL-terminated string in `buffer`.
+    let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) };
+    Some(name.to_string_lossy().into_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

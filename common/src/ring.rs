@@ -25,8 +25,6 @@
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
-use memmap2::MmapMut;
-
 use crate::event::{Event, EVENT_WORDS};
 use crate::files::SharedFile;
 
@@ -147,7 +145,7 @@ impl<M: AsRef<[u8]>> Ring<M> {
     }
 }
 
-impl Ring<MmapMut> {
+impl<M: AsRef<[u8]> + AsMut<[u8]>> Ring<M> {
     /// Appends an event (its `seq` becomes its position in the ring). Never
     /// blocks; false if the event was dropped.
     pub fn push(&self, event: &Event) -> bool {

@@ -13,7 +13,7 @@ use std::time::Instant;
 use vramshare_common::files::open_or_create;
 use vramshare_common::ring::{load_event, Cursor, Ring, RingFile};
 
-fn ring(dir: &Path) -> Ring<memmap2::MmapMut> {
+fn ring(dir: &Path) -> Ring<vramshare_common::files::Mapped<memmap2::MmapMut>> {
     let map = open_or_create::<RingFile>(dir).unwrap_or_else(|e| panic!("{e}"));
     Ring::new(map).unwrap()
 }
