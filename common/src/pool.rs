@@ -1,9 +1,11 @@
 //! Pools: processes that share one device budget (`VRAMSHARE_POOL=NAME`).
 //!
 //! Layout (native byte order; `pools` in `VRAMSHARE_DIR`): a 64-byte header
-//! (magic `VSHPOOL1`, version 1, slot size, slot count, as in the ring),
-//! then the slots. A slot is free, being claimed, or in use; in use, it has
-//! a name and per device a budget and the device bytes its members hold.
+//! (magic `VSHPOOL1`, version 3, slot size, slot count, as in the ring),
+//! then the slots. A slot is free, being claimed (or freed), or in use; in
+//! use, it has a name, a count of members, and per device a budget and the
+//! device bytes its members hold. The last member to leave frees it. A slot
+//! in any other state (corrupt, or of a newer vramshare) is passed over.
 //! (What a high-priority member waits for is in its own registry slot, so
 //! that it ends with the member: [`crate::registry::DeviceCounters::wanted`].)
 //!
@@ -24,7 +26,7 @@ use crate::registry::NO_QUOTA;
 use crate::size::MAX_DEVICES;
 
 pub const MAGIC: u64 = u64::from_ne_bytes(*b"VSHPOOL1");
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 pub const HEADER_LEN: usize = 64;
 pub const DEFAULT_POOLS: u64 = 64;
 /// Longest pool name, in bytes.
@@ -45,6 +47,12 @@ pub struct PoolSlot {
     budget: [AtomicU64; MAX_DEVICES],
     /// Per device: the bytes the members hold on the device.
     device_bytes: [AtomicU64; MAX_DEVICES],
+    /// Processes in the pool (and, for an instant, ones checking that the
+    /// slot is still the pool they are joining): the last to leave frees
+    /// the slot, so that the table never fills with pools of the past and a
+    /// pool made again starts from its first member's budget.
+    members: AtomicU32,
+    _pad: AtomicU32,
 }
 
 /// The share of a budget that low-priority members leave to the others
@@ -171,6 +179,56 @@ impl PoolSlot {
     pub fn in_use(&self) -> bool {
         self.state.load(Ordering::Acquire) == IN_USE
     }
+
+    /// How many processes are in the pool.
+    pub fn members(&self) -> u32 {
+        self.members.load(Ordering::Acquire)
+    }
+
+    /// Takes one member out (one that left, or died and was reaped). The
+    /// last one out frees the slot, unless a process is joining it at that
+    /// instant (then it stays, and that process is its member).
+    pub fn leave(&self) {
+        let before = self
+            .members
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                Some(n.saturating_sub(1))
+            })
+            .unwrap_or(0);
+        if before != 1
+            || self
+                .state
+                .compare_exchange(IN_USE, CLAIMING, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
+            return;
+        }
+        if self.members.load(Ordering::Acquire) != 0 {
+            self.state.store(IN_USE, Ordering::Release);
+            return;
+        }
+        self.name_len.store(0, Ordering::Relaxed);
+        for device in 0..MAX_DEVICES {
+            self.budget[device].store(NO_QUOTA, Ordering::Relaxed);
+            self.device_bytes[device].store(0, Ordering::Relaxed);
+        }
+        self.state.store(FREE, Ordering::Release);
+    }
+
+    /// Counts a joining process in, if the slot is still pool `name`.
+    fn enter(&self, name: &str) -> bool {
+        self.members.fetch_add(1, Ordering::AcqRel);
+        if self.state.load(Ordering::Acquire) == IN_USE && self.name() == name {
+            return true;
+        }
+        // Freed (or being freed) meanwhile: not ours to count in.
+        let _ = self
+            .members
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                Some(n.saturating_sub(1))
+            });
+        false
+    }
 }
 
 /// The pools file's layout, for [`crate::files`].
@@ -246,13 +304,17 @@ impl<M: AsRef<[u8]> + AsMut<[u8]>> Pools<M> {
             let waited = std::time::Instant::now();
             loop {
                 match slot.state.load(Ordering::Acquire) {
-                    IN_USE if slot.name() == name => return Some((index as u32, slot)),
+                    IN_USE if slot.name() == name => {
+                        if slot.enter(name) {
+                            return Some((index as u32, slot));
+                        }
+                    }
                     IN_USE => break,
                     CLAIMING if waited.elapsed() < std::time::Duration::from_secs(1) => {
                         std::thread::yield_now()
                     }
                     CLAIMING => break,
-                    _ => {
+                    FREE => {
                         if slot
                             .state
                             .compare_exchange(FREE, CLAIMING, Ordering::AcqRel, Ordering::Acquire)
@@ -273,9 +335,14 @@ impl<M: AsRef<[u8]> + AsMut<[u8]>> Pools<M> {
                             slot.budget[device].store(NO_QUOTA, Ordering::Relaxed);
                             slot.device_bytes[device].store(0, Ordering::Relaxed);
                         }
+                        // Added, not stored: a process checking the slot
+                        // at this instant takes its own count back out.
+                        slot.members.fetch_add(1, Ordering::AcqRel);
                         slot.state.store(IN_USE, Ordering::Release);
                         return Some((index as u32, slot));
                     }
+                    // Corrupt, or a state of a newer vramshare: never ours.
+                    _ => break,
                 }
             }
         }
@@ -352,5 +419,71 @@ mod tests {
             }
         });
         assert_eq!(pool.device_bytes(1), 0);
+    }
+
+    #[test]
+    fn a_slot_in_an_unknown_state_is_passed_over_not_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let pools = Pools::new(open_or_create::<PoolFile>(dir.path()).unwrap()).unwrap();
+        // Every slot but one corrupt (or of a newer version).
+        let (keep, _) = pools.join("p").unwrap();
+        pools.get(keep).unwrap().leave();
+        for (index, slot) in pools.slots().iter().enumerate() {
+            if index as u32 != keep {
+                slot.state.store(7, Ordering::Release);
+            }
+        }
+        let start = std::time::Instant::now();
+        let (index, _) = pools.join("other").unwrap();
+        assert_eq!(index, keep, "the one usable slot");
+        assert!(start.elapsed() < std::time::Duration::from_secs(1));
+        assert!(pools.join("a third").is_none(), "then the table is full");
+        assert!(pools.find("other").is_some());
+    }
+
+    #[test]
+    fn the_last_member_out_frees_the_slot_and_a_pool_made_again_starts_afresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let pools = Pools::new(open_or_create::<PoolFile>(dir.path()).unwrap()).unwrap();
+        let (index, pool) = pools.join("p").unwrap();
+        pools.join("p").unwrap();
+        assert_eq!(pool.members(), 2);
+        pool.offer_budget(0, 8 << 20);
+        pool.reserve(0, 4096);
+        pool.leave();
+        assert!(pool.in_use(), "one member left");
+        pool.leave();
+        assert!(!pool.in_use() && pools.find("p").is_none(), "freed");
+        let (again, pool) = pools.join("p").unwrap();
+        assert_eq!(again, index);
+        assert_eq!(pool.budget(0), None, "its old budget is gone");
+        assert_eq!(pool.device_bytes(0), 0);
+        pool.leave();
+        pool.leave();
+        assert_eq!(pool.members(), 0, "never below zero");
+        // Far more pools than slots, one after another.
+        for n in 0..(3 * DEFAULT_POOLS) {
+            let (_, pool) = pools.join(&format!("pool-{n}")).expect("a free slot");
+            pool.leave();
+        }
+    }
+
+    #[test]
+    fn joining_while_the_last_member_leaves_ends_in_one_counted_pool() {
+        let dir = tempfile::tempdir().unwrap();
+        let pools = Pools::new(open_or_create::<PoolFile>(dir.path()).unwrap()).unwrap();
+        for _ in 0..2000 {
+            let (_, first) = pools.join("p").unwrap();
+            let joined = std::thread::scope(|s| {
+                let joiner = s.spawn(|| pools.join("p").unwrap());
+                first.leave();
+                joiner.join().unwrap()
+            });
+            let (_, slot) = joined;
+            assert!(slot.in_use() && slot.name() == "p");
+            assert_eq!(slot.members(), 1);
+            slot.leave();
+            assert!(pools.in_use().is_empty());
+        }
     }
 }
