@@ -4,7 +4,7 @@
 //! nothing extra) and read by `vramshare ps` and `top`.
 //!
 //! Layout (native byte order; `registry` in `VRAMSHARE_DIR`): a 64-byte
-//! header (magic `VSHREG01`, version 3, slot size, slot count, as in the
+//! header (magic `VSHREG01`, version 4, slot size, slot count, as in the
 //! ring), then the slots. A slot is free, being claimed, live, or exited
 //! (kept, with the process's numbers at exit, until a new process needs
 //! the slot: `vramshare dump` names the processes of the events it finds
@@ -16,16 +16,15 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use memmap2::MmapMut;
-
 use crate::files::SharedFile;
 use crate::process;
 use crate::size::MAX_DEVICES;
 
 pub const MAGIC: u64 = u64::from_ne_bytes(*b"VSHREG01");
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 pub const HEADER_LEN: usize = 64;
-pub const DEFAULT_SLOTS: u64 = 256;
+/// Room for the processes of a big node: 1,024 slots of 1.5 KiB.
+pub const DEFAULT_SLOTS: u64 = 1024;
 /// Bytes of the command line kept.
 pub const CMDLINE_BYTES: usize = 224;
 /// `DeviceCounters::quota` of a device without one.
@@ -129,6 +128,10 @@ pub struct ProcessSlot {
     pool: AtomicU32,
     /// 0 low, 1 normal, 2 high.
     priority: AtomicU32,
+    /// The devices the process sees (after `CUDA_VISIBLE_DEVICES`); 0
+    /// until its shim has asked.
+    device_count: AtomicU32,
+    _pad: AtomicU32,
     cmdline: [AtomicU64; CMDLINE_BYTES / 8],
     devices: [DeviceCounters; MAX_DEVICES],
 }
@@ -147,6 +150,8 @@ pub struct ProcessInfo {
     pub cmdline: String,
     pub spill_off: bool,
     pub registered_ns: u64,
+    /// The devices it sees, 0 if not known yet.
+    pub device_count: u32,
     /// Its slot was given back: at exit, or by a pool member that found it
     /// dead (its bytes then taken out of the pool). False for a process
     /// that died and was not noticed yet.
@@ -180,6 +185,11 @@ impl ProcessSlot {
         self.priority.store(priority, Ordering::Relaxed);
         self.pool
             .store(index.map_or(0, |i| i + 1), Ordering::Release);
+    }
+
+    /// Records how many devices the process sees.
+    pub fn set_device_count(&self, count: u32) {
+        self.device_count.store(count, Ordering::Relaxed);
     }
 
     /// Gives the slot back at exit, keeping what it says for `dump`.
@@ -219,6 +229,7 @@ impl ProcessSlot {
             cmdline: self.cmdline(),
             spill_off: self.spill.load(Ordering::Relaxed) == 1,
             registered_ns: self.registered_ns.load(Ordering::Relaxed),
+            device_count: self.device_count.load(Ordering::Relaxed),
             exited: state == EXITED,
             devices: self
                 .devices
@@ -357,7 +368,7 @@ impl<M: AsRef<[u8]>> Registry<M> {
     }
 }
 
-impl Registry<MmapMut> {
+impl<M: AsRef<[u8]> + AsMut<[u8]>> Registry<M> {
     /// Takes a slot for this process (a free one, or one whose process is
     /// gone); `None` if all are held by live processes.
     pub fn claim(
@@ -407,6 +418,7 @@ impl Registry<MmapMut> {
             slot.cmdline_len.store(len as u32, Ordering::Relaxed);
             slot.pool.store(0, Ordering::Relaxed);
             slot.priority.store(1, Ordering::Relaxed);
+            slot.device_count.store(0, Ordering::Relaxed);
             for device in &slot.devices {
                 device.reset();
             }

@@ -185,6 +185,8 @@ hooks! {
     }
     real_only {
         fn cudaGetDevice(device: *mut c_int);
+        fn cudaGetDeviceCount(count: *mut c_int);
+        fn cuDeviceGetCount(count: *mut c_int);
         fn cudaSetDevice(device: c_int);
         fn cudaRuntimeGetVersion(version: *mut c_int);
         fn cudaStreamCreateWithFlags(stream: *mut cudaStream_t, flags: c_uint);

@@ -154,6 +154,23 @@ impl Backend {
             .ok_or(cudaErrorInvalidValue)
     }
 
+    /// How many devices the process sees.
+    pub fn device_count(self) -> Result<u32, c_int> {
+        let mut count: c_int = 0;
+        // SAFETY: writes an integer we own.
+        let rc = unsafe {
+            match self {
+                Backend::Runtime => real::cudaGetDeviceCount(&mut count),
+                Backend::Driver => real::cuDeviceGetCount(&mut count),
+            }
+        };
+        if rc == cudaSuccess {
+            Ok(count.max(0) as u32)
+        } else {
+            Err(rc)
+        }
+    }
+
     /// The real (free, total) of the current device.
     pub fn mem_get_info(self) -> Result<(usize, usize), c_int> {
         let (mut free, mut total) = (0usize, 0usize);

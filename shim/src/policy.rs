@@ -71,13 +71,26 @@ fn resolve_quota(state: &State, device: u32, backend: Backend) -> bool {
     if backend == Backend::Runtime {
         placement::runtime_major(state);
     }
-    let quota = match config().quota.for_device(device) {
+    state.learn_device_count(|| backend.device_count().ok());
+    let mut quota = match config().quota.for_device(device) {
         None => NO_QUOTA,
         Some(limit) => match limit_bytes(limit, device, backend) {
             Some(bytes) => bytes.min(NO_QUOTA - 1),
             None => return false,
         },
     };
+    // Meant for a pool that could not take it: the pool's budget then
+    // holds it alone, as a quota of its own.
+    if let (None, Some(_), Some(limit)) = (
+        state.pool,
+        &config().pool,
+        config().pool_quota.for_device(device),
+    ) {
+        match limit_bytes(limit, device, backend) {
+            Some(bytes) => quota = quota.min(bytes.min(NO_QUOTA - 1)),
+            None => return false,
+        }
+    }
     if let (Some((_, pool)), Some(limit)) = (state.pool, config().pool_quota.for_device(device)) {
         if let Some(offered) = limit_bytes(limit, device, backend) {
             let running = pool.offer_budget(device, offered.min(NO_QUOTA - 1));

@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 
 use memmap2::MmapMut;
 use vramshare_common::event::{Api, Event, Op, Placement};
+use vramshare_common::files::Mapped;
 use vramshare_common::files::{default_dir, open_or_replace, FileError};
 use vramshare_common::pool::{PoolFile, PoolSlot, Pools};
 use vramshare_common::process::{self, monotonic_ns};
@@ -30,13 +31,13 @@ pub struct State {
     /// `VRAMSHARE_TRACE` asks for them at exit.
     pub trace: Option<TraceLog>,
     /// The shared trace ring, when it can be used.
-    ring: Option<Ring<MmapMut>>,
+    ring: Option<Ring<Mapped<MmapMut>>>,
     /// This process's slot in the shared registry (given back at exit).
     slot: Option<&'static ProcessSlot>,
     /// The pool this process shares a budget with, and its index.
     pub pool: Option<(u32, &'static PoolSlot)>,
     /// The shared registry, where dead members of the pool are found.
-    pub registry: Option<&'static Registry<MmapMut>>,
+    pub registry: Option<&'static Registry<Mapped<MmapMut>>>,
     /// Per device: `QUOTA_UNRESOLVED` until the process's own quota for it
     /// is resolved into the registry slot (whose value the policy reads),
     /// then `QUOTA_RESOLVED`.
@@ -54,6 +55,8 @@ pub struct State {
     /// Per stream-ordered pool, the slack last counted (see [`crate::stream_pools`]).
     pub pool_slack:
         std::sync::Mutex<std::collections::HashMap<usize, crate::stream_pools::Counted>>,
+    /// Set once the process's device count is known ([`State::learn_device_count`]).
+    devices_learned: std::sync::Once,
 }
 
 pub const QUOTA_UNRESOLVED: u64 = u64::MAX;
@@ -65,7 +68,7 @@ static PROCESS_HOOKS: std::sync::Once = std::sync::Once::new();
 
 /// Reads and checks the variables; on a malformed one, says so and exits 2.
 pub fn load_config() -> &'static Config {
-    CONFIG.get_or_init(|| match Config::from_env() {
+    CONFIG.get_or_init(|| match Config::from_env().and_then(check_trace_target) {
         Ok(config) => config,
         Err(error) => {
             let line = format!("{error}\n");
@@ -76,6 +79,24 @@ pub fn load_config() -> &'static Config {
             }
         }
     })
+}
+
+/// A trace target that cannot take the trace is refused as a malformed
+/// value is ([`crate::report::check_target`]).
+fn check_trace_target(config: Config) -> Result<Config, crate::config::ConfigError> {
+    if let Some(template) = &config.trace {
+        // SAFETY: getpid cannot fail.
+        let path = crate::report::trace_path(template, unsafe { libc::getpid() } as u32);
+        if let Err(reason) = crate::report::check_target(&path) {
+            return Err(crate::config::ConfigError {
+                variable: "VRAMSHARE_TRACE",
+                value: template.clone(),
+                reason,
+                forms: crate::report::TRACE_FORMS,
+            });
+        }
+    }
+    Ok(config)
 }
 
 pub fn config() -> &'static Config {
@@ -137,12 +158,15 @@ extern "C" fn at_exit() {
     if let Some(state) = started() {
         crate::report::write_trace_at_exit(state);
         if let Some(slot) = state.slot {
+            if let (Some((index, pool)), Some(registry)) = (state.pool, state.registry) {
+                // Members that died are taken out first, so that the last
+                // one to leave frees the pool's slot.
+                registry.reap_dead(index, |dead| reap(dead, Some(pool)));
+                clear_if_empty(registry, index, pool, Some(state.pid));
+            }
             // What the process still holds stops counting in its pool.
             reap(slot, state.pool.map(|(_, pool)| pool));
             slot.release();
-            if let (Some((index, pool)), Some(registry)) = (state.pool, state.registry) {
-                clear_if_empty(registry, index, pool, None);
-            }
         }
     }
 }
@@ -209,6 +233,7 @@ impl State {
             runtime_major: AtomicI32::new(0),
             runtime_version: AtomicI32::new(0),
             pool_slack: Default::default(),
+            devices_learned: std::sync::Once::new(),
         }
     }
 
@@ -261,6 +286,10 @@ impl State {
     /// Records a prepared event (one that carries more than `record` takes),
     /// in this process's trace and in the shared ring.
     pub fn record_event(&self, event: Event) {
+        if vramshare_common::fault_guard::pages_lost() {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| error!("a shared file in {} was cut short while this process mapped it: its lost pages read as zeros in this process only, so vramshare ps and pools no longer see all of what this process holds", default_dir().display()));
+        }
         if let Some(trace) = &self.trace {
             trace.record(&event);
         }
@@ -275,6 +304,30 @@ impl State {
         self.slot.is_some()
     }
 
+    /// On first use of a device: records how many devices the process sees
+    /// (for `vramshare quota set`), and says once of a quota entry that
+    /// names none of them.
+    pub fn learn_device_count(&self, ask: impl FnOnce() -> Option<u32>) {
+        self.devices_learned.call_once(|| {
+            let Some(count) = ask() else { return };
+            if let Some(slot) = self.slot {
+                slot.set_device_count(count);
+            }
+            let config = config();
+            for (variable, quota) in [
+                ("VRAMSHARE_QUOTA", &config.quota),
+                ("VRAMSHARE_POOL_QUOTA", &config.pool_quota),
+            ] {
+                let crate::config::Quota::PerDevice(list) = quota else {
+                    continue;
+                };
+                for (device, _) in list.iter().filter(|(device, _)| *device >= count) {
+                    error!("{variable} names device {device}, but this process sees {count} device{} (numbered from 0): that entry holds nothing; device numbers are the process's own, after CUDA_VISIBLE_DEVICES", if count == 1 { "" } else { "s" });
+                }
+            }
+        });
+    }
+
     pub fn cache_quota(&self, device: u32, quota: u64) {
         self.quotas[device as usize].store(quota, Ordering::Release);
     }
@@ -282,13 +335,13 @@ impl State {
 
 /// What this process uses of the shared files.
 struct Shared {
-    ring: Ring<MmapMut>,
+    ring: Ring<Mapped<MmapMut>>,
     slot: Option<&'static ProcessSlot>,
     pool: Option<(u32, &'static PoolSlot)>,
 }
 
 /// The registry, mapped for the life of the process.
-static REGISTRY: OnceLock<&'static Registry<MmapMut>> = OnceLock::new();
+static REGISTRY: OnceLock<&'static Registry<Mapped<MmapMut>>> = OnceLock::new();
 
 /// Maps the shared ring and registry in `VRAMSHARE_DIR` (making them if
 /// needed), claims this process's registry slot, and joins its pool. A full
@@ -301,7 +354,7 @@ fn open_shared(pid: u32) -> Result<Shared, FileError> {
         .map_err(|why| invalid("ring", why))?;
     // The registry stays mapped for the life of the process: the slot's
     // counters are the ledger's.
-    let registry: &'static Registry<MmapMut> = match REGISTRY.get() {
+    let registry: &'static Registry<Mapped<MmapMut>> = match REGISTRY.get() {
         Some(registry) => registry,
         None => {
             let registry = Registry::new(open_or_replace::<RegistryFile>(&dir, replaced)?)
@@ -317,10 +370,16 @@ fn open_shared(pid: u32) -> Result<Shared, FileError> {
         config().spill == Spill::Off,
     );
     if slot.is_none() {
-        warn!("the process registry in {} is full: this process is traced but not listed by vramshare ps", dir.display());
+        error!("the process registry in {} is full (every one of its slots is held by a live process): this process is traced, but vramshare ps does not list it and vramshare quota set cannot reach it", dir.display());
     }
     let pool = match &config().pool {
         None => None,
+        // Its bytes would stay counted in the pool if it died: nothing
+        // could tell that it had.
+        Some(name) if slot.is_none() => {
+            error!("not in pool {name}: a pool member must be listed in the registry, so that its bytes leave the pool however it ends; VRAMSHARE_POOL_QUOTA holds it as a quota of its own");
+            None
+        }
         Some(name) => {
             // A pool table that cannot be used costs the pool, not the
             // registry and the ring.
@@ -329,14 +388,14 @@ fn open_shared(pid: u32) -> Result<Shared, FileError> {
             let pools = match opened {
                 Ok(pools) => Some(&*Box::leak(Box::new(pools))),
                 Err(error) => {
-                    error!("cannot use the pool table: {error}; not in pool {name}: only this process's own quota holds it");
+                    error!("cannot use the pool table: {error}; not in pool {name}: VRAMSHARE_POOL_QUOTA holds it as a quota of its own");
                     None
                 }
             };
             let joined = pools.and_then(|pools| {
                 let joined = pools.join(name);
                 if joined.is_none() {
-                    error!("the pool table in {} is full: not in pool {name}; only this process's own quota holds it", dir.display());
+                    error!("the pool table in {} is full: not in pool {name}; VRAMSHARE_POOL_QUOTA holds it as a quota of its own", dir.display());
                 }
                 joined
             });
@@ -348,7 +407,13 @@ fn open_shared(pid: u32) -> Result<Shared, FileError> {
                 // if this process (which holds nothing yet) is alone in the
                 // pool, the pool holds nothing.
                 registry.reap_dead(index, |dead| reap(dead, Some(pool)));
-                clear_if_empty(registry, index, pool, Some(pid));
+                if clear_if_empty(registry, index, pool, Some(pid)) {
+                    // Alone in a pool its members left by dying: it takes
+                    // this process's budget, as a pool made anew would.
+                    for device in 0..MAX_DEVICES as u32 {
+                        pool.set_budget(device, None);
+                    }
+                }
             }
             joined
         }
@@ -357,23 +422,31 @@ fn open_shared(pid: u32) -> Result<Shared, FileError> {
 }
 
 /// A pool with no live member (other than `except`) holds nothing (see
-/// [`PoolSlot::clear_if_unchanged`]).
-fn clear_if_empty(registry: &Registry<MmapMut>, index: u32, pool: &PoolSlot, except: Option<u32>) {
+/// [`PoolSlot::clear_if_unchanged`]); true if it had none.
+fn clear_if_empty(
+    registry: &Registry<Mapped<MmapMut>>,
+    index: u32,
+    pool: &PoolSlot,
+    except: Option<u32>,
+) -> bool {
     let observed = pool.counts();
-    if registry
+    let empty = registry
         .live()
         .iter()
-        .all(|p| p.pool != Some(index) || Some(p.pid) == except)
-    {
+        .all(|p| p.pool != Some(index) || Some(p.pid) == except);
+    if empty {
         pool.clear_if_unchanged(&observed);
     }
+    empty
 }
 
-/// Takes a dead member's device bytes out of its pool.
-pub fn reap(dead: &ProcessSlot, pool: Option<&PoolSlot>) {
+/// Takes a member that is gone (this process at exit, or one that died)
+/// out of its pool: its device bytes and its place among the members.
+pub fn reap(gone: &ProcessSlot, pool: Option<&PoolSlot>) {
     if let Some(pool) = pool {
-        for (device, counters) in dead.devices().iter().enumerate() {
+        for (device, counters) in gone.devices().iter().enumerate() {
             pool.unreserve(device as u32, counters.device_bytes.load(Ordering::Acquire));
         }
+        pool.leave();
     }
 }

@@ -23,6 +23,7 @@ CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device) {
     return OK;
 }
 CUresult cuInit(unsigned flags) { return no_device() ? NO_DEVICE : OK; }
+CUresult cuDeviceGetCount(int *n) { if (no_device()) return NO_DEVICE; *n = device_count(); return OK; }
 CUresult cuCtxGetDevice(CUdevice *d) { if (no_device()) return NO_DEVICE; *d = current_device; return OK; }
 
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size) {
