@@ -111,11 +111,12 @@ impl Config {
         config.trace = var("VRAMSHARE_TRACE");
         if let Some(value) = var("VRAMSHARE_POOL") {
             let name = value.trim().to_string();
-            vramshare_common::pool::check_name(&name).map_err(|reason| {
+            // The forms are said once, by the error itself.
+            vramshare_common::pool::check_name(&name).map_err(|_| {
                 invalid(
                     "VRAMSHARE_POOL",
                     value.clone(),
-                    &reason,
+                    "not a pool name",
                     vramshare_common::pool::NAME_FORMS,
                 )
             })?;
@@ -226,6 +227,11 @@ mod tests {
         let error = vars(&[("VRAMSHARE_POOL", "team a")]).unwrap_err();
         assert_eq!(error.variable, "VRAMSHARE_POOL");
         assert!(error.to_string().contains("letters, digits"));
+        assert_eq!(
+            error.to_string().matches("accepted forms").count(),
+            1,
+            "the forms said once: {error}"
+        );
         assert_eq!(
             vars(&[("VRAMSHARE_POOL_QUOTA", "8GiB")])
                 .unwrap_err()

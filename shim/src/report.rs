@@ -4,6 +4,13 @@
 //! Without `%p`, the processes of one job share the file: each merges its
 //! part in under an `flock`, and a file left by an earlier job (another
 //! `VRAMSHARE_JOB`) is replaced rather than merged into.
+//!
+//! The target must be a regular file (or not exist yet), and not one the
+//! process writes already through its standard streams:
+//! `VRAMSHARE_TRACE=/dev/stdout` would otherwise truncate the job's own
+//! output when it goes to a file, and a pipe, FIFO or `/dev/full` would
+//! hang or fail the exit. Checked when the library loads (a bad target
+//! stops the job there, as any malformed variable), and again at exit.
 
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -20,6 +27,48 @@ pub const JOB_VARIABLE: &str = "VRAMSHARE_JOB";
 
 pub fn trace_path(template: &str, pid: u32) -> String {
     template.replace("%p", &pid.to_string())
+}
+
+/// The forms `VRAMSHARE_TRACE` accepts, for messages.
+pub const TRACE_FORMS: &str = "the path of a regular file (made if missing; not the job's own standard output or error); %p in it becomes the pid";
+
+/// Why the trace cannot go to a file of this kind, if it cannot.
+fn refused(metadata: &std::fs::Metadata) -> Option<String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let kind = metadata.file_type();
+    if !kind.is_file() {
+        let what = if kind.is_dir() {
+            "a folder"
+        } else if kind.is_fifo() {
+            "a FIFO or pipe"
+        } else if kind.is_char_device() {
+            "a character device"
+        } else if kind.is_socket() {
+            "a socket"
+        } else {
+            "not a regular file"
+        };
+        return Some(format!("{what}, not a regular file"));
+    }
+    (0..3).find_map(|fd| {
+        // SAFETY: fstat writes into a stat we own; a closed fd fails.
+        let mut stream: libc::stat = unsafe { std::mem::zeroed() };
+        let same = unsafe { libc::fstat(fd, &mut stream) } == 0
+            && stream.st_dev == metadata.dev()
+            && stream.st_ino == metadata.ino();
+        same.then(|| {
+            let name = ["input", "output", "error"][fd as usize];
+            format!("the process's standard {name}: the trace would overwrite it")
+        })
+    })
+}
+
+/// Checks the trace target of this process: `Err` says why it is refused.
+pub fn check_target(path: &str) -> Result<(), String> {
+    match std::fs::metadata(path) {
+        Ok(metadata) => refused(&metadata).map_or(Ok(()), Err),
+        Err(_) => Ok(()),
+    }
 }
 
 pub fn process_summary(state: &State) -> ProcessJson {
@@ -107,13 +156,27 @@ pub fn write_trace_at_exit(state: &State) {
     }
 }
 
-fn write_new(path: &str, trace: &TraceJson) -> std::io::Result<()> {
-    let mut file = OpenOptions::new()
+/// Opens the trace target without blocking (a FIFO would otherwise wait
+/// for a reader forever) and without truncating it, and refuses what is
+/// not a regular file of its own.
+fn open_target(path: &str) -> std::io::Result<std::fs::File> {
+    let file = OpenOptions::new()
+        .read(true)
         .write(true)
         .create(true)
-        .truncate(true)
+        .truncate(false)
         .mode(0o644)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)?;
+    match refused(&file.metadata()?) {
+        Some(why) => Err(std::io::Error::other(format!("refused: it is {why}"))),
+        None => Ok(file),
+    }
+}
+
+fn write_new(path: &str, trace: &TraceJson) -> std::io::Result<()> {
+    let mut file = open_target(path)?;
+    file.set_len(0)?;
     serde_json::to_writer(&mut file, trace)?;
     file.write_all(b"\n")
 }
@@ -121,13 +184,7 @@ fn write_new(path: &str, trace: &TraceJson) -> std::io::Result<()> {
 /// Adds this process's trace to a file that other processes of the same job
 /// may be writing too.
 fn merge_into(path: &str, mut trace: TraceJson) -> std::io::Result<()> {
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o644)
-        .open(path)?;
+    let mut file = open_target(path)?;
     // SAFETY: flock on a descriptor we own; released when the file closes.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
         return Err(std::io::Error::last_os_error());
