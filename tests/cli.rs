@@ -478,7 +478,7 @@ fn files_of_another_user_are_refused() {
     assert_refused(
         dir.path(),
         "ps",
-        "belongs to uid 65534, not to you (uid 0): refused",
+        "belongs to uid 65534 (nobody), not to you (uid 0): refused",
     );
     std::os::unix::fs::chown(dir.path(), Some(65534), None).unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
