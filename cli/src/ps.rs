@@ -11,7 +11,9 @@ use vramshare_common::registry::{DeviceInfo, ProcessInfo, Registry, RegistryFile
 use vramshare_common::size::human_bytes;
 
 /// The shared registry in `dir`, checked.
-pub fn registry(dir: &Path) -> Result<Registry<memmap2::Mmap>, String> {
+pub fn registry(
+    dir: &Path,
+) -> Result<Registry<vramshare_common::files::Mapped<memmap2::Mmap>>, String> {
     let map = open_existing::<RegistryFile>(dir).map_err(|e| e.to_string())?;
     Registry::new(map).map_err(|why| format!("{}: {why}", dir.join("registry").display()))
 }
