@@ -469,7 +469,7 @@ fn bad_shared_files_are_refused_clearly() {
 #[test]
 fn files_of_another_user_are_refused() {
     if vramshare_common::process::uid() != 0 {
-        eprintln!("skipped: giving a file to another user needs root");
+        skipped("giving a file to another user needs root");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

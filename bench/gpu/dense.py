@@ -1,6 +1,5 @@
-"""Dense training: every byte is touched every step (as ../shared/anchors/
-train_anchor.py): 12 x Linear(8192) + GELU, batch 4096, bf16 autocast,
-AdamW; about 15.3 GiB at its peak."""
+"""Dense training: every byte is touched every step: 12 x Linear(8192) +
+GELU, batch 4096, bf16 autocast, AdamW; about 15.3 GiB at its peak."""
 import torch
 import torch.nn as nn
 

@@ -1,6 +1,6 @@
 // Embedding-style gathers and scatters over a 16 GiB table, with the table
-// placed four ways, to find what a partly spilled table costs (issue 4,
-// bench/NOTES.md attempt 4):
+// placed four ways, to find what a partly spilled table costs
+// (bench/NOTES.md attempt 4):
 //   device     cudaMalloc
 //   host       managed; preferred location host, accessed by the device
 //              (vramshare's spill today)

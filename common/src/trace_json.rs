@@ -1,7 +1,8 @@
-//! The trace as JSON, schema `vramshare-trace/1` (see `../shared/DESIGN.md`):
-//! written by the shim at exit (`VRAMSHARE_TRACE`) and by `vramshare dump`,
-//! read by `vramshare report`. Fields beyond the schema's minimum have
-//! defaults, so that a file with only the minimum still reads.
+//! The trace as JSON, schema `vramshare-trace/1`, every field of which is
+//! described in `docs/trace-format.md`: written by the shim at exit
+//! (`VRAMSHARE_TRACE`) and by `vramshare dump`, read by `vramshare report`.
+//! Fields beyond the schema's minimum have defaults, so that a file with
+//! only the minimum still reads.
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,4 @@
-"""The allocation-path matrix of issue 5, on a GPU machine: each framework or
+"""The allocation-path matrix, on a GPU machine: each framework or
 program held to a quota under the shim, with spill host and off.
 
     python3 scripts/gpu/matrix.py BIN_DIR WORK_DIR OUT_DIR

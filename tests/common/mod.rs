@@ -419,6 +419,20 @@ pub fn nvidia_runtime() -> Option<PathBuf> {
     if std::env::var_os("VRAMSHARE_REQUIRE_REAL_CUDART").is_some() {
         panic!("{message}");
     }
-    eprintln!("skipped: {message}");
+    skipped(&message);
     None
+}
+
+/// Says that the calling test is skipped, and why. The harness captures what
+/// a passing test prints with `eprintln!` and never shows it, so the line
+/// goes to stderr directly, whole, in one write; libtest names each test's
+/// thread after the test.
+pub fn skipped(why: &str) {
+    use std::io::Write;
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("a test")
+        .to_string();
+    let line = format!("skipped: {test}: {why}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
 }
