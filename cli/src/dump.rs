@@ -9,6 +9,8 @@ use vramshare_common::registry::ProcessInfo;
 use vramshare_common::ring::{Cursor, Ring, RingFile};
 use vramshare_common::trace_json::{EventJson, ProcessJson, TraceJson};
 
+use crate::out::Failure;
+
 /// A live process's summary from its registry slot (no leaks: it still runs).
 fn process_json(info: &ProcessInfo) -> ProcessJson {
     ProcessJson {
@@ -20,7 +22,7 @@ fn process_json(info: &ProcessInfo) -> ProcessJson {
     .with_devices(&info.devices)
 }
 
-pub fn dump(dir: &Path, pid: Option<u32>, output: Option<&Path>) -> Result<ExitCode, String> {
+pub fn dump(dir: &Path, pid: Option<u32>, output: Option<&Path>) -> Result<ExitCode, Failure> {
     let map = open_existing::<RingFile>(dir).map_err(|e| e.to_string())?;
     let ring = Ring::new(map).map_err(|why| format!("{}: {why}", dir.join("ring").display()))?;
     let mut cursor = Cursor::oldest(&ring);
@@ -72,7 +74,7 @@ pub fn dump(dir: &Path, pid: Option<u32>, output: Option<&Path>) -> Result<ExitC
     match output {
         Some(path) => std::fs::write(path, text + "\n")
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?,
-        None => println!("{text}"),
+        None => crate::out::print(&(text + "\n"))?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -3,6 +3,7 @@
 //! in `VRAMSHARE_DIR`; it never loads CUDA.
 
 mod dump;
+mod out;
 mod ps;
 mod quota;
 mod report;
@@ -234,11 +235,5 @@ fn main() -> ExitCode {
             (None, None) => unreachable!("clap requires --pid or --pool"),
         },
     };
-    match result {
-        Ok(code) => code,
-        Err(message) => {
-            eprintln!("vramshare: {message}");
-            ExitCode::from(1)
-        }
-    }
+    result.unwrap_or_else(out::exit_code)
 }

@@ -12,6 +12,8 @@ use vramshare_common::files::open_existing_mut;
 use vramshare_common::registry::{Registry, RegistryFile, NO_QUOTA};
 use vramshare_common::size::{human_bytes, parse_limit, Limit, MAX_DEVICES};
 
+use crate::out::{print, Failure};
+
 /// The forms `quota set` accepts.
 pub const SET_FORMS: &str =
     "a size such as 8GiB, 512MiB or 1048576 (bytes), or \"none\" for no limit";
@@ -34,16 +36,13 @@ pub fn parse_set_size(text: &str) -> Result<NewQuota, String> {
     }
 }
 
-pub fn get(dir: &Path, pid: Option<u32>, json: bool) -> Result<ExitCode, String> {
+pub fn get(dir: &Path, pid: Option<u32>, json: bool) -> Result<ExitCode, Failure> {
     let pools = crate::ps::pools(dir)?;
     let mut processes = crate::ps::live_processes(dir)?;
     if let Some(pid) = pid {
         processes.retain(|p| p.pid == pid);
         if processes.is_empty() {
-            return Err(format!(
-                "no live vramshare process {pid} in {}",
-                dir.display()
-            ));
+            return Err(format!("no live vramshare process {pid} in {}", dir.display()).into());
         }
     }
     let rows: Vec<(u32, u32, Option<u64>, u64)> = processes
@@ -70,19 +69,24 @@ pub fn get(dir: &Path, pid: Option<u32>, json: bool) -> Result<ExitCode, String>
             })
             .collect();
         let value = serde_json::json!({"processes": processes, "pools": pools});
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?
-        );
+        let text = serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?;
+        print(&(text + "\n"))?;
     } else {
-        println!("{:>8} {:>3} {:>10} {:>10}", "PID", "GPU", "QUOTA", "DEVICE");
+        let mut text = format!(
+            "{:>8} {:>3} {:>10} {:>10}\n",
+            "PID", "GPU", "QUOTA", "DEVICE"
+        );
         for (pid, device, quota, used) in rows {
             let quota = show(quota);
-            println!("{pid:>8} {device:>3} {quota:>10} {:>10}", human_bytes(used));
+            text += &format!(
+                "{pid:>8} {device:>3} {quota:>10} {:>10}\n",
+                human_bytes(used)
+            );
         }
         if pid.is_none() {
-            print!("{}", crate::ps::pool_table(&processes, &pools));
+            text += &crate::ps::pool_table(&processes, &pools);
         }
+        print(&text)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -109,7 +113,7 @@ pub fn set_pool(
     name: &str,
     device: u32,
     NewQuota(size): NewQuota,
-) -> Result<ExitCode, String> {
+) -> Result<ExitCode, Failure> {
     use vramshare_common::pool::{PoolFile, Pools};
     check_device(device)?;
     let map = open_existing_mut::<PoolFile>(dir).map_err(|e| e.to_string())?;
@@ -118,11 +122,11 @@ pub fn set_pool(
         .find(name)
         .ok_or_else(|| format!("no pool {name:?} in {}", dir.display()))?;
     let before = pool.set_budget(device, size);
-    println!(
-        "pool {name} device {device}: budget {} -> {}",
+    print(&format!(
+        "pool {name} device {device}: budget {} -> {}\n",
         show(before),
         show(size)
-    );
+    ))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -133,7 +137,7 @@ pub fn set(
     pid: u32,
     device: u32,
     NewQuota(size): NewQuota,
-) -> Result<ExitCode, String> {
+) -> Result<ExitCode, Failure> {
     check_device(device)?;
     let map = open_existing_mut::<RegistryFile>(dir).map_err(|e| e.to_string())?;
     let registry =
@@ -144,10 +148,10 @@ pub fn set(
     let before = slot.devices()[device as usize]
         .quota
         .swap(size.unwrap_or(NO_QUOTA), Ordering::AcqRel);
-    println!(
-        "pid {pid} device {device}: quota {} -> {}",
+    print(&format!(
+        "pid {pid} device {device}: quota {} -> {}\n",
         show((before != NO_QUOTA).then_some(before)),
         show(size)
-    );
+    ))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -8,13 +8,15 @@ use vramshare_common::event::{Op, Placement};
 use vramshare_common::size::human_bytes;
 use vramshare_common::trace_json::{EventJson, ProcessJson, TraceJson};
 
+use crate::out::Failure;
+
 const LARGEST: usize = 5;
 
-pub fn report(file: &Path) -> Result<ExitCode, String> {
+pub fn report(file: &Path) -> Result<ExitCode, Failure> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
     let trace = TraceJson::parse(&text).map_err(|why| format!("{}: {why}", file.display()))?;
-    print!("{}", render(&trace));
+    crate::out::print(&render(&trace))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,0 +1,165 @@
+//! The `vramshare` command in a hostile or careless environment: output
+//! that cannot be written, numbers near the end of 64 bits, command lines
+//! that would drive the terminal, and shared files that are not there.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::*;
+use serde_json::{json, Value};
+use vramshare_common::files::open_or_create;
+use vramshare_common::pool::{PoolFile, Pools};
+use vramshare_common::process;
+use vramshare_common::registry::{ProcessSlot, Registry, RegistryFile};
+use vramshare_common::ring::RingFile;
+
+fn command(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_vramshare"));
+    command
+        .args(args)
+        .env("VRAMSHARE_LIB", shim_library())
+        .env_remove("VRAMSHARE_DIR");
+    command
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Shared files in `dir` in which this test process is a live job with
+/// `cmdline`, its slot filled in by `fill`; and an empty trace ring.
+fn live_as_me(dir: &Path, cmdline: &str, fill: impl FnOnce(&ProcessSlot)) {
+    let registry = Registry::new(open_or_create::<RegistryFile>(dir).unwrap()).unwrap();
+    let me = std::process::id();
+    let slot = registry
+        .claim(me, process::start_time(me).unwrap(), cmdline, false)
+        .unwrap();
+    fill(slot);
+    open_or_create::<RingFile>(dir).unwrap();
+}
+
+fn set(counter: &std::sync::atomic::AtomicU64, value: u64) {
+    counter.store(value, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// A folder where every subcommand has something to print: this process
+/// live with a quota, a pool with a budget, and a trace file.
+fn busy_dir() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    live_as_me(dir.path(), "python train.py", |slot| {
+        set(&slot.devices()[0].quota, 64 * MIB);
+        set(&slot.devices()[0].device_bytes, 8 * MIB);
+        set(&slot.devices()[0].peak_device, 8 * MIB);
+    });
+    let pools = Pools::new(open_or_create::<PoolFile>(dir.path()).unwrap()).unwrap();
+    pools.join("team").unwrap().1.set_budget(0, Some(64 * MIB));
+    let trace = dir.path().join("trace.json");
+    let process = json!({"pid": 7, "cmdline": "job"});
+    let alloc = event(0, "alloc", "cudaMalloc", "0x1000", MIB, "device");
+    std::fs::write(&trace, trace_json(&[process], &[alloc])).unwrap();
+    (dir, trace.to_str().unwrap().to_string())
+}
+
+/// Every subcommand that prints, with its arguments for `busy_dir`.
+fn printing_commands(dir: &str, trace: &str) -> Vec<Vec<String>> {
+    let me = std::process::id().to_string();
+    [
+        vec!["ps", "--dir", dir],
+        vec!["ps", "--json", "--dir", dir],
+        vec!["top", "--iterations", "2", "--interval", "50", "--dir", dir],
+        vec!["dump", "--dir", dir],
+        vec!["report", trace],
+        vec!["quota", "get", "--dir", dir],
+        vec!["quota", "get", "--json", "--dir", dir],
+        vec!["quota", "set", "--pid", &me, "32MiB", "--dir", dir],
+        vec!["quota", "set", "--pool", "team", "32MiB", "--dir", dir],
+    ]
+    .iter()
+    .map(|args| args.iter().map(|a| a.to_string()).collect())
+    .collect()
+}
+
+fn args_of(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+/// A trace file of `vramshare-trace/1` with these processes and events.
+fn trace_json(processes: &[Value], events: &[Value]) -> String {
+    json!({"schema": "vramshare-trace/1", "processes": processes, "events": events}).to_string()
+}
+
+fn event(seq: u64, op: &str, api: &str, ptr: &str, size: u64, placement: &str) -> Value {
+    json!({
+        "seq": seq, "t_ns": seq, "pid": 7, "tid": 7, "device": 0, "op": op,
+        "api": api, "ptr": ptr, "size": size, "placement": placement, "rc": 0
+    })
+}
+
+#[test]
+fn a_full_disk_is_one_line_and_status_1() {
+    let (dir, trace) = busy_dir();
+    for args in printing_commands(dir.path().to_str().unwrap(), &trace) {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = command(&args_of(&args)).stdout(full).output().unwrap();
+        assert_eq!(
+            (out.status.code(), text(&out.stderr).as_str()),
+            (
+                Some(1),
+                "vramshare: cannot write the output: No space left on device (os error 28)\n"
+            ),
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn a_pipe_closed_before_the_output_ends_the_command_quietly() {
+    let (dir, trace) = busy_dir();
+    for args in printing_commands(dir.path().to_str().unwrap(), &trace) {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = command(&args_of(&args)).stdout(writer).output().unwrap();
+        assert_eq!(
+            (out.status.code(), text(&out.stderr).as_str()),
+            (Some(0), ""),
+            "{args:?}"
+        );
+    }
+}
+
+/// `vramshare top --iterations N | head -1`: the reader goes away after the
+/// first line, while the command still has refreshes to print.
+#[test]
+fn top_into_a_reader_that_stops_after_one_line_ends_quietly() {
+    let (dir, _) = busy_dir();
+    let dir = dir.path().to_str().unwrap();
+    let mut top = command(&[
+        "top",
+        "--iterations",
+        "100",
+        "--interval",
+        "50",
+        "--dir",
+        dir,
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut first = String::new();
+    BufReader::new(top.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("1 processes under vramshare"), "{first}");
+    let out = top.wait_with_output().unwrap();
+    assert_eq!(
+        (out.status.code(), text(&out.stderr).as_str()),
+        (Some(0), "")
+    );
+}
