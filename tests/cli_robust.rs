@@ -6,7 +6,7 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 
 use common::*;
 use serde_json::{json, Value};
@@ -23,6 +23,10 @@ fn command(args: &[&str]) -> Command {
         .env("VRAMSHARE_LIB", shim_library())
         .env_remove("VRAMSHARE_DIR");
     command
+}
+
+fn vramshare(args: &[&str]) -> Output {
+    command(args).output().unwrap()
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -161,5 +165,107 @@ fn top_into_a_reader_that_stops_after_one_line_ends_quietly() {
     assert_eq!(
         (out.status.code(), text(&out.stderr).as_str()),
         (Some(0), "")
+    );
+}
+
+fn report(trace: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("trace.json");
+    std::fs::write(&file, trace).unwrap();
+    let out = vramshare(&["report", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// What `human_bytes` shows for 2^64 - 1 bytes: sums that reach it stay there.
+const MOST: &str = "16777216.00 TiB";
+
+#[test]
+fn report_sums_of_sizes_near_2_to_the_64_do_not_wrap() {
+    let huge = u64::MAX - 1;
+    let leak = |ptr: &str, size: u64| json!({"ptr": ptr, "size": size, "placement": "host", "api": "cudaMalloc"});
+    let process = json!({
+        "pid": 7, "cmdline": "job", "quota": {"0": huge},
+        "leaked": [leak("0x1000", huge), leak("0x2000", huge), leak("0x3000", 2)]
+    });
+    let mut events = Vec::new();
+    for (seq, (op, placement)) in [
+        ("alloc", "host"),
+        ("alloc", "host"),
+        ("promote", "device"),
+        ("promote", "device"),
+        ("reject", "device"),
+        ("reject", "device"),
+        ("demote", "host"),
+        ("demote", "host"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let ptr = format!("{:#x}", 0x1000 * (seq % 2 + 1));
+        events.push(event(seq as u64, op, "cudaMalloc", &ptr, huge, placement));
+    }
+    let text = report(&trace_json(&[process], &events));
+    assert!(
+        text.contains(&format!(
+            "spilled to host: 2 allocations, {MOST}; promoted back: 2, {MOST}; \
+             rejected: 2 ({MOST}); demoted to host: 2, {MOST}"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("leaks (at exit): 3 blocks, {MOST}: ")),
+        "{text}"
+    );
+
+    // Without the shim's list, the leaks are the events' unfreed blocks.
+    let process = json!({"pid": 7, "cmdline": "job"});
+    let allocs: Vec<Value> = (0..3)
+        .map(|i| {
+            event(
+                i,
+                "alloc",
+                "cudaMalloc",
+                &format!("{:#x}", 0x1000 * (i + 1)),
+                huge,
+                "device",
+            )
+        })
+        .collect();
+    let text = report(&trace_json(&[process], &allocs));
+    assert!(
+        text.contains(&format!(
+            "leaks (not freed by the end of the trace): 3 blocks, {MOST}: "
+        )),
+        "{text}"
+    );
+}
+
+#[test]
+fn top_totals_near_2_to_the_64_do_not_wrap() {
+    let dir = tempfile::tempdir().unwrap();
+    live_as_me(dir.path(), "job", |slot| {
+        for device in &slot.devices()[..2] {
+            set(&device.device_bytes, u64::MAX / 2 + 1);
+            set(&device.spilled_bytes, u64::MAX / 2 + 1);
+            set(&device.peak_device, u64::MAX / 2 + 1);
+        }
+    });
+    let out = vramshare(&[
+        "top",
+        "--iterations",
+        "1",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let first = text(&out.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(
+        first,
+        format!("1 processes under vramshare: {MOST} on GPUs, {MOST} spilled to host memory")
     );
 }

@@ -8,6 +8,7 @@ mod ps;
 mod quota;
 mod report;
 mod run;
+mod show;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

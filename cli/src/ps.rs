@@ -11,6 +11,7 @@ use vramshare_common::registry::{DeviceInfo, ProcessInfo, Registry, RegistryFile
 use vramshare_common::size::human_bytes;
 
 use crate::out::{print, Failure};
+use crate::show::total;
 
 /// The shared registry in `dir`, checked.
 pub fn registry(dir: &Path) -> Result<Registry<memmap2::Mmap>, String> {
@@ -200,16 +201,9 @@ pub fn ps(dir: &Path, json: bool) -> Result<ExitCode, Failure> {
 }
 
 fn totals(processes: &[ProcessInfo]) -> String {
-    let device: u64 = processes
-        .iter()
-        .flat_map(|p| &p.devices)
-        .map(|(_, i)| i.device_bytes)
-        .sum();
-    let spilled: u64 = processes
-        .iter()
-        .flat_map(|p| &p.devices)
-        .map(|(_, i)| i.spilled_bytes)
-        .sum();
+    let devices = || processes.iter().flat_map(|p| &p.devices);
+    let device = total(devices().map(|(_, i)| i.device_bytes));
+    let spilled = total(devices().map(|(_, i)| i.spilled_bytes));
     format!(
         "{} processes under vramshare: {} on GPUs, {} spilled to host memory",
         processes.len(),

@@ -9,6 +9,7 @@ use vramshare_common::size::human_bytes;
 use vramshare_common::trace_json::{EventJson, ProcessJson, TraceJson};
 
 use crate::out::Failure;
+use crate::show::total;
 
 const LARGEST: usize = 5;
 
@@ -101,15 +102,11 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
                     e.op() == Some(op) && (placement.is_none() || e.placement() == placement)
                 })
                 .collect();
-            (chosen.len(), chosen.iter().map(|e| e.size).sum())
+            (chosen.len(), total(chosen.iter().map(|e| e.size)))
         };
         let (spills, _) = sum(Op::Alloc, Some(Placement::Host));
         // A spilled block's head may live on the device: count what went to the host.
-        let spilled: u64 = events
-            .iter()
-            .filter(on_device)
-            .map(|e| e.spilled_bytes())
-            .sum();
+        let spilled = total(events.iter().filter(on_device).map(|e| e.spilled_bytes()));
         let (promotions, promoted) = sum(Op::Promote, None);
         let (rejections, rejected) = sum(Op::Reject, None);
         let (demotions, demoted) = sum(Op::Demote, None);
@@ -187,7 +184,7 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
     if leaks.is_empty() {
         out.push_str("  leaks: none\n");
     } else {
-        let total: u64 = leaks.iter().map(|(s, _)| s).sum();
+        let leaked = total(leaks.iter().map(|(s, _)| *s));
         let shown: Vec<&str> = leaks
             .iter()
             .take(LARGEST)
@@ -201,7 +198,7 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
         out.push_str(&format!(
             "  leaks ({leak_source}): {} blocks, {}: {}{more}\n",
             leaks.len(),
-            human_bytes(total),
+            human_bytes(leaked),
             shown.join("; ")
         ));
     }
