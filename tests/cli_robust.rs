@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use vramshare_common::files::open_or_create;
 use vramshare_common::pool::{PoolFile, Pools};
 use vramshare_common::process;
-use vramshare_common::registry::{ProcessSlot, Registry, RegistryFile};
+use vramshare_common::registry::{ProcessSlot, Registry, RegistryFile, NO_QUOTA};
 use vramshare_common::ring::RingFile;
 
 fn command(args: &[&str]) -> Command {
@@ -267,5 +267,52 @@ fn top_totals_near_2_to_the_64_do_not_wrap() {
     assert_eq!(
         first,
         format!("1 processes under vramshare: {MOST} on GPUs, {MOST} spilled to host memory")
+    );
+}
+
+/// `quota get --json`: (the process's quota on device 0, the pool's budget).
+fn quota_and_budget(dir: &str) -> (Value, Value) {
+    let out = vramshare(&["quota", "get", "--json", "--dir", dir]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    (
+        got["processes"][0]["quota"].clone(),
+        got["pools"][0]["budget"].clone(),
+    )
+}
+
+#[test]
+fn a_quota_of_2_to_the_64_less_1_is_refused_since_it_means_none() {
+    let (dir, _) = busy_dir();
+    let dir = dir.path().to_str().unwrap();
+    let me = std::process::id().to_string();
+    let before = (json!(64 * MIB), json!(64 * MIB));
+    assert_eq!(quota_and_budget(dir), before);
+    let max = NO_QUOTA.to_string();
+    for target in [["--pid", me.as_str()], ["--pool", "team"]] {
+        for size in [max.clone(), format!("{max}B"), format!("{max} b")] {
+            let out = vramshare(&["quota", "set", target[0], target[1], &size, "--dir", dir]);
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{target:?} {size}: {stderr}");
+            assert!(
+                stderr.contains(&format!(
+                    "the largest size accepted is {} bytes",
+                    NO_QUOTA - 1
+                )) && stderr.contains("accepted forms: a size such as 8GiB"),
+                "{stderr}"
+            );
+            assert_eq!(quota_and_budget(dir), before, "left as it was");
+        }
+    }
+    // One byte less is a quota like any other.
+    let largest = (NO_QUOTA - 1).to_string();
+    for target in [["--pid", me.as_str()], ["--pool", "team"]] {
+        let out = vramshare(&["quota", "set", target[0], target[1], &largest, "--dir", dir]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(text(&out.stdout).ends_with(&format!("64.00 MiB -> {MOST}\n")));
+    }
+    assert_eq!(
+        quota_and_budget(dir),
+        (json!(NO_QUOTA - 1), json!(NO_QUOTA - 1))
     );
 }

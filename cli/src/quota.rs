@@ -28,6 +28,12 @@ pub fn parse_set_size(text: &str) -> Result<NewQuota, String> {
         return Ok(NewQuota(None));
     }
     match parse_limit(text) {
+        // The registry and the pool table store "no limit" as this very
+        // number: taken as a size, it would silently become "none".
+        Ok(Limit::Bytes(NO_QUOTA)) => Err(format!(
+            "{text:?} is 2^64 - 1 bytes, the number that stands for no limit (say \"none\" for that); the largest size accepted is {} bytes; accepted forms: {SET_FORMS}",
+            NO_QUOTA - 1
+        )),
         Ok(Limit::Bytes(bytes)) => Ok(NewQuota(Some(bytes))),
         Ok(Limit::Percent(_)) => Err(format!(
             "{text:?}: a percentage needs the device's size, which only the process knows; accepted forms: {SET_FORMS}"
@@ -154,4 +160,26 @@ pub fn set(
         show(size)
     ))?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_number_that_means_no_limit_is_not_a_size() {
+        let largest = NO_QUOTA - 1;
+        for text in ["18446744073709551615", "18446744073709551615B"] {
+            let why = parse_set_size(text).unwrap_err();
+            assert!(
+                why.contains(&format!("the largest size accepted is {largest} bytes"))
+                    && why.ends_with(SET_FORMS),
+                "{why}"
+            );
+        }
+        let size = |text: &str| parse_set_size(text).map(|NewQuota(size)| size);
+        assert_eq!(size(&largest.to_string()), Ok(Some(largest)));
+        assert_eq!(size("8GiB"), Ok(Some(8 << 30)));
+        assert_eq!(size("none"), Ok(None));
+    }
 }
