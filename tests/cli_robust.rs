@@ -316,3 +316,115 @@ fn a_quota_of_2_to_the_64_less_1_is_refused_since_it_means_none() {
         (json!(NO_QUOTA - 1), json!(NO_QUOTA - 1))
     );
 }
+
+/// Control characters of every kind: CSI and OSC sequences, a bell, a
+/// newline and carriage return, a C1 CSI, and a right-to-left override.
+const HOSTILE: &str = "evil \x1b[2J\x1b]0;owned\x07 one\ntwo\rthree \u{9b}31m \u{202e}txt.exe";
+const ESCAPED: &str = r"evil \x1b[2J\x1b]0;owned\x07 one\ntwo\rthree \u{9b}31m \u{202e}txt.exe";
+
+fn assert_no_controls(what: &str, output: &str) {
+    let found: Vec<char> = output
+        .chars()
+        .filter(|c| (c.is_control() && *c != '\n') || *c == '\u{202e}')
+        .collect();
+    assert!(found.is_empty(), "{what} printed {found:?}:\n{output}");
+}
+
+#[test]
+fn ps_and_top_print_control_characters_of_a_command_line_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    live_as_me(dir.path(), HOSTILE, |slot| {
+        set(&slot.devices()[0].peak_device, MIB);
+    });
+    let dir = dir.path().to_str().unwrap();
+    for args in [
+        vec!["ps", "--dir", dir],
+        vec!["top", "--iterations", "1", "--dir", dir],
+    ] {
+        let out = vramshare(&args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        assert_no_controls(args[0], &stdout);
+        let rows: Vec<&str> = stdout.lines().filter(|l| l.contains("evil")).collect();
+        assert_eq!(rows.len(), 1, "{stdout}");
+        assert!(rows[0].ends_with(ESCAPED), "{stdout}");
+    }
+    // JSON keeps the command line exactly, escaped the JSON way.
+    let out = vramshare(&["ps", "--json", "--dir", dir]);
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows[0]["cmdline"], HOSTILE);
+}
+
+/// A pool table is a shared file too: a name written into it by hand is
+/// not held to the names `--pool` accepts.
+#[test]
+fn a_pool_name_with_control_characters_is_printed_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    live_as_me(dir.path(), "job", |_| {});
+    let pools = Pools::new(open_or_create::<PoolFile>(dir.path()).unwrap()).unwrap();
+    let name = "t\x1b[2J\nforged row\x07";
+    pools.join(name).unwrap().1.set_budget(0, Some(MIB));
+    let dir = dir.path().to_str().unwrap();
+    for args in [vec!["ps", "--dir", dir], vec!["quota", "get", "--dir", dir]] {
+        let out = vramshare(&args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        assert_no_controls(args[0], &stdout);
+        let rows: Vec<&str> = stdout.lines().filter(|l| l.contains("forged")).collect();
+        assert_eq!(rows.len(), 1, "{stdout}");
+        assert!(
+            rows[0].starts_with(r"t\x1b[2J\nforged row\x07 "),
+            "{stdout}"
+        );
+    }
+}
+
+#[test]
+fn report_prints_control_characters_from_the_trace_escaped() {
+    // A job whose command line holds an escape sequence, traced through the
+    // shim, dumped, and reported.
+    let dir = tempfile::tempdir().unwrap();
+    let client = fake_dir(Runtime::Fake13).join("client");
+    let dir_arg = dir.path().to_str().unwrap();
+    let out = vramshare(&[
+        "run",
+        "--dir",
+        dir_arg,
+        "--",
+        client.to_str().unwrap(),
+        "malloc:\x1b[2J:1M",
+        "free:\x1b[2J",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let file = dir.path().join("dump.json");
+    let out = vramshare(&["dump", "--dir", dir_arg, "-o", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let text = report(&std::fs::read_to_string(&file).unwrap());
+    assert_no_controls("report", &text);
+    assert!(
+        text.contains(&format!(
+            "{} malloc:\\x1b[2J:1M free:\\x1b[2J\n",
+            client.display()
+        )),
+        "{text}"
+    );
+
+    // A trace written by hand: every string it holds is shown escaped.
+    let process = json!({
+        "pid": 7, "cmdline": HOSTILE, "quota": {"0\x1b[2J": 1},
+        "leaked": [{"ptr": "0x1\x1b[2J", "size": 1, "placement": "\x07", "api": "\u{9b}1m"}]
+    });
+    let events = [event(0, "alloc", "cuda\nMalloc", "0x1\r", 1, "dev\x1bice")];
+    let text = report(&trace_json(&[process], &events));
+    assert_no_controls("report", &text);
+    assert!(text.contains(&format!("process 7  {ESCAPED}\n")), "{text}");
+    assert!(text.contains(r"device 0\x1b[2J: quota"), "{text}");
+    assert!(
+        text.contains(r"1 B at 0x1\x1b[2J (\u{9b}1m, \x07)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(r"1 B at 0x1\r (cuda\nMalloc, dev\x1bice)"),
+        "{text}"
+    );
+}

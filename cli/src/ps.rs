@@ -11,7 +11,7 @@ use vramshare_common::registry::{DeviceInfo, ProcessInfo, Registry, RegistryFile
 use vramshare_common::size::human_bytes;
 
 use crate::out::{print, Failure};
-use crate::show::total;
+use crate::show::{escaped, total};
 
 /// The shared registry in `dir`, checked.
 pub fn registry(dir: &Path) -> Result<Registry<memmap2::Mmap>, String> {
@@ -134,7 +134,7 @@ pub fn table(processes: &[ProcessInfo], width: usize) -> String {
                 peak,
                 allocs,
                 spills,
-                process.cmdline
+                escaped(&process.cmdline)
             );
             out.push_str(&line.chars().take(width.max(80)).collect::<String>());
             out.push('\n');
@@ -176,7 +176,7 @@ pub fn pool_table(processes: &[ProcessInfo], pools: &[PoolInfo]) -> String {
         for (device, budget, used) in devices {
             out.push_str(&format!(
                 "{:<16} {:>3} {:>10} {:>10}  {}\n",
-                pool.name,
+                escaped(&pool.name),
                 device,
                 budget.map_or("none".to_string(), human_bytes),
                 human_bytes(used),

@@ -9,7 +9,7 @@ use vramshare_common::size::human_bytes;
 use vramshare_common::trace_json::{EventJson, ProcessJson, TraceJson};
 
 use crate::out::Failure;
-use crate::show::total;
+use crate::show::{escaped, total};
 
 const LARGEST: usize = 5;
 
@@ -29,9 +29,9 @@ fn size_list(blocks: &[(u64, &EventJson)]) -> String {
             format!(
                 "{} at {} ({}, {})",
                 human_bytes(*size),
-                e.ptr,
-                e.api,
-                e.placement.as_deref().unwrap_or("unknown")
+                escaped(&e.ptr),
+                escaped(&e.api),
+                escaped(e.placement.as_deref().unwrap_or("unknown"))
             )
         })
         .collect::<Vec<_>>()
@@ -68,9 +68,9 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
         "process {}  {}\n",
         process.pid,
         if process.cmdline.is_empty() {
-            "(command line not recorded)"
+            "(command line not recorded)".into()
         } else {
-            &process.cmdline
+            escaped(&process.cmdline)
         }
     );
     let mut devices: BTreeSet<String> = process
@@ -110,7 +110,7 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
         let (promotions, promoted) = sum(Op::Promote, None);
         let (rejections, rejected) = sum(Op::Reject, None);
         let (demotions, demoted) = sum(Op::Demote, None);
-        out.push_str(&format!("  device {device}: quota {quota}"));
+        out.push_str(&format!("  device {}: quota {quota}", escaped(device)));
         if let Some(peak) = of(&process.peak_device) {
             out.push_str(&format!(
                 ", peak on the device {}, peak spilled {}",
@@ -146,9 +146,9 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
                         format!(
                             "{} at {} ({}, {})",
                             human_bytes(l.size),
-                            l.ptr,
-                            l.api,
-                            l.placement
+                            escaped(&l.ptr),
+                            escaped(&l.api),
+                            escaped(&l.placement)
                         ),
                     )
                 })
