@@ -428,3 +428,50 @@ fn report_prints_control_characters_from_the_trace_escaped() {
         "{text}"
     );
 }
+
+fn assert_dump_refused(dir: &Path, expect: &str) {
+    let out = vramshare(&["dump", "--dir", dir.to_str().unwrap()]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("vramshare: ") && stderr.contains(expect),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+}
+
+#[test]
+fn dump_refuses_a_missing_or_corrupt_registry_beside_a_good_ring() {
+    let dir = tempfile::tempdir().unwrap();
+    open_or_create::<RingFile>(dir.path()).unwrap();
+    assert_dump_refused(
+        dir.path(),
+        &format!("{} does not exist", dir.path().join("registry").display()),
+    );
+
+    let out = vramshare(&[
+        "run",
+        "--dir",
+        dir.path().to_str().unwrap(),
+        "--",
+        fake_dir(Runtime::Fake13).join("client").to_str().unwrap(),
+        "malloc:a:1M",
+        "free:a",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let registry = dir.path().join("registry");
+    let good = std::fs::read(&registry).unwrap();
+    let mut bad = good.clone();
+    bad[..8].copy_from_slice(b"garbage!");
+    std::fs::write(&registry, &bad).unwrap();
+    assert_dump_refused(
+        dir.path(),
+        "registry: not a vramshare process registry (wrong magic number)",
+    );
+    std::fs::write(&registry, &good[..1000]).unwrap();
+    assert_dump_refused(dir.path(), "truncated or corrupt");
+    std::fs::write(&registry, &good).unwrap();
+    let out = vramshare(&["dump", "--dir", dir.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}

@@ -34,10 +34,13 @@ pub fn dump(dir: &Path, pid: Option<u32>, output: Option<&Path>) -> Result<ExitC
     // Processes: the live ones from the registry; for each other pid with
     // events, the registry's record of it after it exited if the slot is
     // still there (the latest one registered before its first event, in case
-    // the pid was reused), or else a bare entry.
-    let registry = crate::ps::registry(dir).ok();
-    let live = registry.as_ref().map(|r| r.live()).unwrap_or_default();
-    let gone = registry.as_ref().map(|r| r.gone()).unwrap_or_default();
+    // the pid was reused), or else a bare entry. A process uses the ring
+    // only together with the registry, so a ring without a usable registry
+    // means a damaged folder: refused, as by the other subcommands, rather
+    // than dumped with every process left bare.
+    let registry = crate::ps::registry(dir)?;
+    let live = registry.live();
+    let gone = registry.gone();
     let mut processes: Vec<ProcessJson> = live
         .iter()
         .filter(|p| pid.is_none_or(|want| p.pid == want))
