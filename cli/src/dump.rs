@@ -9,6 +9,8 @@ use vramshare_common::registry::ProcessInfo;
 use vramshare_common::ring::{Cursor, Ring, RingFile};
 use vramshare_common::trace_json::{EventJson, ProcessJson, TraceJson};
 
+use crate::out::Failure;
+
 /// A live process's summary from its registry slot (no leaks: it still runs).
 fn process_json(info: &ProcessInfo) -> ProcessJson {
     ProcessJson {
@@ -20,7 +22,7 @@ fn process_json(info: &ProcessInfo) -> ProcessJson {
     .with_devices(&info.devices)
 }
 
-pub fn dump(dir: &Path, pid: Option<u32>, output: Option<&Path>) -> Result<ExitCode, String> {
+pub fn dump(dir: &Path, pid: Option<u32>, output: Option<&Path>) -> Result<ExitCode, Failure> {
     let map = open_existing::<RingFile>(dir).map_err(|e| e.to_string())?;
     let ring = Ring::new(map).map_err(|why| format!("{}: {why}", dir.join("ring").display()))?;
     let mut cursor = Cursor::oldest(&ring);
@@ -32,10 +34,13 @@ pub fn dump(dir: &Path, pid: Option<u32>, output: Option<&Path>) -> Result<ExitC
     // Processes: the live ones from the registry; for each other pid with
     // events, the registry's record of it after it exited if the slot is
     // still there (the latest one registered before its first event, in case
-    // the pid was reused), or else a bare entry.
-    let registry = crate::ps::registry(dir).ok();
-    let live = registry.as_ref().map(|r| r.live()).unwrap_or_default();
-    let gone = registry.as_ref().map(|r| r.gone()).unwrap_or_default();
+    // the pid was reused), or else a bare entry. A process uses the ring
+    // only together with the registry, so a ring without a usable registry
+    // means a damaged folder: refused, as by the other subcommands, rather
+    // than dumped with every process left bare.
+    let registry = crate::ps::registry(dir)?;
+    let live = registry.live();
+    let gone = registry.gone();
     let mut processes: Vec<ProcessJson> = live
         .iter()
         .filter(|p| pid.is_none_or(|want| p.pid == want))
@@ -72,7 +77,7 @@ pub fn dump(dir: &Path, pid: Option<u32>, output: Option<&Path>) -> Result<ExitC
     match output {
         Some(path) => std::fs::write(path, text + "\n")
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?,
-        None => println!("{text}"),
+        None => crate::out::print(&(text + "\n"))?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -3,10 +3,12 @@
 //! in `VRAMSHARE_DIR`; it never loads CUDA.
 
 mod dump;
+mod out;
 mod ps;
 mod quota;
 mod report;
 mod run;
+mod show;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -234,11 +236,5 @@ fn main() -> ExitCode {
             (None, None) => unreachable!("clap requires --pid or --pool"),
         },
     };
-    match result {
-        Ok(code) => code,
-        Err(message) => {
-            eprintln!("vramshare: {message}");
-            ExitCode::from(1)
-        }
-    }
+    result.unwrap_or_else(out::exit_code)
 }

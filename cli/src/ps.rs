@@ -10,6 +10,9 @@ use vramshare_common::files::open_existing;
 use vramshare_common::registry::{DeviceInfo, ProcessInfo, Registry, RegistryFile};
 use vramshare_common::size::human_bytes;
 
+use crate::out::{print, Failure};
+use crate::show::{escaped, total};
+
 /// The shared registry in `dir`, checked.
 pub fn registry(
     dir: &Path,
@@ -133,7 +136,7 @@ pub fn table(processes: &[ProcessInfo], width: usize) -> String {
                 peak,
                 allocs,
                 spills,
-                process.cmdline
+                escaped(&process.cmdline)
             );
             out.push_str(&line.chars().take(width.max(80)).collect::<String>());
             out.push('\n');
@@ -175,7 +178,7 @@ pub fn pool_table(processes: &[ProcessInfo], pools: &[PoolInfo]) -> String {
         for (device, budget, used) in devices {
             out.push_str(&format!(
                 "{:<16} {:>3} {:>10} {:>10}  {}\n",
-                pool.name,
+                escaped(&pool.name),
                 device,
                 budget.map_or("none".to_string(), human_bytes),
                 human_bytes(used),
@@ -186,31 +189,23 @@ pub fn pool_table(processes: &[ProcessInfo], pools: &[PoolInfo]) -> String {
     out
 }
 
-pub fn ps(dir: &Path, json: bool) -> Result<ExitCode, String> {
+pub fn ps(dir: &Path, json: bool) -> Result<ExitCode, Failure> {
     let processes = live_processes(dir)?;
     let pools = pools(dir)?;
     if json {
         let text = serde_json::to_string_pretty(&json_rows(&processes, &pools))
             .map_err(|e| e.to_string())?;
-        println!("{text}");
+        print(&(text + "\n"))?;
     } else {
-        print!("{}", table(&processes, usize::MAX));
-        print!("{}", pool_table(&processes, &pools));
+        print(&(table(&processes, usize::MAX) + &pool_table(&processes, &pools)))?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
 fn totals(processes: &[ProcessInfo]) -> String {
-    let device: u64 = processes
-        .iter()
-        .flat_map(|p| &p.devices)
-        .map(|(_, i)| i.device_bytes)
-        .sum();
-    let spilled: u64 = processes
-        .iter()
-        .flat_map(|p| &p.devices)
-        .map(|(_, i)| i.spilled_bytes)
-        .sum();
+    let devices = || processes.iter().flat_map(|p| &p.devices);
+    let device = total(devices().map(|(_, i)| i.device_bytes));
+    let spilled = total(devices().map(|(_, i)| i.spilled_bytes));
     format!(
         "{} processes under vramshare: {} on GPUs, {} spilled to host memory",
         processes.len(),
@@ -219,7 +214,7 @@ fn totals(processes: &[ProcessInfo]) -> String {
     )
 }
 
-pub fn top(dir: &Path, interval_ms: u64, iterations: Option<u64>) -> Result<ExitCode, String> {
+pub fn top(dir: &Path, interval_ms: u64, iterations: Option<u64>) -> Result<ExitCode, Failure> {
     use crossterm::event::{self, Event, KeyCode, KeyModifiers};
     use crossterm::{cursor, execute, terminal};
 
@@ -229,12 +224,12 @@ pub fn top(dir: &Path, interval_ms: u64, iterations: Option<u64>) -> Result<Exit
         for i in 0..count {
             let processes = live_processes(dir)?;
             let pools = pools(dir)?;
-            println!(
-                "{}\n{}{}",
+            print(&format!(
+                "{}\n{}{}\n",
                 totals(&processes),
                 table(&processes, usize::MAX),
                 pool_table(&processes, &pools)
-            );
+            ))?;
             if i + 1 < count {
                 std::thread::sleep(interval);
             }
@@ -246,7 +241,7 @@ pub fn top(dir: &Path, interval_ms: u64, iterations: Option<u64>) -> Result<Exit
     terminal::enable_raw_mode()
         .map_err(|e| format!("top needs a terminal ({e}); use --iterations N to print plainly"))?;
     let _ = execute!(stdout, terminal::EnterAlternateScreen, cursor::Hide);
-    let result = (|| -> Result<(), String> {
+    let result = (|| -> Result<(), Failure> {
         loop {
             let processes = live_processes(dir)?;
             let pools = pools(dir)?;
@@ -262,9 +257,11 @@ pub fn top(dir: &Path, interval_ms: u64, iterations: Option<u64>) -> Result<Exit
                 cursor::MoveTo(0, 0),
                 terminal::Clear(terminal::ClearType::All)
             );
-            // Raw mode: lines need a carriage return.
-            let _ = write!(stdout, "{}", screen.replace('\n', "\r\n"));
-            let _ = stdout.flush();
+            // Raw mode: lines need a carriage return. A terminal that cannot
+            // be written any more ends the loop, like a closed pipe.
+            write!(stdout, "{}", screen.replace('\n', "\r\n"))
+                .and_then(|()| stdout.flush())
+                .map_err(Failure::Output)?;
             if event::poll(interval).map_err(|e| e.to_string())? {
                 if let Event::Key(key) = event::read().map_err(|e| e.to_string())? {
                     let ctrl_c = key.code == KeyCode::Char('c')

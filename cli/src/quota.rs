@@ -12,6 +12,8 @@ use vramshare_common::files::open_existing_mut;
 use vramshare_common::registry::{Registry, RegistryFile, NO_QUOTA};
 use vramshare_common::size::{human_bytes, parse_limit, Limit, MAX_DEVICES};
 
+use crate::out::{print, Failure};
+
 /// The forms `quota set` accepts.
 pub const SET_FORMS: &str =
     "a size such as 8GiB, 512MiB or 1048576 (bytes), or \"none\" for no limit";
@@ -26,6 +28,12 @@ pub fn parse_set_size(text: &str) -> Result<NewQuota, String> {
         return Ok(NewQuota(None));
     }
     match parse_limit(text) {
+        // The registry and the pool table store "no limit" as this very
+        // number: taken as a size, it would silently become "none".
+        Ok(Limit::Bytes(NO_QUOTA)) => Err(format!(
+            "{text:?} is 2^64 - 1 bytes, the number that stands for no limit (say \"none\" for that); the largest size accepted is {} bytes; accepted forms: {SET_FORMS}",
+            NO_QUOTA - 1
+        )),
         Ok(Limit::Bytes(bytes)) => Ok(NewQuota(Some(bytes))),
         Ok(Limit::Percent(_)) => Err(format!(
             "{text:?}: a percentage needs the device's size, which only the process knows; accepted forms: {SET_FORMS}"
@@ -34,16 +42,13 @@ pub fn parse_set_size(text: &str) -> Result<NewQuota, String> {
     }
 }
 
-pub fn get(dir: &Path, pid: Option<u32>, json: bool) -> Result<ExitCode, String> {
+pub fn get(dir: &Path, pid: Option<u32>, json: bool) -> Result<ExitCode, Failure> {
     let pools = crate::ps::pools(dir)?;
     let mut processes = crate::ps::live_processes(dir)?;
     if let Some(pid) = pid {
         processes.retain(|p| p.pid == pid);
         if processes.is_empty() {
-            return Err(format!(
-                "no live vramshare process {pid} in {}",
-                dir.display()
-            ));
+            return Err(format!("no live vramshare process {pid} in {}", dir.display()).into());
         }
     }
     let rows: Vec<(u32, u32, Option<u64>, u64)> = processes
@@ -70,19 +75,24 @@ pub fn get(dir: &Path, pid: Option<u32>, json: bool) -> Result<ExitCode, String>
             })
             .collect();
         let value = serde_json::json!({"processes": processes, "pools": pools});
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?
-        );
+        let text = serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?;
+        print(&(text + "\n"))?;
     } else {
-        println!("{:>8} {:>3} {:>10} {:>10}", "PID", "GPU", "QUOTA", "DEVICE");
+        let mut text = format!(
+            "{:>8} {:>3} {:>10} {:>10}\n",
+            "PID", "GPU", "QUOTA", "DEVICE"
+        );
         for (pid, device, quota, used) in rows {
             let quota = show(quota);
-            println!("{pid:>8} {device:>3} {quota:>10} {:>10}", human_bytes(used));
+            text += &format!(
+                "{pid:>8} {device:>3} {quota:>10} {:>10}\n",
+                human_bytes(used)
+            );
         }
         if pid.is_none() {
-            print!("{}", crate::ps::pool_table(&processes, &pools));
+            text += &crate::ps::pool_table(&processes, &pools);
         }
+        print(&text)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -109,7 +119,7 @@ pub fn set_pool(
     name: &str,
     device: u32,
     NewQuota(size): NewQuota,
-) -> Result<ExitCode, String> {
+) -> Result<ExitCode, Failure> {
     use vramshare_common::pool::{PoolFile, Pools};
     check_device(device)?;
     let map = open_existing_mut::<PoolFile>(dir).map_err(|e| e.to_string())?;
@@ -118,11 +128,11 @@ pub fn set_pool(
         .find(name)
         .ok_or_else(|| format!("no pool {name:?} in {}", dir.display()))?;
     let before = pool.set_budget(device, size);
-    println!(
-        "pool {name} device {device}: budget {} -> {}",
+    print(&format!(
+        "pool {name} device {device}: budget {} -> {}\n",
         show(before),
         show(size)
-    );
+    ))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -133,7 +143,7 @@ pub fn set(
     pid: u32,
     device: u32,
     NewQuota(size): NewQuota,
-) -> Result<ExitCode, String> {
+) -> Result<ExitCode, Failure> {
     check_device(device)?;
     let map = open_existing_mut::<RegistryFile>(dir).map_err(|e| e.to_string())?;
     let registry =
@@ -144,10 +154,32 @@ pub fn set(
     let before = slot.devices()[device as usize]
         .quota
         .swap(size.unwrap_or(NO_QUOTA), Ordering::AcqRel);
-    println!(
-        "pid {pid} device {device}: quota {} -> {}",
+    print(&format!(
+        "pid {pid} device {device}: quota {} -> {}\n",
         show((before != NO_QUOTA).then_some(before)),
         show(size)
-    );
+    ))?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_number_that_means_no_limit_is_not_a_size() {
+        let largest = NO_QUOTA - 1;
+        for text in ["18446744073709551615", "18446744073709551615B"] {
+            let why = parse_set_size(text).unwrap_err();
+            assert!(
+                why.contains(&format!("the largest size accepted is {largest} bytes"))
+                    && why.ends_with(SET_FORMS),
+                "{why}"
+            );
+        }
+        let size = |text: &str| parse_set_size(text).map(|NewQuota(size)| size);
+        assert_eq!(size(&largest.to_string()), Ok(Some(largest)));
+        assert_eq!(size("8GiB"), Ok(Some(8 << 30)));
+        assert_eq!(size("none"), Ok(None));
+    }
 }

@@ -8,13 +8,16 @@ use vramshare_common::event::{Op, Placement};
 use vramshare_common::size::human_bytes;
 use vramshare_common::trace_json::{EventJson, ProcessJson, TraceJson};
 
+use crate::out::Failure;
+use crate::show::{escaped, total};
+
 const LARGEST: usize = 5;
 
-pub fn report(file: &Path) -> Result<ExitCode, String> {
+pub fn report(file: &Path) -> Result<ExitCode, Failure> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
     let trace = TraceJson::parse(&text).map_err(|why| format!("{}: {why}", file.display()))?;
-    print!("{}", render(&trace));
+    crate::out::print(&render(&trace))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -26,9 +29,9 @@ fn size_list(blocks: &[(u64, &EventJson)]) -> String {
             format!(
                 "{} at {} ({}, {})",
                 human_bytes(*size),
-                e.ptr,
-                e.api,
-                e.placement.as_deref().unwrap_or("unknown")
+                escaped(&e.ptr),
+                escaped(&e.api),
+                escaped(e.placement.as_deref().unwrap_or("unknown"))
             )
         })
         .collect::<Vec<_>>()
@@ -65,9 +68,9 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
         "process {}  {}\n",
         process.pid,
         if process.cmdline.is_empty() {
-            "(command line not recorded)"
+            "(command line not recorded)".into()
         } else {
-            &process.cmdline
+            escaped(&process.cmdline)
         }
     );
     let mut devices: BTreeSet<String> = process
@@ -99,19 +102,15 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
                     e.op() == Some(op) && (placement.is_none() || e.placement() == placement)
                 })
                 .collect();
-            (chosen.len(), chosen.iter().map(|e| e.size).sum())
+            (chosen.len(), total(chosen.iter().map(|e| e.size)))
         };
         let (spills, _) = sum(Op::Alloc, Some(Placement::Host));
         // A spilled block's head may live on the device: count what went to the host.
-        let spilled: u64 = events
-            .iter()
-            .filter(on_device)
-            .map(|e| e.spilled_bytes())
-            .sum();
+        let spilled = total(events.iter().filter(on_device).map(|e| e.spilled_bytes()));
         let (promotions, promoted) = sum(Op::Promote, None);
         let (rejections, rejected) = sum(Op::Reject, None);
         let (demotions, demoted) = sum(Op::Demote, None);
-        out.push_str(&format!("  device {device}: quota {quota}"));
+        out.push_str(&format!("  device {}: quota {quota}", escaped(device)));
         if let Some(peak) = of(&process.peak_device) {
             out.push_str(&format!(
                 ", peak on the device {}, peak spilled {}",
@@ -147,9 +146,9 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
                         format!(
                             "{} at {} ({}, {})",
                             human_bytes(l.size),
-                            l.ptr,
-                            l.api,
-                            l.placement
+                            escaped(&l.ptr),
+                            escaped(&l.api),
+                            escaped(&l.placement)
                         ),
                     )
                 })
@@ -185,7 +184,7 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
     if leaks.is_empty() {
         out.push_str("  leaks: none\n");
     } else {
-        let total: u64 = leaks.iter().map(|(s, _)| s).sum();
+        let leaked = total(leaks.iter().map(|(s, _)| *s));
         let shown: Vec<&str> = leaks
             .iter()
             .take(LARGEST)
@@ -199,7 +198,7 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
         out.push_str(&format!(
             "  leaks ({leak_source}): {} blocks, {}: {}{more}\n",
             leaks.len(),
-            human_bytes(total),
+            human_bytes(leaked),
             shown.join("; ")
         ));
     }

@@ -39,7 +39,7 @@ fn library() -> Result<PathBuf, String> {
 }
 
 /// Replaces this process with the command; returns only if that fails.
-pub fn run(options: Options) -> Result<ExitCode, String> {
+pub fn run(options: Options) -> Result<ExitCode, crate::out::Failure> {
     let library = library()?;
     let (program, args) = options.command.split_first().ok_or("no command given")?;
     let mut command = Command::new(program);
@@ -76,7 +76,7 @@ pub fn run(options: Options) -> Result<ExitCode, String> {
         }
     }
     let error = command.exec();
-    eprintln!("vramshare: cannot run {program}: {error}");
+    crate::out::complain(&format!("cannot run {program}: {error}"));
     // The shell's convention: 127 for a command not found, 126 otherwise.
     Ok(ExitCode::from(
         if error.kind() == std::io::ErrorKind::NotFound {
