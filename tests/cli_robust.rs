@@ -475,3 +475,62 @@ fn dump_refuses_a_missing_or_corrupt_registry_beside_a_good_ring() {
     let out = vramshare(&["dump", "--dir", dir.path().to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
+
+#[test]
+fn quota_set_refuses_a_device_the_process_does_not_see() {
+    let dir = tempfile::tempdir().unwrap();
+    live_as_me(dir.path(), "job", |slot| slot.set_device_count(2));
+    let me = std::process::id().to_string();
+    let dir_arg = dir.path().to_str().unwrap();
+    let refused = vramshare(&[
+        "quota", "set", "--dir", dir_arg, "--pid", &me, "--device", "5", "1GiB",
+    ]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        text(&refused.stderr).contains("sees 2 devices")
+            && text(&refused.stderr).contains("no device 5"),
+        "{}",
+        text(&refused.stderr)
+    );
+    let set = vramshare(&[
+        "quota", "set", "--dir", dir_arg, "--pid", &me, "--device", "1", "1GiB",
+    ]);
+    assert!(set.status.success(), "{}", text(&set.stderr));
+}
+
+#[test]
+fn a_fifo_in_place_of_a_shared_file_is_named_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let made = Command::new("mkfifo")
+        .arg(dir.path().join("registry"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    for args in [
+        &["ps"][..],
+        &["top", "--iterations", "1"],
+        &["quota", "get"],
+    ] {
+        let mut child = command(args)
+            .args(["--dir", dir.path().to_str().unwrap()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = std::time::Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if start.elapsed() > std::time::Duration::from_secs(10) {
+                child.kill().unwrap();
+                panic!("{args:?} hung on a FIFO");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let output = child.wait_with_output().unwrap();
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        assert!(
+            text(&output.stderr).contains("a FIFO, not a regular file"),
+            "{args:?}: {}",
+            text(&output.stderr)
+        );
+    }
+}

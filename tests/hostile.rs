@@ -82,9 +82,10 @@ fn a_full_shared_memory_filesystem_costs_the_listing_never_the_job() {
     let Some(fs) = Tmpfs::mount(work.path().join("shm"), "8m") else {
         return;
     };
-    // Filled as DataLoader workers fill a container's 64 MB /dev/shm: what
-    // is left is too little for the shared files.
-    std::fs::write(fs.0.join("tensors"), vec![1u8; 7 << 20]).unwrap();
+    // Filled up, as DataLoader workers fill a container's 64 MB /dev/shm
+    // with shared tensors.
+    let mut tensors = std::fs::File::create(fs.0.join("tensors")).unwrap();
+    while std::io::Write::write_all(&mut tensors, &[1u8; 4096]).is_ok() {}
     let shm = fs.0.join("vramshare");
     let child = client_command(
         &shm,

@@ -191,8 +191,8 @@ fn eight_processes_of_four_threads_never_pass_the_pools_budget() {
     }
     assert_eq!(
         pool_bytes(&shm, "stress"),
-        Some(0),
-        "members that exit take their bytes out of the pool"
+        None,
+        "members that exit take their bytes out of the pool, and the last one frees it"
     );
 }
 
@@ -252,7 +252,11 @@ fn members_killed_with_sigkill_give_their_bytes_back_within_a_second() {
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(stdout.contains("malloc c rc=0"), "{stdout}");
     }
-    assert_eq!(pool_bytes(&shm, "team"), Some(0));
+    assert_eq!(
+        pool_bytes(&shm, "team"),
+        None,
+        "the killed members were counted out, so the last to leave freed the pool"
+    );
 }
 
 #[test]
@@ -481,9 +485,9 @@ fn two_of_eight_stressed_members_killed_are_reaped_within_a_second() {
     }
     assert_eq!(
         pool_bytes(&shm, "churn"),
-        Some(0),
-        "the pool holds nothing once its members are gone (an allocation a member was making when \
-         killed is repaired when the pool empties)"
+        None,
+        "the pool is freed, holding nothing, once its members are gone, the killed ones counted \
+         out too"
     );
 }
 

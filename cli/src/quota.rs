@@ -151,6 +151,14 @@ pub fn set(
     let slot = registry
         .live_slot(pid)
         .ok_or_else(|| format!("no live vramshare process {pid} in {}", dir.display()))?;
+    let seen = slot.device_count();
+    if seen > 0 && device >= seen {
+        return Err(format!(
+            "process {pid} sees {seen} device{} (numbered from 0, after its CUDA_VISIBLE_DEVICES): it has no device {device}",
+            if seen == 1 { "" } else { "s" }
+        )
+        .into());
+    }
     let before = slot.devices()[device as usize]
         .quota
         .swap(size.unwrap_or(NO_QUOTA), Ordering::AcqRel);

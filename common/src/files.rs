@@ -211,7 +211,13 @@ fn check_dir(dir: &Path) -> Result<bool, FileError> {
         }
         match fs::metadata(dir) {
             Ok(target) => target,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                return Err(FileError::Invalid(
+                    dir.to_path_buf(),
+                    "a symbolic link to nothing: make the folder it names, or remove the link"
+                        .into(),
+                ))
+            }
             Err(error) => return Err(io_error(error)),
         }
     } else {

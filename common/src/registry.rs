@@ -192,6 +192,11 @@ impl ProcessSlot {
         self.device_count.store(count, Ordering::Relaxed);
     }
 
+    /// How many devices the process sees; 0 until its shim has asked.
+    pub fn device_count(&self) -> u32 {
+        self.device_count.load(Ordering::Relaxed)
+    }
+
     /// Gives the slot back at exit, keeping what it says for `dump`.
     pub fn release(&self) {
         self.state.store(EXITED, Ordering::Release);

@@ -115,6 +115,10 @@ fn a_fifo_or_folder_in_place_of_a_file_is_named_without_blocking() {
         refused.contains("a folder, not a regular file"),
         "{refused}"
     );
+    let dangling = dir.path().join("gone");
+    std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
+    let refused = message(open_or_create::<RegistryFile>(&dangling));
+    assert!(refused.contains("a symbolic link to nothing"), "{refused}");
     // A link in place of a file is never followed, even the user's own.
     std::fs::remove_dir(&fifo).unwrap();
     std::os::unix::fs::symlink("/etc/passwd", &fifo).unwrap();

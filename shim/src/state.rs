@@ -85,8 +85,11 @@ pub fn load_config() -> &'static Config {
 /// value is ([`crate::report::check_target`]).
 fn check_trace_target(config: Config) -> Result<Config, crate::config::ConfigError> {
     if let Some(template) = &config.trace {
-        // SAFETY: getpid cannot fail.
-        let path = crate::report::trace_path(template, unsafe { libc::getpid() } as u32);
+        // The system call, not libc's getpid: a job's own getpid wrapper
+        // (an interposer of its own) should see only the job's calls.
+        // SAFETY: SYS_getpid takes no arguments and cannot fail.
+        let pid = unsafe { libc::syscall(libc::SYS_getpid) } as u32;
+        let path = crate::report::trace_path(template, pid);
         if let Err(reason) = crate::report::check_target(&path) {
             return Err(crate::config::ConfigError {
                 variable: "VRAMSHARE_TRACE",
