@@ -118,9 +118,13 @@ fn a_full_shared_memory_filesystem_costs_the_listing_never_the_job() {
 fn shared_files_cut_short_while_mapped_do_not_kill_the_job() {
     let work = tempfile::tempdir().unwrap();
     let shm = work.path().join("shm");
+    let trace = work.path().join("trace.json");
     let child = client_command(
         &shm,
-        &[],
+        &[
+            ("VRAMSHARE_QUOTA", "64MiB"),
+            ("VRAMSHARE_TRACE", trace.to_str().unwrap()),
+        ],
         &[
             "malloc:a:1M",
             "sleep:1500",
@@ -166,6 +170,20 @@ fn shared_files_cut_short_while_mapped_do_not_kill_the_job() {
         stderr.matches("was cut short").count(),
         1,
         "said once: {stderr}"
+    );
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let placements: Vec<&str> = trace["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["op"] == "alloc")
+        .map(|e| e["placement"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        placements,
+        ["device", "device"],
+        "the quota is put back, not read as 0 from the lost page"
     );
 }
 

@@ -18,7 +18,7 @@ use std::sync::Once;
 
 /// Ranges guarded at once: the three shared files, a few times over (a
 /// forked child maps them again; the command maps them for each look).
-const RANGES: usize = 32;
+const RANGES: usize = 64;
 
 /// `(start, len)` of each guarded range; `start == 0` marks a free entry.
 static STARTS: [AtomicUsize; RANGES] = [const { AtomicUsize::new(0) }; RANGES];
@@ -26,6 +26,8 @@ static LENS: [AtomicUsize; RANGES] = [const { AtomicUsize::new(0) }; RANGES];
 static LOST: AtomicBool = AtomicBool::new(false);
 static PAGE: AtomicUsize = AtomicUsize::new(4096);
 static INSTALL: Once = Once::new();
+/// Set while a SIGBUS is handed to the handler installed before this one.
+static FORWARDING: AtomicBool = AtomicBool::new(false);
 /// The SIGBUS disposition found when the handler was installed, written
 /// once before the handler can run.
 static mut PREVIOUS: std::mem::MaybeUninit<libc::sigaction> = std::mem::MaybeUninit::zeroed();
@@ -75,6 +77,21 @@ pub fn guard(start: *const u8, len: usize) -> Registration {
 pub fn pages_lost() -> bool {
     // A load first: this is asked at every traced call, and is almost always no.
     LOST.load(Ordering::Relaxed) && LOST.swap(false, Ordering::AcqRel)
+}
+
+/// Reads the first and last byte of `value` (in a shared file), so that a
+/// page of it that was cut short is replaced now, and [`pages_lost`] says
+/// so before its contents are used.
+pub fn touch<T>(value: &T) {
+    let start = value as *const T as *const u8;
+    let len = std::mem::size_of::<T>();
+    if len > 0 {
+        // SAFETY: both bytes lie inside `value`, which is a valid reference.
+        unsafe {
+            std::ptr::read_volatile(start);
+            std::ptr::read_volatile(start.add(len - 1));
+        }
+    }
 }
 
 fn guarded(address: usize) -> bool {
@@ -132,11 +149,20 @@ extern "C" fn on_sigbus(
             return;
         }
     }
-    // Not ours: as if this handler were not there.
+    // Not ours: as if this handler were not there. A handler installed
+    // after this one that hands SIGBUS back to it ends up here again, from
+    // the one before: then the default, never a loop.
     // SAFETY: PREVIOUS was written before this handler was installed.
     let previous = unsafe { &*(&raw const PREVIOUS).cast::<libc::sigaction>() };
     let handler = previous.sa_sigaction;
-    if handler != libc::SIG_DFL && handler != libc::SIG_IGN {
+    let sent = code <= 0; // by kill, sigqueue or tgkill, not by a fault
+    if handler == libc::SIG_IGN && sent {
+        return;
+    }
+    if handler != libc::SIG_DFL
+        && handler != libc::SIG_IGN
+        && !FORWARDING.swap(true, Ordering::AcqRel)
+    {
         if previous.sa_flags & libc::SA_SIGINFO != 0 {
             // SAFETY: the process installed this function as an SA_SIGINFO handler.
             let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
@@ -147,16 +173,20 @@ extern "C" fn on_sigbus(
             let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
             f(signal);
         }
+        FORWARDING.store(false, Ordering::Release);
         return;
     }
-    // The default: put it back and raise the signal again; it is delivered
-    // (and ends the process, as it would have) when this handler returns.
+    // The default: put it back. A fault then happens again as the handler
+    // returns, with its own address and code, and ends the process as it
+    // would have; a signal sent is raised again, delivered on return.
     // SAFETY: sigaction and raise are async-signal-safe.
     unsafe {
         let mut default: libc::sigaction = std::mem::zeroed();
         default.sa_sigaction = libc::SIG_DFL;
         libc::sigaction(libc::SIGBUS, &default, std::ptr::null_mut());
-        libc::raise(libc::SIGBUS);
+        if sent {
+            libc::raise(libc::SIGBUS);
+        }
     }
 }
 
@@ -179,5 +209,74 @@ mod tests {
         assert_eq!(map[2 * 4096 + 5], 1, "and takes writes");
         assert!(pages_lost());
         assert!(!pages_lost(), "said once");
+    }
+
+    /// Runs `scenario` of [`child`] in a fresh process of this test binary
+    /// (the handler is installed once per process, so each needs its own).
+    fn in_child(scenario: &str) -> std::process::ExitStatus {
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "fault_guard::tests::child", "--test-threads=1"])
+            .env("FAULT_GUARD_CHILD", scenario)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap()
+    }
+
+    static HANDLED: AtomicUsize = AtomicUsize::new(0);
+    extern "C" fn count(_: libc::c_int) {
+        HANDLED.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The scenarios, each in a process of its own; a plain test run passes.
+    #[test]
+    fn child() {
+        let Ok(scenario) = std::env::var("FAULT_GUARD_CHILD") else {
+            return;
+        };
+        let sent = || {
+            // SAFETY: signalling this process.
+            unsafe { libc::kill(libc::getpid(), libc::SIGBUS) };
+        };
+        // SAFETY: plain dispositions and handlers, set before the guard.
+        match scenario.as_str() {
+            "ignored" => unsafe {
+                libc::signal(libc::SIGBUS, libc::SIG_IGN);
+                let _ = guard(&0u8, 1);
+                sent();
+            },
+            "chained" => unsafe {
+                libc::signal(libc::SIGBUS, count as *const () as libc::sighandler_t);
+                let _ = guard(&0u8, 1);
+                sent();
+                assert_eq!(HANDLED.load(Ordering::SeqCst), 1);
+            },
+            "unguarded fault" => {
+                let _ = guard(&0u8, 1);
+                let mut file = tempfile::tempfile().unwrap();
+                file.write_all(&[7u8; 2 * 4096]).unwrap();
+                // SAFETY: a shared mapping of a file this test owns.
+                let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+                file.set_len(0).unwrap();
+                // SAFETY: reads a byte of the mapping, now past the file's end.
+                let _ = unsafe { std::ptr::read_volatile(&map[4096]) };
+            }
+            other => panic!("no scenario {other}"),
+        }
+    }
+
+    #[test]
+    fn other_sigbus_is_as_if_the_guard_were_not_there() {
+        use std::os::unix::process::ExitStatusExt;
+        assert!(
+            in_child("ignored").success(),
+            "an ignored SIGBUS stays ignored"
+        );
+        assert!(in_child("chained").success(), "the job's own handler runs");
+        assert_eq!(
+            in_child("unguarded fault").signal(),
+            Some(libc::SIGBUS),
+            "a fault outside the shared files ends the process as before"
+        );
     }
 }

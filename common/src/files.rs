@@ -294,11 +294,33 @@ fn open_checked(path: &Path, write: bool, create: bool) -> Result<fs::File, File
 
 /// Reserves the file's whole length on its filesystem, so that no later
 /// write to the mapping can find a full filesystem (which would be SIGBUS
-/// in the job, not an error). Already reserved pages cost nothing.
-fn reserve(file: &fs::File, len: usize, what: &str, path: &Path) -> Result<(), FileError> {
+/// in the job, not an error). Already reserved pages cost nothing. A file
+/// others may be writing (`shared`) is reserved only by the filesystem
+/// itself: the C library's fallback for filesystems without `fallocate`
+/// writes zeros, over whatever another process just stored.
+fn reserve(
+    file: &fs::File,
+    len: usize,
+    what: &str,
+    path: &Path,
+    shared: bool,
+) -> Result<(), FileError> {
     use std::os::fd::AsRawFd;
-    // SAFETY: a valid descriptor we own; posix_fallocate returns its error.
-    let error = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+    // SAFETY: a valid descriptor we own.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as libc::off_t) };
+    let error = if rc == 0 {
+        return Ok(());
+    } else {
+        io::Error::last_os_error().raw_os_error().unwrap_or(0)
+    };
+    let error = match error {
+        libc::EOPNOTSUPP if shared => return Ok(()),
+        // SAFETY: as above; posix_fallocate returns its error.
+        libc::EOPNOTSUPP => unsafe {
+            libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t)
+        },
+        other => other,
+    };
     if error == 0 {
         return Ok(());
     }
@@ -330,9 +352,9 @@ pub fn open_or_create<F: SharedFile>(dir: &Path) -> Result<Mapped<MmapMut>, File
                 // and a page cut short is caught by the fault guard.
                 let map = unsafe { MmapMut::map_mut(&file) }
                     .map_err(|e| FileError::Io(path.clone(), e))?;
-                let map = Mapped::new(map);
+                let map = Mapped::new(map, &path);
                 validated::<F>(&path, map.as_ref())?;
-                reserve(&file, map.as_ref().len(), F::WHAT, &path)?;
+                reserve(&file, map.as_ref().len(), F::WHAT, &path, true)?;
                 return Ok(map);
             }
             Err(FileError::Missing(_)) => create::<F>(dir, &path)?,
@@ -361,7 +383,7 @@ pub fn open_or_replace<F: SharedFile>(
     // One process replaces it; the others wait here, then use its file.
     let _lock = DirLock::exclusive(dir)?;
     match open_or_create::<F>(dir) {
-        Err(FileError::Invalid(..)) => {}
+        Err(FileError::Invalid(again, _)) if again == path => {}
         other => return other,
     }
     if let Some(pid) = mapped_by(&path) {
@@ -424,12 +446,28 @@ fn mapped_by(path: &Path) -> Option<u32> {
 /// file is used). A filesystem too full for the file refuses it here, once,
 /// instead of faulting the job at some later write.
 fn create<F: SharedFile>(dir: &Path, path: &Path) -> Result<(), FileError> {
-    let temp = dir.join(format!(".{}.{}.tmp", F::NAME, std::process::id()));
-    // Left by a process of this pid that died while making it.
-    let _ = fs::remove_file(&temp);
-    let file = open_checked(&temp, true, true)?;
+    // A name no other process uses: processes of two PID namespaces (two
+    // containers sharing /dev/shm) may have the same pid.
+    let mut attempt = 0u64;
+    let (temp, file) = loop {
+        let temp = dir.join(format!(
+            ".{}.{}.{}.{attempt}.tmp",
+            F::NAME,
+            std::process::id(),
+            crate::process::monotonic_ns()
+        ));
+        match open_checked(&temp, true, true) {
+            Ok(file) => break (temp, file),
+            Err(FileError::Io(_, error))
+                if error.kind() == io::ErrorKind::AlreadyExists && attempt < 8 =>
+            {
+                attempt += 1
+            }
+            Err(error) => return Err(error),
+        }
+    };
     let made = (|| {
-        reserve(&file, F::new_len(), F::WHAT, dir)?;
+        reserve(&file, F::new_len(), F::WHAT, dir, false)?;
         // SAFETY: the file is ours alone until it is linked into place.
         let mut map =
             unsafe { MmapMut::map_mut(&file) }.map_err(|e| FileError::Io(temp.clone(), e))?;
@@ -453,7 +491,7 @@ pub fn open_existing_mut<F: SharedFile>(dir: &Path) -> Result<Mapped<MmapMut>, F
     // SAFETY: a shared mapping, written only through atomics; a page cut
     // short is caught by the fault guard.
     let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| FileError::Io(path.clone(), e))?;
-    let map = Mapped::new(map);
+    let map = Mapped::new(map, &path);
     validated::<F>(&path, map.as_ref())?;
     Ok(map)
 }
@@ -465,7 +503,7 @@ pub fn open_existing<F: SharedFile>(dir: &Path) -> Result<Mapped<Mmap>, FileErro
     // SAFETY: read-only shared mapping; read through atomics or checked; a
     // page cut short is caught by the fault guard.
     let map = unsafe { Mmap::map(&file) }.map_err(|e| FileError::Io(path.clone(), e))?;
-    let map = Mapped::new(map);
+    let map = Mapped::new(map, &path);
     validated::<F>(&path, map.as_ref())?;
     Ok(map)
 }
@@ -488,14 +526,50 @@ pub struct Mapped<M> {
     // Ends before `map` is unmapped: fields drop in order.
     _guard: crate::fault_guard::Registration,
     map: M,
+    path: PathBuf,
 }
 
 impl<M: AsRef<[u8]>> Mapped<M> {
-    fn new(map: M) -> Mapped<M> {
+    fn new(map: M, path: &Path) -> Mapped<M> {
         let bytes = map.as_ref();
         let guard = crate::fault_guard::guard(bytes.as_ptr(), bytes.len());
-        Mapped { map, _guard: guard }
+        Mapped {
+            _guard: guard,
+            map,
+            path: path.to_path_buf(),
+        }
     }
+
+    /// An exclusive lock on the file, for the rare changes that must not
+    /// race (making and freeing a pool), waited for at most `patience`: a
+    /// process stopped while holding it never hangs the others. The file is
+    /// opened afresh for each lock, so a forked child and its parent (which
+    /// share their open files) exclude each other too.
+    pub fn lock(&self, patience: std::time::Duration) -> Option<FileLock> {
+        use std::os::fd::AsRawFd;
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&self.path)
+            .ok()?;
+        let start = std::time::Instant::now();
+        loop {
+            // SAFETY: a valid descriptor we own.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return Some(FileLock { _file: file });
+            }
+            if start.elapsed() >= patience {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
+/// Held while a [`Mapped::lock`] lasts; the kernel releases it when the
+/// file closes, or when its process dies.
+pub struct FileLock {
+    _file: fs::File,
 }
 
 impl<M: AsRef<[u8]>> AsRef<[u8]> for Mapped<M> {

@@ -185,21 +185,27 @@ impl PoolSlot {
         self.members.load(Ordering::Acquire)
     }
 
-    /// Takes one member out (one that left, or died and was reaped). The
-    /// last one out frees the slot, unless a process is joining it at that
-    /// instant (then it stays, and that process is its member).
-    pub fn leave(&self) {
+    /// Takes one member out (one that left, or died and was reaped); true
+    /// if it was the last, whose caller then frees the slot
+    /// ([`Pools::free_if_empty`]).
+    pub fn leave(&self) -> bool {
         let before = self
             .members
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 Some(n.saturating_sub(1))
             })
             .unwrap_or(0);
-        if before != 1
-            || self
-                .state
-                .compare_exchange(IN_USE, CLAIMING, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
+        before == 1
+    }
+
+    /// Frees the slot unless a process is in it, or joining it at this
+    /// instant (then it stays, and that process is its member). Only under
+    /// the table's lock, as making a pool is.
+    fn free_if_empty(&self) {
+        if self
+            .state
+            .compare_exchange(IN_USE, CLAIMING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
         {
             return;
         }
@@ -207,6 +213,11 @@ impl PoolSlot {
             self.state.store(IN_USE, Ordering::Release);
             return;
         }
+        self.clear();
+    }
+
+    /// Empties the slot and marks it free.
+    fn clear(&self) {
         self.name_len.store(0, Ordering::Relaxed);
         for device in 0..MAX_DEVICES {
             self.budget[device].store(NO_QUOTA, Ordering::Relaxed);
@@ -284,16 +295,59 @@ impl<M: AsRef<[u8]>> Pools<M> {
     }
 }
 
+impl<M: AsRef<[u8]>> Pools<crate::files::Mapped<M>> {
+    /// The table file's lock ([`crate::files::Mapped::lock`]), for
+    /// [`Pools::join`] and [`Pools::free_if_empty`].
+    pub fn lock(&self, patience: std::time::Duration) -> Option<crate::files::FileLock> {
+        self.map.lock(patience)
+    }
+}
+
+/// Why a process could not join its pool.
+#[derive(Debug, PartialEq, Eq)]
+pub enum JoinError {
+    /// Every slot holds a pool with members.
+    Full,
+    /// The table's lock was held too long (by a stopped process).
+    Locked,
+}
+
 impl<M: AsRef<[u8]> + AsMut<[u8]>> Pools<M> {
-    /// The pool of this name, made if there is none (`None`: the table is
-    /// full). Every process looks for a name along the same sequence of
-    /// slots (from a hash of the name), and a slot being claimed is waited
-    /// for (up to a second) before it is passed: two processes making the
-    /// same pool at once end up in one.
-    pub fn join(&self, name: &str) -> Option<(u32, &PoolSlot)> {
+    /// Joins pool `name`, making it if there is none. Finding a running
+    /// pool takes no lock; making one, and freeing one ([`free_if_empty`](Pools::free_if_empty)),
+    /// happen under `lock` (the table file's lock, held for as long as its
+    /// guard lives; `None`: it could not be had), after a look at every
+    /// slot, so that two processes making one pool at once end in one, and
+    /// a name is never in two slots. A slot in a state no vramshare writes
+    /// (corrupt, or of a newer version) is passed over.
+    pub fn join<G>(
+        &self,
+        name: &str,
+        lock: impl FnOnce() -> Option<G>,
+    ) -> Result<(u32, &PoolSlot), JoinError> {
+        if let Some(found) = self.enter(name) {
+            return Ok(found);
+        }
+        let _guard = lock().ok_or(JoinError::Locked)?;
+        if let Some(found) = self.enter(name) {
+            return Ok(found);
+        }
         let slots = self.slots();
-        if slots.is_empty() {
-            return None;
+        // Under the lock nothing is being made or freed: a slot caught
+        // half-way was left so by a process that died there.
+        for slot in slots {
+            if slot.state.load(Ordering::Acquire) == CLAIMING {
+                slot.clear();
+            }
+        }
+        if !slots
+            .iter()
+            .any(|slot| slot.state.load(Ordering::Acquire) == FREE)
+        {
+            // Pools whose last member could not free them.
+            for slot in slots.iter().filter(|slot| slot.members() == 0) {
+                slot.free_if_empty();
+            }
         }
         let start = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
@@ -301,67 +355,84 @@ impl<M: AsRef<[u8]> + AsMut<[u8]>> Pools<M> {
         for probe in 0..slots.len() {
             let index = (start as usize).wrapping_add(probe) % slots.len();
             let slot = &slots[index];
-            let waited = std::time::Instant::now();
-            loop {
-                match slot.state.load(Ordering::Acquire) {
-                    IN_USE if slot.name() == name => {
-                        if slot.enter(name) {
-                            return Some((index as u32, slot));
-                        }
-                    }
-                    IN_USE => break,
-                    CLAIMING if waited.elapsed() < std::time::Duration::from_secs(1) => {
-                        std::thread::yield_now()
-                    }
-                    CLAIMING => break,
-                    FREE => {
-                        if slot
-                            .state
-                            .compare_exchange(FREE, CLAIMING, Ordering::AcqRel, Ordering::Acquire)
-                            .is_err()
-                        {
-                            continue;
-                        }
-                        let mut bytes = [0u8; NAME_BYTES];
-                        bytes[..name.len()].copy_from_slice(name.as_bytes());
-                        for (cell, chunk) in slot.name.iter().zip(bytes.chunks_exact(8)) {
-                            cell.store(
-                                u64::from_ne_bytes(chunk.try_into().unwrap()),
-                                Ordering::Relaxed,
-                            );
-                        }
-                        slot.name_len.store(name.len() as u32, Ordering::Relaxed);
-                        for device in 0..MAX_DEVICES {
-                            slot.budget[device].store(NO_QUOTA, Ordering::Relaxed);
-                            slot.device_bytes[device].store(0, Ordering::Relaxed);
-                        }
-                        // Added, not stored: a process checking the slot
-                        // at this instant takes its own count back out.
-                        slot.members.fetch_add(1, Ordering::AcqRel);
-                        slot.state.store(IN_USE, Ordering::Release);
-                        return Some((index as u32, slot));
-                    }
-                    // Corrupt, or a state of a newer vramshare: never ours.
-                    _ => break,
-                }
+            if slot
+                .state
+                .compare_exchange(FREE, CLAIMING, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                continue;
             }
+            let mut bytes = [0u8; NAME_BYTES];
+            bytes[..name.len()].copy_from_slice(name.as_bytes());
+            for (cell, chunk) in slot.name.iter().zip(bytes.chunks_exact(8)) {
+                cell.store(
+                    u64::from_ne_bytes(chunk.try_into().unwrap()),
+                    Ordering::Relaxed,
+                );
+            }
+            slot.name_len.store(name.len() as u32, Ordering::Relaxed);
+            for device in 0..MAX_DEVICES {
+                slot.budget[device].store(NO_QUOTA, Ordering::Relaxed);
+                slot.device_bytes[device].store(0, Ordering::Relaxed);
+            }
+            // Added, not stored: a process checking the slot at this
+            // instant takes its own count back out.
+            slot.members.fetch_add(1, Ordering::AcqRel);
+            slot.state.store(IN_USE, Ordering::Release);
+            return Ok((index as u32, slot));
         }
-        None
+        Err(JoinError::Full)
+    }
+
+    /// Pool `name`, if it runs, with this process counted in.
+    fn enter(&self, name: &str) -> Option<(u32, &PoolSlot)> {
+        self.slots()
+            .iter()
+            .enumerate()
+            .find(|(_, slot)| slot.in_use() && slot.name() == name && slot.enter(name))
+            .map(|(index, slot)| (index as u32, slot))
+    }
+
+    /// After the last member left pool `index` ([`PoolSlot::leave`]): frees
+    /// its slot, under `lock`. Without the lock it stays, empty, and is
+    /// freed when a pool is next made in a full table.
+    pub fn free_if_empty<G>(&self, index: u32, lock: impl FnOnce() -> Option<G>) {
+        if let (Some(slot), Some(_guard)) = (self.slots().get(index as usize), lock()) {
+            slot.free_if_empty();
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::files::open_or_create;
+    use crate::files::{open_or_create, Mapped};
+    use memmap2::MmapMut;
+
+    type Table = Pools<Mapped<MmapMut>>;
+
+    fn table(dir: &std::path::Path) -> Table {
+        Pools::new(open_or_create::<PoolFile>(dir).unwrap()).unwrap()
+    }
+
+    fn join<'a>(pools: &'a Table, name: &str) -> Result<(u32, &'a PoolSlot), JoinError> {
+        pools.join(name, || pools.map.lock(std::time::Duration::from_secs(1)))
+    }
+
+    /// One member leaves pool `index`; the last one out frees it.
+    fn leave(pools: &Table, index: u32) {
+        if pools.slots()[index as usize].leave() {
+            pools.free_if_empty(index, || pools.map.lock(std::time::Duration::from_secs(1)));
+        }
+    }
 
     #[test]
     fn a_pool_is_joined_by_name_and_holds_its_budget() {
         let dir = tempfile::tempdir().unwrap();
-        let pools = Pools::new(open_or_create::<PoolFile>(dir.path()).unwrap()).unwrap();
-        let (a, pool) = pools.join("team-a").unwrap();
-        let (again, _) = pools.join("team-a").unwrap();
-        let (b, _) = pools.join("team-b").unwrap();
+        let pools = table(dir.path());
+        let (a, pool) = join(&pools, "team-a").unwrap();
+        let (again, _) = join(&pools, "team-a").unwrap();
+        let (b, _) = join(&pools, "team-b").unwrap();
         assert_eq!(a, again);
         assert_ne!(a, b);
         assert_eq!(pool.budget(0), None);
@@ -402,8 +473,8 @@ mod tests {
     #[test]
     fn threads_reserving_at_once_never_pass_the_budget() {
         let dir = tempfile::tempdir().unwrap();
-        let pools = Pools::new(open_or_create::<PoolFile>(dir.path()).unwrap()).unwrap();
-        let (_, pool) = pools.join("p").unwrap();
+        let pools = table(dir.path());
+        let (_, pool) = join(&pools, "p").unwrap();
         pool.offer_budget(1, 1000);
         std::thread::scope(|s| {
             for _ in 0..8 {
@@ -424,65 +495,105 @@ mod tests {
     #[test]
     fn a_slot_in_an_unknown_state_is_passed_over_not_waited_on() {
         let dir = tempfile::tempdir().unwrap();
-        let pools = Pools::new(open_or_create::<PoolFile>(dir.path()).unwrap()).unwrap();
+        let pools = table(dir.path());
         // Every slot but one corrupt (or of a newer version).
-        let (keep, _) = pools.join("p").unwrap();
-        pools.get(keep).unwrap().leave();
+        let (keep, _) = join(&pools, "p").unwrap();
+        leave(&pools, keep);
         for (index, slot) in pools.slots().iter().enumerate() {
             if index as u32 != keep {
                 slot.state.store(7, Ordering::Release);
             }
         }
         let start = std::time::Instant::now();
-        let (index, _) = pools.join("other").unwrap();
+        let (index, _) = join(&pools, "other").unwrap();
         assert_eq!(index, keep, "the one usable slot");
         assert!(start.elapsed() < std::time::Duration::from_secs(1));
-        assert!(pools.join("a third").is_none(), "then the table is full");
+        assert_eq!(join(&pools, "a third").err(), Some(JoinError::Full));
         assert!(pools.find("other").is_some());
     }
 
     #[test]
     fn the_last_member_out_frees_the_slot_and_a_pool_made_again_starts_afresh() {
         let dir = tempfile::tempdir().unwrap();
-        let pools = Pools::new(open_or_create::<PoolFile>(dir.path()).unwrap()).unwrap();
-        let (index, pool) = pools.join("p").unwrap();
-        pools.join("p").unwrap();
+        let pools = table(dir.path());
+        let (index, pool) = join(&pools, "p").unwrap();
+        join(&pools, "p").unwrap();
         assert_eq!(pool.members(), 2);
         pool.offer_budget(0, 8 << 20);
         pool.reserve(0, 4096);
-        pool.leave();
+        leave(&pools, index);
         assert!(pool.in_use(), "one member left");
-        pool.leave();
+        leave(&pools, index);
         assert!(!pool.in_use() && pools.find("p").is_none(), "freed");
-        let (again, pool) = pools.join("p").unwrap();
+        let (again, pool) = join(&pools, "p").unwrap();
         assert_eq!(again, index);
         assert_eq!(pool.budget(0), None, "its old budget is gone");
         assert_eq!(pool.device_bytes(0), 0);
-        pool.leave();
-        pool.leave();
+        leave(&pools, index);
+        assert!(!pool.leave());
         assert_eq!(pool.members(), 0, "never below zero");
         // Far more pools than slots, one after another.
         for n in 0..(3 * DEFAULT_POOLS) {
-            let (_, pool) = pools.join(&format!("pool-{n}")).expect("a free slot");
-            pool.leave();
+            let (index, _) = join(&pools, &format!("pool-{n}")).expect("a free slot");
+            leave(&pools, index);
         }
+    }
+
+    #[test]
+    fn a_running_pool_is_found_wherever_it_is_so_a_name_is_never_in_two_slots() {
+        let dir = tempfile::tempdir().unwrap();
+        let pools = table(dir.path());
+        let made: Vec<u32> = (0..DEFAULT_POOLS)
+            .map(|n| join(&pools, &format!("pool-{n}")).unwrap().0)
+            .collect();
+        // The last made went wherever a slot was left, likely far from the
+        // start of its name's sequence; the slots before it are freed.
+        let last = *made.last().unwrap();
+        for index in &made[..made.len() - 1] {
+            leave(&pools, *index);
+        }
+        let name = format!("pool-{}", DEFAULT_POOLS - 1);
+        for _ in 0..3 {
+            assert_eq!(join(&pools, &name).unwrap().0, last);
+        }
+        assert_eq!(pools.slots()[last as usize].members(), 4);
+        assert_eq!(pools.in_use().len(), 1);
+    }
+
+    #[test]
+    fn a_pool_is_never_made_while_another_process_holds_the_lock_too_long() {
+        let dir = tempfile::tempdir().unwrap();
+        let pools = table(dir.path());
+        let held = pools.map.lock(std::time::Duration::ZERO).unwrap();
+        let start = std::time::Instant::now();
+        let refused = pools.join("p", || {
+            pools.map.lock(std::time::Duration::from_millis(100))
+        });
+        assert_eq!(refused.err(), Some(JoinError::Locked));
+        assert!(start.elapsed() < std::time::Duration::from_secs(1));
+        drop(held);
+        join(&pools, "p").unwrap();
+        // Finding a running pool needs no lock.
+        let _held = pools.map.lock(std::time::Duration::ZERO).unwrap();
+        assert!(pools.join("p", || None::<()>).is_ok());
     }
 
     #[test]
     fn joining_while_the_last_member_leaves_ends_in_one_counted_pool() {
         let dir = tempfile::tempdir().unwrap();
-        let pools = Pools::new(open_or_create::<PoolFile>(dir.path()).unwrap()).unwrap();
+        let pools = table(dir.path());
         for _ in 0..2000 {
-            let (_, first) = pools.join("p").unwrap();
+            let (index, _) = join(&pools, "p").unwrap();
             let joined = std::thread::scope(|s| {
-                let joiner = s.spawn(|| pools.join("p").unwrap());
-                first.leave();
+                let joiner = s.spawn(|| join(&pools, "p").unwrap());
+                leave(&pools, index);
                 joiner.join().unwrap()
             });
-            let (_, slot) = joined;
+            let (index, slot) = joined;
             assert!(slot.in_use() && slot.name() == "p");
             assert_eq!(slot.members(), 1);
-            slot.leave();
+            assert_eq!(pools.in_use().len(), 1);
+            leave(&pools, index);
             assert!(pools.in_use().is_empty());
         }
     }

@@ -198,8 +198,13 @@ impl ProcessSlot {
     }
 
     /// Gives the slot back at exit, keeping what it says for `dump`.
-    pub fn release(&self) {
-        self.state.store(EXITED, Ordering::Release);
+    /// True for the one caller that gives it back: the process at exit, or
+    /// a pool member that found it dead ([`Registry::reap_dead`]), never
+    /// both, so that its bytes leave its pool once.
+    pub fn release(&self) -> bool {
+        self.state
+            .compare_exchange(LIVE, EXITED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
     fn cmdline(&self) -> String {
@@ -385,15 +390,16 @@ impl<M: AsRef<[u8]> + AsMut<[u8]>> Registry<M> {
     ) -> Option<&ProcessSlot> {
         // Never-used slots first, so that exited processes stay visible to
         // `dump` for as long as there is room.
-        let never_used = self
-            .slots()
-            .iter()
-            .filter(|s| s.state.load(Ordering::Acquire) == FREE);
-        let others = self
-            .slots()
-            .iter()
-            .filter(|s| s.state.load(Ordering::Acquire) != FREE);
-        for slot in never_used.chain(others) {
+        // A dead pool member's slot last: its bytes leave its pool when a
+        // member reaps it, which taking the slot would prevent.
+        let tier = |slot: &ProcessSlot| match slot.state.load(Ordering::Acquire) {
+            FREE => 0,
+            LIVE if slot.pool.load(Ordering::Acquire) != 0 => 2,
+            _ => 1,
+        };
+        let slots =
+            (0..3).flat_map(|wanted| self.slots().iter().filter(move |slot| tier(slot) == wanted));
+        for slot in slots {
             let state = slot.state.load(Ordering::Acquire);
             if !slot.reclaimable(state) {
                 continue;

@@ -32,6 +32,7 @@ pub fn device_quota(state: &State, device: u32, backend: Backend) -> Option<u64>
     if state.cached_quota(device) == QUOTA_UNRESOLVED && !resolve_quota(state, device, backend) {
         return None;
     }
+    let _ = state.repair_lost_pages();
     // The registry slot's value: this process's own, or one that
     // `vramshare quota set` wrote since.
     let quota = state.ledger.device(device).quota.load(Ordering::Acquire);

@@ -10,12 +10,13 @@
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use memmap2::MmapMut;
 use vramshare_common::event::{Api, Event, Op, Placement};
 use vramshare_common::files::Mapped;
 use vramshare_common::files::{default_dir, open_or_replace, FileError};
-use vramshare_common::pool::{PoolFile, PoolSlot, Pools};
+use vramshare_common::pool::{JoinError, PoolFile, PoolSlot, Pools};
 use vramshare_common::process::{self, monotonic_ns};
 use vramshare_common::registry::{local_counters, ProcessSlot, Registry, RegistryFile};
 use vramshare_common::ring::{Ring, RingFile};
@@ -160,17 +161,24 @@ extern "C" fn at_exit() {
     crate::watcher::EXITING.store(true, Ordering::Release);
     if let Some(state) = started() {
         crate::report::write_trace_at_exit(state);
-        if let Some(slot) = state.slot {
-            if let (Some((index, pool)), Some(registry)) = (state.pool, state.registry) {
-                // Members that died are taken out first, so that the last
-                // one to leave frees the pool's slot.
-                registry.reap_dead(index, |dead| reap(dead, Some(pool)));
-                clear_if_empty(registry, index, pool, Some(state.pid));
-            }
-            // What the process still holds stops counting in its pool.
-            reap(slot, state.pool.map(|(_, pool)| pool));
-            slot.release();
+        // Given back once: a member that wrongly found this process dead
+        // has taken it out of the pool already.
+        let Some(slot) = state.slot.filter(|slot| slot.release()) else {
+            return;
+        };
+        let Some((index, pool)) = state.pool else {
+            return;
+        };
+        // What the process still holds stops counting in its pool; members
+        // that died are taken out too, and if none is left the pool holds
+        // nothing. Its own place goes last, so that the last one out frees
+        // the slot only when nothing more is done to it.
+        take_bytes_out(slot, pool);
+        if let Some(registry) = state.registry {
+            registry.reap_dead(index, |dead| reap(dead, Some((index, pool))));
+            clear_if_empty(registry, index, pool, None);
         }
+        leave_pool(index, pool);
     }
 }
 
@@ -200,7 +208,9 @@ impl State {
             Err(error) => {
                 error!("cannot use the shared files: {error}; tracing into this process's memory only (vramshare ps and dump will not see it)");
                 if let Some(name) = &config().pool {
-                    error!("not in pool {name}: its budget does not hold this process, only its own quota");
+                    error!(
+                        "not in pool {name}: VRAMSHARE_POOL_QUOTA holds it as a quota of its own"
+                    );
                 }
                 (None, None, None)
             }
@@ -286,13 +296,41 @@ impl State {
         )
     }
 
+    /// After a shared file was cut short under this process (its lost
+    /// pages now read as zeros, [`vramshare_common::fault_guard`]): puts
+    /// back the quotas this process last applied, which would otherwise
+    /// read as 0 and send every allocation to the host, and says once what
+    /// is lost; true if it did. Asked before each quota is read, and by the shim's thread.
+    pub fn repair_lost_pages(&self) -> bool {
+        use vramshare_common::fault_guard::{pages_lost, touch};
+        // Its own slots first, so that a page of them that was cut short is
+        // found now, before the quota is read from it.
+        if let Some(slot) = self.slot {
+            touch(slot);
+        }
+        if let Some((_, pool)) = self.pool {
+            touch(pool);
+        }
+        if !pages_lost() {
+            return false;
+        }
+        for device in 0..MAX_DEVICES as u32 {
+            if self.cached_quota(device) == QUOTA_RESOLVED {
+                let applied = self.applied_quota[device as usize].load(Ordering::Acquire);
+                self.ledger
+                    .device(device)
+                    .quota
+                    .store(applied, Ordering::Release);
+            }
+        }
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| error!("a shared file in {} was cut short while this process mapped it: the lost pages read as zeros in this process only; its quotas are put back, but its counts of device and spilled bytes there restart from zero, and vramshare ps and its pool no longer see all it holds", default_dir().display()));
+        true
+    }
+
     /// Records a prepared event (one that carries more than `record` takes),
     /// in this process's trace and in the shared ring.
     pub fn record_event(&self, event: Event) {
-        if vramshare_common::fault_guard::pages_lost() {
-            static SAID: std::sync::Once = std::sync::Once::new();
-            SAID.call_once(|| error!("a shared file in {} was cut short while this process mapped it: its lost pages read as zeros in this process only, so vramshare ps and pools no longer see all of what this process holds", default_dir().display()));
-        }
         if let Some(trace) = &self.trace {
             trace.record(&event);
         }
@@ -345,6 +383,8 @@ struct Shared {
 
 /// The registry, mapped for the life of the process.
 static REGISTRY: OnceLock<&'static Registry<Mapped<MmapMut>>> = OnceLock::new();
+/// The pool table, likewise, once a process has joined a pool.
+static POOLS: OnceLock<&'static Pools<Mapped<MmapMut>>> = OnceLock::new();
 
 /// Maps the shared ring and registry in `VRAMSHARE_DIR` (making them if
 /// needed), claims this process's registry slot, and joins its pool. A full
@@ -386,21 +426,31 @@ fn open_shared(pid: u32) -> Result<Shared, FileError> {
         Some(name) => {
             // A pool table that cannot be used costs the pool, not the
             // registry and the ring.
-            let opened = open_or_replace::<PoolFile>(&dir, replaced)
-                .and_then(|map| Pools::new(map).map_err(|why| invalid("pools", why)));
+            let opened = match POOLS.get() {
+                Some(pools) => Ok(*pools),
+                None => open_or_replace::<PoolFile>(&dir, replaced)
+                    .and_then(|map| Pools::new(map).map_err(|why| invalid("pools", why)))
+                    .map(|pools| *POOLS.get_or_init(|| Box::leak(Box::new(pools)))),
+            };
             let pools = match opened {
-                Ok(pools) => Some(&*Box::leak(Box::new(pools))),
+                Ok(pools) => Some(pools),
                 Err(error) => {
                     error!("cannot use the pool table: {error}; not in pool {name}: VRAMSHARE_POOL_QUOTA holds it as a quota of its own");
                     None
                 }
             };
             let joined = pools.and_then(|pools| {
-                let joined = pools.join(name);
-                if joined.is_none() {
-                    error!("the pool table in {} is full: not in pool {name}; VRAMSHARE_POOL_QUOTA holds it as a quota of its own", dir.display());
+                match pools.join(name, || pools.lock(Duration::from_secs(2))) {
+                    Ok(joined) => Some(joined),
+                    Err(JoinError::Full) => {
+                        error!("the pool table in {} is full (every one of its slots holds a pool with members): not in pool {name}; VRAMSHARE_POOL_QUOTA holds it as a quota of its own", dir.display());
+                        None
+                    }
+                    Err(JoinError::Locked) => {
+                        error!("the pool table in {} stayed locked for 2 s (by a stopped process?): not in pool {name}; VRAMSHARE_POOL_QUOTA holds it as a quota of its own", dir.display());
+                        None
+                    }
                 }
-                joined
             });
             if let Some((index, pool)) = joined {
                 if let Some(slot) = slot {
@@ -409,7 +459,7 @@ fn open_shared(pid: u32) -> Result<Shared, FileError> {
                 // Members that died without leaving are taken out now, and
                 // if this process (which holds nothing yet) is alone in the
                 // pool, the pool holds nothing.
-                registry.reap_dead(index, |dead| reap(dead, Some(pool)));
+                registry.reap_dead(index, |dead| reap(dead, Some((index, pool))));
                 if clear_if_empty(registry, index, pool, Some(pid)) {
                     // Alone in a pool its members left by dying: it takes
                     // this process's budget, as a pool made anew would.
@@ -444,12 +494,28 @@ fn clear_if_empty(
 }
 
 /// Takes a member that is gone (this process at exit, or one that died)
-/// out of its pool: its device bytes and its place among the members.
-pub fn reap(gone: &ProcessSlot, pool: Option<&PoolSlot>) {
-    if let Some(pool) = pool {
-        for (device, counters) in gone.devices().iter().enumerate() {
-            pool.unreserve(device as u32, counters.device_bytes.load(Ordering::Acquire));
+/// out of its pool `(index, pool)`: its device bytes and its place among
+/// the members; the last one out frees the pool's slot.
+pub fn reap(gone: &ProcessSlot, pool: Option<(u32, &PoolSlot)>) {
+    if let Some((index, pool)) = pool {
+        take_bytes_out(gone, pool);
+        leave_pool(index, pool);
+    }
+}
+
+fn take_bytes_out(gone: &ProcessSlot, pool: &PoolSlot) {
+    for (device, counters) in gone.devices().iter().enumerate() {
+        pool.unreserve(device as u32, counters.device_bytes.load(Ordering::Acquire));
+    }
+}
+
+/// One member out of pool `index`; the last one frees its slot.
+fn leave_pool(index: u32, pool: &PoolSlot) {
+    if pool.leave() {
+        if let Some(pools) = POOLS.get() {
+            // Briefly: this may run at exit. Unfreed, the empty slot is
+            // freed when a pool is next made in a full table.
+            pools.free_if_empty(index, || pools.lock(Duration::from_millis(100)));
         }
-        pool.leave();
     }
 }

@@ -65,9 +65,10 @@ fn watch() {
         if EXITING.load(Ordering::Acquire) {
             return;
         }
+        let _ = state.repair_lost_pages();
         if let (Some((index, pool)), Some(registry)) = (state.pool, state.registry) {
             // Members killed without leaving give their bytes back here.
-            registry.reap_dead(index, |dead| crate::state::reap(dead, Some(pool)));
+            registry.reap_dead(index, |dead| crate::state::reap(dead, Some((index, pool))));
             // What the high-priority members want room for; a member that
             // dies stops wanting with it.
             let wanted_by_high = if high {
@@ -127,6 +128,10 @@ fn watch() {
                 continue;
             }
             let now = state.ledger.device(device).quota.load(Ordering::Acquire);
+            if state.repair_lost_pages() {
+                // Read from a page that was just lost, not set by anyone.
+                continue;
+            }
             let before = state.applied_quota[device as usize].swap(now, Ordering::AcqRel);
             if before == now {
                 continue;
