@@ -252,7 +252,7 @@ impl<M: AsRef<[u8]> + AsMut<[u8]>> Pools<M> {
                         std::thread::yield_now()
                     }
                     CLAIMING => break,
-                    _ => {
+                    FREE => {
                         if slot
                             .state
                             .compare_exchange(FREE, CLAIMING, Ordering::AcqRel, Ordering::Acquire)
@@ -276,6 +276,9 @@ impl<M: AsRef<[u8]> + AsMut<[u8]>> Pools<M> {
                         slot.state.store(IN_USE, Ordering::Release);
                         return Some((index as u32, slot));
                     }
+                    // A state no vramshare writes (a corrupt file): passed
+                    // over like a taken slot, never retried forever.
+                    _ => break,
                 }
             }
         }
