@@ -332,6 +332,14 @@ pub(crate) fn check_header(
             bytes.len()
         ));
     }
+    // The readers take the header and slots as atomics in place, which
+    // must be 8-byte aligned. A mapping always is (page-aligned); bytes
+    // from anywhere else may not be, and are refused rather than misread.
+    if !(bytes.as_ptr() as usize).is_multiple_of(8) {
+        return Err(format!(
+            "a {what} at a misaligned address: not readable in place"
+        ));
+    }
     if read_u64(bytes, 0) != magic {
         return Err(format!("not a vramshare {what} (wrong magic number)"));
     }
