@@ -126,27 +126,48 @@ pub fn parse_limit(text: &str) -> Result<Limit, String> {
 /// will find the rest in what they wrote.
 pub const ECHO_CHARS: usize = 64;
 
-/// `text` as a message shows it: whole if short, else its first
-/// [`ECHO_CHARS`] characters, "…" and its length.
+/// `text` as a message shows it: control characters escaped (as Rust
+/// does), whole if that takes at most [`ECHO_CHARS`] characters, else cut
+/// there, followed by "…" and the value's length.
 fn plain(text: &str) -> String {
-    match cut(text) {
-        None => text.to_string(),
-        Some((head, total)) => format!("{head}… ({total} characters)"),
+    let (shown, cut) = escaped(text);
+    if cut {
+        format!("{shown}… ({} characters)", text.chars().count())
+    } else {
+        shown
     }
 }
 
-/// [`plain`], in quotes (with Rust's escapes, so that control characters
-/// and spaces at either end show).
+/// [`plain`], in quotes, so that spaces at either end show.
 pub fn quoted(text: &str) -> String {
-    match cut(text) {
-        None => format!("{text:?}"),
-        Some((head, total)) => format!("{head:?}… ({total} characters)"),
+    let (shown, cut) = escaped(text);
+    if cut {
+        format!("\"{shown}\"… ({} characters)", text.chars().count())
+    } else {
+        format!("\"{shown}\"")
     }
 }
 
-fn cut(text: &str) -> Option<(&str, usize)> {
-    let (end, _) = text.char_indices().nth(ECHO_CHARS)?;
-    Some((&text[..end], text.chars().count()))
+/// The escaped text, cut between characters (never inside an escape) to
+/// at most [`ECHO_CHARS`] characters; whether it was cut.
+fn escaped(text: &str) -> (String, bool) {
+    let mut shown = String::new();
+    let mut length = 0;
+    for c in text.chars() {
+        // As a string's `{:?}` does: a quote inside double quotes stays.
+        let escape = c.escape_debug();
+        let escape_len = if c == '\'' { 1 } else { escape.len() };
+        if length + escape_len > ECHO_CHARS {
+            return (shown, true);
+        }
+        length += escape_len;
+        if c == '\'' {
+            shown.push(c);
+        } else {
+            shown.extend(escape);
+        }
+    }
+    (shown, false)
 }
 
 /// A size as people read it: `8.00 GiB`, `512.0 MiB`, `4096 B`.
@@ -222,7 +243,7 @@ mod tests {
                 ),
             ),
             (
-                format!("1e300%"),
+                "1e300%".to_string(),
                 "1e300% is outside 0% to 100%".to_string(),
             ),
         ] {
@@ -237,12 +258,18 @@ mod tests {
         );
         let error = parse_quota(&format!("{long}=1G")).unwrap_err();
         assert!(error.starts_with(&format!("device \"{head}\"…")), "{error}");
-        // Cut between characters, not inside one.
+        // Cut between characters, not inside one, nor inside an escape.
         let wide = "é".repeat(ECHO_CHARS + 1);
         assert_eq!(
             quoted(&wide),
             format!("\"{}\"… (65 characters)", "é".repeat(ECHO_CHARS))
         );
+        let controls = "\u{1b}".repeat(ECHO_CHARS);
+        assert_eq!(
+            quoted(&controls),
+            format!("\"{}\"… (64 characters)", "\\u{1b}".repeat(10))
+        );
+        assert_eq!(quoted("it's \"x\"\n"), r#""it's \"x\"\n""#);
         assert_eq!(
             quoted(&wide[..2 * ECHO_CHARS]),
             format!("{:?}", &wide[..2 * ECHO_CHARS]),
