@@ -235,8 +235,9 @@ mod tests {
             return;
         };
         let sent = || {
-            // SAFETY: signalling this process.
-            unsafe { libc::kill(libc::getpid(), libc::SIGBUS) };
+            // SAFETY: signalling this thread, so that it is handled before
+            // raise returns.
+            unsafe { libc::raise(libc::SIGBUS) };
         };
         // SAFETY: plain dispositions and handlers, set before the guard.
         match scenario.as_str() {

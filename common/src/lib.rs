@@ -3,13 +3,14 @@
 //! - [`event`]: the trace's vocabulary and the fixed-size event;
 //! - [`trace_json`]: the `vramshare-trace/1` JSON;
 //! - [`size`]: sizes and quotas as people write them;
-//! - [`files`], [`ring`], [`registry`], [`pool`]: the shared-memory files,
+//! - [`files`], [`mapped`], [`ring`], [`registry`], [`pool`]: the shared-memory files,
 //!   and [`fault_guard`], which keeps one cut short from killing a process;
 //! - [`process`]: process identity and the shared clock.
 
 pub mod event;
 pub mod fault_guard;
 pub mod files;
+pub mod mapped;
 pub mod pool;
 pub mod process;
 pub mod registry;

@@ -311,7 +311,7 @@ impl<M: AsRef<[u8]>> Registry<M> {
     pub fn reap_dead(&self, index: u32, mut reap: impl FnMut(&ProcessSlot)) {
         for slot in self.slots() {
             if slot.state.load(Ordering::Acquire) != LIVE
-                || slot.pool.load(Ordering::Acquire) != index + 1
+                || slot.pool.load(Ordering::Acquire).checked_sub(1) != Some(index)
                 || process::is_alive(
                     slot.pid.load(Ordering::Relaxed),
                     slot.start_time.load(Ordering::Relaxed),
@@ -334,10 +334,10 @@ impl<M: AsRef<[u8]>> Registry<M> {
     /// member's shim every 50 ms: only a slot that wants something is
     /// checked for being alive, and nothing is copied.
     pub fn wanted_in_pool(&self, index: u32, priority: u32) -> [u64; MAX_DEVICES] {
-        let mut wanted = [0; MAX_DEVICES];
+        let mut wanted = [0u64; MAX_DEVICES];
         for slot in self.slots() {
             if slot.state.load(Ordering::Acquire) != LIVE
-                || slot.pool.load(Ordering::Acquire) != index + 1
+                || slot.pool.load(Ordering::Acquire).checked_sub(1) != Some(index)
                 || slot.priority.load(Ordering::Relaxed) != priority
             {
                 continue;
@@ -352,8 +352,9 @@ impl<M: AsRef<[u8]>> Registry<M> {
             {
                 continue;
             }
+            // Saturating: a corrupt or dying slot may ask for anything.
             for (total, ask) in wanted.iter_mut().zip(asks) {
-                *total += ask;
+                *total = total.saturating_add(ask);
             }
         }
         wanted

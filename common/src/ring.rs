@@ -81,6 +81,13 @@ pub enum Read {
     NotYet,
 }
 
+/// Positions a stamp can name: `done(p)` is `2p+2`, which fits in 64 bits
+/// only below this. A head beyond it is corrupt (writers would need
+/// centuries to get there): readers stop at it instead of overflowing, a
+/// position beyond it reads as lost, and a writer handed one drops its event.
+pub const POSITIONS: u64 = u64::MAX / 2;
+
+/// The stamps of a position below [`POSITIONS`].
 const fn done(position: u64) -> u64 {
     2 * position + 2
 }
@@ -124,7 +131,15 @@ impl<M: AsRef<[u8]>> Ring<M> {
         self.word(128).load(Ordering::Relaxed)
     }
 
+    /// [`Ring::head`] as far as readers go: never past [`POSITIONS`].
+    fn readable_head(&self) -> u64 {
+        self.head().min(POSITIONS)
+    }
+
     pub fn read_at(&self, position: u64) -> Read {
+        if position >= POSITIONS {
+            return Read::Lost;
+        }
         let slot = self.slot(position);
         let before = slot.stamp.load(Ordering::Acquire);
         if before < done(position) {
@@ -150,6 +165,10 @@ impl<M: AsRef<[u8]> + AsMut<[u8]>> Ring<M> {
     /// blocks; false if the event was dropped.
     pub fn push(&self, event: &Event) -> bool {
         let position = self.word(64).fetch_add(1, Ordering::AcqRel);
+        if position >= POSITIONS {
+            self.word(128).fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
         let slot = self.slot(position);
         let mut current = slot.stamp.load(Ordering::Acquire);
         loop {
@@ -190,7 +209,7 @@ impl Cursor {
     /// A cursor at the oldest position the ring still holds.
     pub fn oldest<M: AsRef<[u8]>>(ring: &Ring<M>) -> Cursor {
         Cursor {
-            next: ring.head().saturating_sub(ring.capacity()),
+            next: ring.readable_head().saturating_sub(ring.capacity()),
             ..Cursor::default()
         }
     }
@@ -200,20 +219,21 @@ impl Cursor {
     /// counts such positions as lost (use once writers are done, or for a
     /// one-off snapshot).
     pub fn drain<M: AsRef<[u8]>>(&mut self, ring: &Ring<M>, out: &mut Vec<Event>, finish: bool) {
-        let head = ring.head();
+        let head = ring.readable_head();
         let oldest = head.saturating_sub(ring.capacity());
+        // Saturating: the fields are the caller's, and may start anywhere.
         if self.next < oldest {
-            self.lost += oldest - self.next;
+            self.lost = self.lost.saturating_add(oldest - self.next);
             self.next = oldest;
         }
         while self.next < head {
             match ring.read_at(self.next) {
                 Read::Event(event) => {
                     out.push(event);
-                    self.read += 1;
+                    self.read = self.read.saturating_add(1);
                 }
-                Read::Lost => self.lost += 1,
-                Read::NotYet if finish => self.lost += 1,
+                Read::Lost => self.lost = self.lost.saturating_add(1),
+                Read::NotYet if finish => self.lost = self.lost.saturating_add(1),
                 Read::NotYet => break,
             }
             self.next += 1;
@@ -295,6 +315,34 @@ mod tests {
         assert_eq!(cursor.read, ring.capacity());
         assert_eq!(out[0].t_ns, 100);
         assert_eq!(ring.read_at(0), Read::Lost);
+    }
+
+    #[test]
+    fn a_corrupt_head_past_the_last_stamp_is_read_as_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let ring = Ring::new(open_or_create::<RingFile>(dir.path()).unwrap()).unwrap();
+        for head in [POSITIONS - 1, POSITIONS, 1 << 63, u64::MAX - 1, u64::MAX] {
+            ring.word(64).store(head, Ordering::Relaxed);
+            let mut cursor = Cursor::oldest(&ring);
+            assert_eq!(cursor.next, POSITIONS.min(head) - ring.capacity());
+            let mut out = Vec::new();
+            cursor.drain(&ring, &mut out, true);
+            assert!(out.is_empty(), "{head}");
+            assert_eq!(cursor.next, POSITIONS.min(head), "stops at the last stamp");
+            assert_eq!(cursor.lost, ring.capacity());
+            assert_eq!(
+                ring.read_at(head),
+                if head < POSITIONS {
+                    Read::NotYet
+                } else {
+                    Read::Lost
+                }
+            );
+        }
+        let dropped = ring.dropped();
+        assert!(!ring.push(&event(1)), "a position past the last stamp");
+        assert_eq!(ring.dropped(), dropped + 1);
+        assert_eq!(ring.read_at(u64::MAX), Read::Lost);
     }
 
     #[test]

@@ -45,11 +45,11 @@ pub fn parse_quota(text: &str) -> Result<Quota, String> {
         let entry = entry.trim();
         let (device, limit) = entry
             .split_once('=')
-            .ok_or_else(|| format!("entry {entry:?} is not DEVICE=SIZE"))?;
+            .ok_or_else(|| format!("entry {} is not DEVICE=SIZE", quoted(entry)))?;
         let device: u32 = device
             .trim()
             .parse()
-            .map_err(|_| format!("device {:?} is not a device number", device.trim()))?;
+            .map_err(|_| format!("device {} is not a device number", quoted(device.trim())))?;
         if device as usize >= MAX_DEVICES {
             return Err(format!(
                 "device {device} is beyond the {MAX_DEVICES} supported"
@@ -70,15 +70,19 @@ pub fn parse_limit(text: &str) -> Result<Limit, String> {
     if text.is_empty() {
         return Err("empty size".to_string());
     }
+    if text.starts_with('-') {
+        return Err(format!("{} is negative: a size is 0 or more", plain(text)));
+    }
     if let Some(number) = text.strip_suffix('%') {
+        let number = number.trim();
         let share: f64 = number
-            .trim()
             .parse()
             .ok()
             .filter(|p: &f64| p.is_finite())
-            .ok_or_else(|| format!("{number:?} is not a number"))?;
+            .ok_or_else(|| format!("{} is not a number", quoted(number)))?;
+        // The text as written: `1e300` printed as a float has 301 digits.
         if !(0.0..=100.0).contains(&share) {
-            return Err(format!("{share}% is outside 0% to 100%"));
+            return Err(format!("{}% is outside 0% to 100%", plain(number)));
         }
         return Ok(Limit::Percent(share));
     }
@@ -96,25 +100,74 @@ pub fn parse_limit(text: &str) -> Result<Limit, String> {
         "mb" => 1_000_000,
         "gb" => 1_000_000_000,
         "tb" => 1_000_000_000_000,
-        other => return Err(format!("unknown unit {other:?}")),
+        other => return Err(format!("unknown unit {}", quoted(other))),
     };
     if number.is_empty() {
-        return Err(format!("no number before {unit:?}"));
+        return Err(format!("no number before {}", quoted(unit)));
     }
     if let Ok(whole) = number.parse::<u64>() {
         return whole
             .checked_mul(multiplier)
             .map(Limit::Bytes)
-            .ok_or_else(|| format!("{text} does not fit in 64 bits"));
+            .ok_or_else(|| format!("{} does not fit in 64 bits", plain(text)));
     }
     let value: f64 = number
         .parse()
-        .map_err(|_| format!("{number:?} is not a number"))?;
+        .map_err(|_| format!("{} is not a number", quoted(number)))?;
     let bytes = value * multiplier as f64;
     if !bytes.is_finite() || bytes >= u64::MAX as f64 {
-        return Err(format!("{text} does not fit in 64 bits"));
+        return Err(format!("{} does not fit in 64 bits", plain(text)));
     }
     Ok(Limit::Bytes(bytes as u64))
+}
+
+/// Characters of a value that a message echoes: a whole file pasted by
+/// mistake should not fill the terminal, and whoever reads the message
+/// will find the rest in what they wrote.
+pub const ECHO_CHARS: usize = 64;
+
+/// `text` as a message shows it: control characters escaped (as Rust
+/// does), whole if that takes at most [`ECHO_CHARS`] characters, else cut
+/// there, followed by "…" and the value's length.
+fn plain(text: &str) -> String {
+    let (shown, cut) = escaped(text);
+    if cut {
+        format!("{shown}… ({} characters)", text.chars().count())
+    } else {
+        shown
+    }
+}
+
+/// [`plain`], in quotes, so that spaces at either end show.
+pub fn quoted(text: &str) -> String {
+    let (shown, cut) = escaped(text);
+    if cut {
+        format!("\"{shown}\"… ({} characters)", text.chars().count())
+    } else {
+        format!("\"{shown}\"")
+    }
+}
+
+/// The escaped text, cut between characters (never inside an escape) to
+/// at most [`ECHO_CHARS`] characters; whether it was cut.
+fn escaped(text: &str) -> (String, bool) {
+    let mut shown = String::new();
+    let mut length = 0;
+    for c in text.chars() {
+        // As a string's `{:?}` does: a quote inside double quotes stays.
+        let escape = c.escape_debug();
+        let escape_len = if c == '\'' { 1 } else { escape.len() };
+        if length + escape_len > ECHO_CHARS {
+            return (shown, true);
+        }
+        length += escape_len;
+        if c == '\'' {
+            shown.push(c);
+        } else {
+            shown.extend(escape);
+        }
+    }
+    (shown, false)
 }
 
 /// A size as people read it: `8.00 GiB`, `512.0 MiB`, `4096 B`.
@@ -159,13 +212,69 @@ mod tests {
             ("8XB", "unknown unit \"xb\""),
             ("GiB", "no number before \"GiB\""),
             ("1.2.3G", "\"1.2.3\" is not a number"),
-            ("-4G", "unknown unit \"-4g\""),
+            ("-4G", "-4G is negative: a size is 0 or more"),
+            ("-0", "-0 is negative: a size is 0 or more"),
             ("150%", "150% is outside 0% to 100%"),
             ("abc%", "\"abc\" is not a number"),
             ("99999999999T", "99999999999T does not fit in 64 bits"),
         ] {
             assert_eq!(parse_limit(text), Err(reason.to_string()), "{text}");
         }
+    }
+
+    #[test]
+    fn long_values_are_cut_in_messages() {
+        let long = "x".repeat(100_000);
+        let head = "x".repeat(ECHO_CHARS);
+        for (text, reason) in [
+            (
+                format!("1{long}"),
+                format!("unknown unit \"{head}\"… (100000 characters)"),
+            ),
+            (
+                format!("{long}%"),
+                format!("\"{head}\"… (100000 characters) is not a number"),
+            ),
+            (
+                format!("-{long}"),
+                format!(
+                    "-{}… (100001 characters) is negative: a size is 0 or more",
+                    &head[1..]
+                ),
+            ),
+            (
+                "1e300%".to_string(),
+                "1e300% is outside 0% to 100%".to_string(),
+            ),
+        ] {
+            let error = parse_limit(&text).unwrap_err();
+            assert_eq!(error, reason);
+            assert!(error.len() < 200, "{}", error.len());
+        }
+        let error = parse_quota(&format!("0=1G,{long}")).unwrap_err();
+        assert_eq!(
+            error,
+            format!("entry \"{head}\"… (100000 characters) is not DEVICE=SIZE")
+        );
+        let error = parse_quota(&format!("{long}=1G")).unwrap_err();
+        assert!(error.starts_with(&format!("device \"{head}\"…")), "{error}");
+        // Cut between characters, not inside one, nor inside an escape.
+        let wide = "é".repeat(ECHO_CHARS + 1);
+        assert_eq!(
+            quoted(&wide),
+            format!("\"{}\"… (65 characters)", "é".repeat(ECHO_CHARS))
+        );
+        let controls = "\u{1b}".repeat(ECHO_CHARS);
+        assert_eq!(
+            quoted(&controls),
+            format!("\"{}\"… (64 characters)", "\\u{1b}".repeat(10))
+        );
+        assert_eq!(quoted("it's \"x\"\n"), r#""it's \"x\"\n""#);
+        assert_eq!(
+            quoted(&wide[..2 * ECHO_CHARS]),
+            format!("{:?}", &wide[..2 * ECHO_CHARS]),
+            "exactly 64: whole"
+        );
     }
 
     #[test]

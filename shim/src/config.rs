@@ -66,8 +66,11 @@ impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "vramshare: {}={:?} is not valid ({}); accepted forms: {}",
-            self.variable, self.value, self.reason, self.forms
+            "vramshare: {}={} is not valid ({}); accepted forms: {}",
+            self.variable,
+            vramshare_common::size::quoted(&self.value),
+            self.reason,
+            self.forms
         )
     }
 }
@@ -227,6 +230,14 @@ mod tests {
         let error = vars(&[("VRAMSHARE_POOL", "team a")]).unwrap_err();
         assert_eq!(error.variable, "VRAMSHARE_POOL");
         assert!(error.to_string().contains("letters, digits"));
+        let long = "8".repeat(100_000) + "X";
+        let error = vars(&[("VRAMSHARE_QUOTA", &long)]).unwrap_err().to_string();
+        assert!(
+            error.len() < 600,
+            "a long value is cut where it is echoed: {} bytes",
+            error.len()
+        );
+        let error = vars(&[("VRAMSHARE_POOL", "team a")]).unwrap_err();
         assert_eq!(
             error.to_string().matches("accepted forms").count(),
             1,
