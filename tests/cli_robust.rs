@@ -536,7 +536,7 @@ fn a_fifo_in_place_of_a_shared_file_is_named_at_once() {
         let output = child.wait_with_output().unwrap();
         assert_eq!(output.status.code(), Some(1), "{args:?}");
         assert!(
-            text(&output.stderr).contains("a FIFO, not a regular file"),
+            text(&output.stderr).contains("a FIFO or pipe, not a regular file"),
             "{args:?}: {}",
             text(&output.stderr)
         );

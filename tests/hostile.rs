@@ -49,6 +49,36 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Checks that the client exited 0 after `steps` steps that succeeded;
+/// returns its stderr.
+fn ran_every_step(output: std::process::Output, steps: usize) -> String {
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{:?}\n{stdout}\n{stderr}",
+        output.status
+    );
+    assert_eq!(
+        stdout.matches("rc=0").count(),
+        steps,
+        "every step ran: {stdout}"
+    );
+    stderr
+}
+
+/// Where each allocation of the trace at `path` went, in order.
+fn placements(path: &Path) -> Vec<String> {
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    trace["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["op"] == "alloc")
+        .map(|e| e["placement"].as_str().unwrap().to_string())
+        .collect()
+}
+
 /// A small tmpfs of its own, unmounted when dropped.
 struct Tmpfs(PathBuf);
 
@@ -94,18 +124,7 @@ fn a_full_shared_memory_filesystem_costs_the_listing_never_the_job() {
     )
     .spawn()
     .unwrap();
-    let output = wait_within(child, Duration::from_secs(20));
-    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
-    assert!(
-        output.status.success(),
-        "{:?}\n{stdout}\n{stderr}",
-        output.status
-    );
-    assert_eq!(
-        stdout.matches("rc=0").count(),
-        4,
-        "every step ran: {stdout}"
-    );
+    let stderr = ran_every_step(wait_within(child, Duration::from_secs(20)), 4);
     assert_eq!(
         stderr.matches("cannot use the shared files").count(),
         1,
@@ -154,34 +173,14 @@ fn shared_files_cut_short_while_mapped_do_not_kill_the_job() {
             .unwrap();
         file.set_len(0).unwrap();
     }
-    let output = wait_within(child, Duration::from_secs(20));
-    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
-    assert!(
-        output.status.success(),
-        "{:?}\n{stdout}\n{stderr}",
-        output.status
-    );
-    assert_eq!(
-        stdout.matches("rc=0").count(),
-        4,
-        "every step ran: {stdout}"
-    );
+    let stderr = ran_every_step(wait_within(child, Duration::from_secs(20)), 4);
     assert_eq!(
         stderr.matches("was cut short").count(),
         1,
         "said once: {stderr}"
     );
-    let trace: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
-    let placements: Vec<&str> = trace["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["op"] == "alloc")
-        .map(|e| e["placement"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        placements,
+        placements(&trace),
         ["device", "device"],
         "the quota is put back, not read as 0 from the lost page"
     );
@@ -309,18 +308,8 @@ fn a_process_the_full_registry_cannot_list_says_so_and_stays_out_of_its_pool() {
         "said once, at the default level: {stderr}"
     );
     assert!(stderr.contains("not in pool p"), "{stderr}");
-    let trace: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(work.path().join("trace.json")).unwrap())
-            .unwrap();
-    let placements: Vec<&str> = trace["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["op"] == "alloc")
-        .map(|e| e["placement"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        placements,
+        placements(&work.path().join("trace.json")),
         ["device", "host"],
         "the pool's budget holds it as a quota of its own"
     );
@@ -352,12 +341,7 @@ fn pools_come_and_go_and_one_made_again_takes_its_new_members_budget() {
         let stderr = text(&output.stderr);
         assert!(output.status.success(), "{stderr}");
         assert!(!stderr.contains("not in pool"), "{pool}: {stderr}");
-        let trace: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(trace).unwrap()).unwrap();
-        trace["events"][0]["placement"]
-            .as_str()
-            .unwrap()
-            .to_string()
+        placements(&trace).remove(0)
     };
     // More pools, one after another, than the table has slots.
     for n in 0..(vramshare_common::pool::DEFAULT_POOLS + 6) {

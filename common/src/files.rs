@@ -149,15 +149,15 @@ fn who(uid: u32) -> String {
     }
 }
 
-/// What a file that is not a regular one is, in words.
-fn kind(file_type: fs::FileType) -> &'static str {
+/// What a file that is not a regular one is, in words ("a FIFO or pipe").
+pub fn kind(file_type: fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     if file_type.is_dir() {
         "a folder"
     } else if file_type.is_symlink() {
         "a symbolic link"
     } else if file_type.is_fifo() {
-        "a FIFO"
+        "a FIFO or pipe"
     } else if file_type.is_socket() {
         "a socket"
     } else if file_type.is_char_device() {

@@ -34,21 +34,10 @@ pub const TRACE_FORMS: &str = "the path of a regular file (made if missing; not 
 
 /// Why the trace cannot go to a file of this kind, if it cannot.
 fn refused(metadata: &std::fs::Metadata) -> Option<String> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let kind = metadata.file_type();
-    if !kind.is_file() {
-        let what = if kind.is_dir() {
-            "a folder"
-        } else if kind.is_fifo() {
-            "a FIFO or pipe"
-        } else if kind.is_char_device() {
-            "a character device"
-        } else if kind.is_socket() {
-            "a socket"
-        } else {
-            "not a regular file"
-        };
-        return Some(format!("{what}, not a regular file"));
+    use std::os::unix::fs::MetadataExt;
+    if !metadata.file_type().is_file() {
+        let kind = vramshare_common::files::kind(metadata.file_type());
+        return Some(format!("{kind}, not a regular file"));
     }
     // Not standard input: a process that reads the trace of an earlier
     // run (`jq . < trace.json`) has nothing to lose to it.
