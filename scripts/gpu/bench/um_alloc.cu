@@ -1,4 +1,4 @@
-// The all-managed anchor of bench/gpu/run: a PyTorch pluggable allocator
+// The all-managed anchor of scripts/gpu/bench/run: a PyTorch pluggable allocator
 // (torch.cuda.memory.CUDAPluggableAllocator, symbols um_alloc and um_free)
 // that makes every allocation raw managed memory with no hints, what a user
 // without vramshare would reach for to run a job larger than the GPU. With

@@ -1,4 +1,4 @@
-"""Reads bench/gpu/run's results.jsonl: prints the side-by-side table, each
+"""Reads scripts/gpu/bench/run's results.jsonl: prints the side-by-side table, each
 spilled run's floor, and the correctness checks (exit 1 if one fails)."""
 import json
 import sys
