@@ -16,8 +16,10 @@ pub fn tests_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests")
 }
 
-/// The shim under test: cargo builds the package's cdylib next to the test
-/// binaries before it runs them.
+/// The shim under test: cargo builds its cdylib next to the test binaries
+/// before it runs them, for the shim's own tests (the package's library) and
+/// for the command's (vramshare-cli has the shim as a dev-dependency for just
+/// this reason), so it is built from the current source in either case.
 pub fn shim_library() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let path = exe.parent().unwrap().join("libvramshare.so");
