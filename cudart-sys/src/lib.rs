@@ -9,7 +9,7 @@
 use std::os::raw::{c_int, c_uint, c_void};
 
 mod loader;
-pub use loader::{driver_library, loaded_object_named, lookup, runtime_library, Symbol};
+pub use loader::{driver_library, loaded_object_named, lookup, runtime_library, Function, Symbol};
 
 pub type cudaError_t = c_int;
 pub const cudaSuccess: cudaError_t = 0;

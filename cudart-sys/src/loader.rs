@@ -63,6 +63,35 @@ impl Symbol {
     }
 }
 
+/// A [`Symbol`] of a known C signature `F` (an `unsafe extern "C" fn`
+/// type): resolved on first use, handed out typed, so that no caller
+/// converts addresses itself.
+pub struct Function<F> {
+    symbol: Symbol,
+    signature: std::marker::PhantomData<F>,
+}
+
+impl<F: Copy> Function<F> {
+    pub const fn new(name: &'static CStr) -> Self {
+        Self {
+            symbol: Symbol::new(name),
+            signature: std::marker::PhantomData,
+        }
+    }
+
+    /// The function, or `None` when the library does not have it.
+    pub fn get(&self) -> Option<F> {
+        const {
+            assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>());
+        }
+        let address = self.symbol.get()?;
+        // SAFETY: `F` is a function pointer type (pointer-sized, checked
+        // above) naming the signature the symbol has, as the constructor's
+        // caller states by choosing `F`.
+        Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&address) })
+    }
+}
+
 /// The real function `name` (runtime or driver), looked up now, uncached.
 pub fn lookup(name: &CStr) -> Option<*mut c_void> {
     resolve(name)

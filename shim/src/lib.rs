@@ -3,67 +3,25 @@
 //! places what exceeds it in managed memory that lives on the host, brings it
 //! back when room frees up, and traces every allocation.
 //!
-//! Layout, from the C boundary inwards:
-//! - [`hooks`]: the one list of exported CUDA functions and their real twins;
-//! - [`guard`]: re-entrancy and the panic wall around every hook;
-//! - [`policy`]: quota, placement, promotion, `cudaMemGetInfo`;
-//! - [`placement`]: the advise and prefetch calls for CUDA 12 and 13;
-//! - [`stream_pools`]: what stream-ordered pools keep reserved counts too;
-//! - [`ledger`]: every pointer handed out, and per-device counters;
-//! - [`trace`], [`report`]: events, and the JSON written at exit;
-//! - [`watcher`]: quotas changed by `vramshare quota set` while the job runs;
-//! - [`config`], [`state`], [`log`]: variables, process state, stderr;
-//! - `dlsym`: lookups in a CUDA library's handle hand back the hooks.
+//! Layers, from the C boundary inwards; a module uses only those below it
+//! (ARCHITECTURE.md has the picture, and how to add a hook):
+//! - [`exports`]: the exported hooks, made from the one list of
+//!   [`cuda::functions`], the guard around each, and the lookups by name;
+//! - [`lifecycle`]: loading, the first calls, `fork` and exit;
+//! - [`watcher`]: the shim's thread, for quotas changed while the job runs;
+//! - [`policy`]: the decisions, one file per subject, and each hook's handler;
+//! - [`state`]: the process's state, its ledger, trace, shared files and
+//!   the JSON written at exit;
+//! - [`cuda`]: the list of CUDA functions, their real twins, and the calls
+//!   the shim makes on its own account;
+//! - [`config`], [`log`]: the variables, and stderr.
 
 #[macro_use]
 mod log;
 pub mod config;
-#[cfg(all(target_arch = "x86_64", not(test)))]
-mod dlsym;
-mod guard;
-pub mod hooks;
-mod ledger;
-mod placement;
+mod cuda;
+pub mod exports;
+mod lifecycle;
 mod policy;
-mod report;
 mod state;
-mod stream_pools;
-mod trace;
 mod watcher;
-
-/// Runs when the library is loaded, before the program's `main`: reads and
-/// checks the variables (a malformed one stops the job here, with status 2),
-/// and nothing else.
-#[cfg_attr(test, allow(dead_code))]
-extern "C" fn on_load() {
-    let _ = std::panic::catch_unwind(|| {
-        // glibc's dlsym, before anyone looks anything up through ours.
-        #[cfg(all(target_arch = "x86_64", not(test)))]
-        dlsym::resolve_real();
-        let config = state::load_config();
-        log::set_level(config.log);
-        // Processes of one job that share a trace file (no `%p` in its name)
-        // recognise each other by this variable, which the first sets.
-        if config.trace.as_deref().is_some_and(|t| !t.contains("%p"))
-            && std::env::var_os(report::JOB_VARIABLE).is_none()
-        {
-            let job = format!(
-                "{}-{}",
-                std::process::id(),
-                vramshare_common::process::monotonic_ns()
-            );
-            if let (Ok(name), Ok(value)) = (
-                std::ffi::CString::new(report::JOB_VARIABLE),
-                std::ffi::CString::new(job),
-            ) {
-                // SAFETY: the constructor runs before any thread of the program.
-                unsafe { libc::setenv(name.as_ptr(), value.as_ptr(), 0) };
-            }
-        }
-    });
-}
-
-#[cfg(not(test))]
-#[used]
-#[link_section = ".init_array"]
-static ON_LOAD: extern "C" fn() = on_load;

@@ -1,6 +1,6 @@
 //! The shim's own thread, for what changes while the job runs. It starts
-//! with the first quota the shim resolves, only in a process listed in the
-//! shared registry, and every 50 ms:
+//! once the process is listed in the shared registry ([`crate::lifecycle`]),
+//! and every 50 ms:
 //! - applies a quota changed by `vramshare quota set --pid`: the command
 //!   writes it into this process's registry slot (which the policy also
 //!   reads at every allocation); a raised quota promotes spilled blocks, a
@@ -21,37 +21,25 @@
 //! a program that uses the driver alone is left to its next allocation.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Once;
 use std::time::Duration;
 
 use vramshare_common::registry::NO_QUOTA;
 
 use crate::config::{Priority, MAX_DEVICES};
-use crate::hooks::real;
-use crate::placement::Backend;
+use crate::cuda::backend::Backend;
+use crate::cuda::real;
 use crate::policy;
 use crate::state::{config, state, QUOTA_UNRESOLVED};
 
 /// How often the thread looks at the registry.
 pub const INTERVAL: Duration = Duration::from_millis(50);
 
-static STARTED: Once = Once::new();
 /// Set at exit: the thread stops touching CUDA.
 pub static EXITING: AtomicBool = AtomicBool::new(false);
 
-/// Starts the thread, once per process.
-pub fn start() {
-    STARTED.call_once(|| {
-        let spawned = std::thread::Builder::new()
-            .name("vramshare-quota".into())
-            .spawn(watch);
-        if let Err(error) = spawned {
-            warn!("cannot start the thread that applies quota changes ({error}); they apply at the next allocation");
-        }
-    });
-}
-
-fn watch() {
+/// The thread's work, every [`INTERVAL`] until exit (started by
+/// [`crate::lifecycle`]).
+pub fn watch() {
     let state = state();
     let high = config().priority == Priority::High;
     // The pool's budgets as this process last acted on them.

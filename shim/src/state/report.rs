@@ -16,7 +16,6 @@ use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::sync::atomic::Ordering;
 
 use crate::config::{Limit, Quota, Spill};
 use crate::state::{config, State, QUOTA_UNRESOLVED};
@@ -97,7 +96,7 @@ pub fn process_summary(state: &State) -> ProcessJson {
             .unwrap_or_default(),
         // Asked on first use of each device; never asked here, at exit, when
         // the runtime may already be shutting down.
-        runtime_version: state.runtime_version.load(Ordering::Relaxed),
+        runtime_version: crate::cuda::backend::runtime_version(),
         ..ProcessJson::default()
     }
     .with_devices(&devices);

@@ -1,6 +1,7 @@
-//! Moving managed memory between host and device, through the API that made
-//! it ([`Backend`]): the advise and prefetch calls, in the form the loaded
-//! library expects.
+//! The calls the shim makes on its own account, through the API that made a
+//! block ([`Backend`]): device queries, managed memory, and moving it between
+//! host and device with the advise and prefetch calls, in the form the
+//! loaded library expects, on the shim's own streams.
 //!
 //! CUDA 13's `cudaMemAdvise` and `cudaMemPrefetchAsync` take a
 //! `struct cudaMemLocation` by value; CUDA 12's take an `int device` (the host
@@ -10,12 +11,13 @@
 //! the symbol that exists decides.
 
 use std::ffi::{c_int, c_uint, c_void};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
 
 use cudart_sys::*;
+use vramshare_common::event::Api;
 
-use crate::hooks::{real, Api};
-use crate::state::State;
+use super::real::{self, missing};
+use crate::config::MAX_DEVICES;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Location {
@@ -38,68 +40,69 @@ impl Location {
     }
 }
 
-static ADVISE: Symbol = Symbol::new(c"cudaMemAdvise");
-static PREFETCH: Symbol = Symbol::new(c"cudaMemPrefetchAsync");
+static ADVISE_13: Function<cudaMemAdvise_loc_fn> = Function::new(c"cudaMemAdvise");
+static ADVISE_12: Function<cudaMemAdvise_int_fn> = Function::new(c"cudaMemAdvise");
+static PREFETCH_13: Function<cudaMemPrefetchAsync_loc_fn> = Function::new(c"cudaMemPrefetchAsync");
+static PREFETCH_12: Function<cudaMemPrefetchAsync_int_fn> = Function::new(c"cudaMemPrefetchAsync");
+
+/// The runtime's version (13000 for 13.0), 0 until asked.
+static RUNTIME_VERSION: AtomicI32 = AtomicI32::new(0);
+
+/// The runtime's version as it answered (0 if never asked, or it could not
+/// say), for the trace. Never asked here: at exit the runtime may already
+/// be shutting down.
+pub fn runtime_version() -> i32 {
+    RUNTIME_VERSION.load(Ordering::Relaxed).max(0)
+}
 
 /// The runtime's major version; CUDA 13's forms if it cannot be asked.
-pub fn runtime_major(state: &State) -> i32 {
-    let known = state.runtime_major.load(Ordering::Relaxed);
-    if known != 0 {
-        return known;
+pub fn runtime_major() -> i32 {
+    let mut version = RUNTIME_VERSION.load(Ordering::Relaxed);
+    if version == 0 {
+        // SAFETY: writes the int we own.
+        let rc = unsafe { real::cudaRuntimeGetVersion(&mut version) };
+        if rc != cudaSuccess || version <= 0 {
+            version = -1;
+        }
+        RUNTIME_VERSION.store(version, Ordering::Relaxed);
     }
-    let mut version: c_int = 0;
-    // SAFETY: writes the int we own.
-    let rc = unsafe { real::cudaRuntimeGetVersion(&mut version) };
-    let major = if rc == cudaSuccess && version > 0 {
+    if version > 0 {
         version / 1000
     } else {
         13
-    };
-    state.runtime_version.store(version, Ordering::Relaxed);
-    state.runtime_major.store(major, Ordering::Relaxed);
-    major
+    }
 }
 
-fn advise(
-    state: &State,
-    ptr: *mut c_void,
-    size: usize,
-    advice: cudaMemoryAdvise,
-    to: Location,
-) -> cudaError_t {
-    let Some(f) = ADVISE.get() else {
-        return crate::policy::missing("cudaMemAdvise");
-    };
-    // SAFETY: the symbol is cudaMemAdvise in the form of this runtime's version.
+fn advise(ptr: *mut c_void, size: usize, advice: cudaMemoryAdvise, to: Location) -> cudaError_t {
+    // SAFETY: the form of this runtime's version, with the caller's block.
     unsafe {
-        if runtime_major(state) >= 13 {
-            let f: cudaMemAdvise_loc_fn = std::mem::transmute(f);
-            f(ptr, size, advice, to.as_mem_location())
+        if runtime_major() >= 13 {
+            match ADVISE_13.get() {
+                Some(f) => f(ptr, size, advice, to.as_mem_location()),
+                None => missing("cudaMemAdvise"),
+            }
         } else {
-            let f: cudaMemAdvise_int_fn = std::mem::transmute(f);
-            f(ptr, size, advice, to.as_device_id())
+            match ADVISE_12.get() {
+                Some(f) => f(ptr, size, advice, to.as_device_id()),
+                None => missing("cudaMemAdvise"),
+            }
         }
     }
 }
 
-fn prefetch(
-    state: &State,
-    ptr: *mut c_void,
-    size: usize,
-    to: Location,
-    stream: cudaStream_t,
-) -> cudaError_t {
-    let Some(f) = PREFETCH.get() else {
-        return crate::policy::missing("cudaMemPrefetchAsync");
-    };
-    // SAFETY: the symbol is cudaMemPrefetchAsync in the form of this runtime's version.
+fn prefetch(ptr: *mut c_void, size: usize, to: Location, stream: cudaStream_t) -> cudaError_t {
+    // SAFETY: the form of this runtime's version, with the caller's block.
     unsafe {
-        if runtime_major(state) >= 13 {
-            let f: cudaMemPrefetchAsync_loc_fn = std::mem::transmute(f);
-            f(ptr, size, to.as_mem_location(), 0, stream)
+        if runtime_major() >= 13 {
+            match PREFETCH_13.get() {
+                Some(f) => f(ptr, size, to.as_mem_location(), 0, stream),
+                None => missing("cudaMemPrefetchAsync"),
+            }
         } else {
-            let f: cudaMemPrefetchAsync_int_fn = std::mem::transmute(f);
-            f(ptr, size, to.as_device_id(), stream)
+            match PREFETCH_12.get() {
+                Some(f) => f(ptr, size, to.as_device_id(), stream),
+                None => missing("cudaMemPrefetchAsync"),
+            }
         }
     }
 }
@@ -112,10 +115,25 @@ pub enum Backend {
     Driver,
 }
 
-static DRIVER_ADVISE_V2: Symbol = Symbol::new(c"cuMemAdvise_v2");
-static DRIVER_ADVISE: Symbol = Symbol::new(c"cuMemAdvise");
-static DRIVER_PREFETCH_V2: Symbol = Symbol::new(c"cuMemPrefetchAsync_v2");
-static DRIVER_PREFETCH: Symbol = Symbol::new(c"cuMemPrefetchAsync");
+static DRIVER_ADVISE_V2: Function<cuMemAdvise_v2_fn> = Function::new(c"cuMemAdvise_v2");
+static DRIVER_ADVISE: Function<cuMemAdvise_fn> = Function::new(c"cuMemAdvise");
+static DRIVER_PREFETCH_V2: Function<cuMemPrefetchAsync_v2_fn> =
+    Function::new(c"cuMemPrefetchAsync_v2");
+static DRIVER_PREFETCH: Function<cuMemPrefetchAsync_fn> = Function::new(c"cuMemPrefetchAsync");
+
+/// The shim's own non-blocking stream per device, made on first use, for
+/// blocks of the runtime and of the driver.
+static STREAMS: [AtomicPtr<c_void>; MAX_DEVICES] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_DEVICES];
+static DRIVER_STREAMS: [AtomicPtr<c_void>; MAX_DEVICES] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_DEVICES];
+
+/// In a forked child: the parent's streams are not the child's.
+pub fn forget_streams() {
+    for slot in STREAMS.iter().chain(&DRIVER_STREAMS) {
+        slot.store(std::ptr::null_mut(), Ordering::Release);
+    }
+}
 
 impl Backend {
     pub fn of(api: Api) -> Backend {
@@ -150,7 +168,7 @@ impl Backend {
         }
         u32::try_from(device)
             .ok()
-            .filter(|d| (*d as usize) < crate::config::MAX_DEVICES)
+            .filter(|d| (*d as usize) < MAX_DEVICES)
             .ok_or(cudaErrorInvalidValue)
     }
 
@@ -221,53 +239,37 @@ impl Backend {
         }
     }
 
-    fn advise(
-        self,
-        state: &State,
-        ptr: *mut c_void,
-        size: usize,
-        advice: c_int,
-        to: Location,
-    ) -> c_int {
+    fn advise(self, ptr: *mut c_void, size: usize, advice: c_int, to: Location) -> c_int {
         match self {
-            Backend::Runtime => advise(state, ptr, size, advice, to),
-            // SAFETY: each symbol is cast to the form its name has.
+            Backend::Runtime => advise(ptr, size, advice, to),
+            // SAFETY: each form is called as its name says, with the
+            // caller's block.
             Backend::Driver => unsafe {
                 if let Some(f) = DRIVER_ADVISE_V2.get() {
-                    let f: cuMemAdvise_v2_fn = std::mem::transmute(f);
                     f(ptr as CUdeviceptr, size, advice, to.as_mem_location())
                 } else if let Some(f) = DRIVER_ADVISE.get() {
-                    let f: cuMemAdvise_fn = std::mem::transmute(f);
                     f(ptr as CUdeviceptr, size, advice, to.as_device_id())
                 } else {
-                    crate::policy::missing("cuMemAdvise")
+                    missing("cuMemAdvise")
                 }
             },
         }
     }
 
     /// Prefetches to `to` on the shim's stream of `device` (the block's).
-    fn prefetch(
-        self,
-        state: &State,
-        ptr: *mut c_void,
-        size: usize,
-        to: Location,
-        device: u32,
-    ) -> c_int {
-        let stream = self.stream(state, device);
+    fn prefetch(self, ptr: *mut c_void, size: usize, to: Location, device: u32) -> c_int {
+        let stream = self.stream(device);
         match self {
-            Backend::Runtime => prefetch(state, ptr, size, to, stream),
-            // SAFETY: each symbol is cast to the form its name has.
+            Backend::Runtime => prefetch(ptr, size, to, stream),
+            // SAFETY: each form is called as its name says, with the
+            // caller's block.
             Backend::Driver => unsafe {
                 if let Some(f) = DRIVER_PREFETCH_V2.get() {
-                    let f: cuMemPrefetchAsync_v2_fn = std::mem::transmute(f);
                     f(ptr as CUdeviceptr, size, to.as_mem_location(), 0, stream)
                 } else if let Some(f) = DRIVER_PREFETCH.get() {
-                    let f: cuMemPrefetchAsync_fn = std::mem::transmute(f);
                     f(ptr as CUdeviceptr, size, to.as_device_id(), stream)
                 } else {
-                    crate::policy::missing("cuMemPrefetchAsync")
+                    missing("cuMemPrefetchAsync")
                 }
             },
         }
@@ -279,7 +281,6 @@ impl Backend {
     /// prefer the device, where the GPU's first touch places them.
     pub fn place_split(
         self,
-        state: &State,
         ptr: *mut c_void,
         size: usize,
         device_part: usize,
@@ -288,7 +289,6 @@ impl Backend {
         let mut rc = cudaSuccess;
         if device_part > 0 {
             rc = self.advise(
-                state,
                 ptr,
                 device_part,
                 cudaMemAdviseSetPreferredLocation,
@@ -297,14 +297,12 @@ impl Backend {
         }
         let tail = (ptr as *mut u8).wrapping_add(device_part) as *mut c_void;
         let rc2 = self.advise(
-            state,
             tail,
             size - device_part,
             cudaMemAdviseSetPreferredLocation,
             Location::Host,
         );
         let rc3 = self.advise(
-            state,
             tail,
             size - device_part,
             cudaMemAdviseSetAccessedBy,
@@ -316,29 +314,22 @@ impl Backend {
     /// A promoted block: it prefers its device, and its pages are moved
     /// there asynchronously on the shim's own stream. Nothing waits for the
     /// move: managed memory is coherent wherever it sits.
-    pub fn move_to_device(
-        self,
-        state: &State,
-        ptr: *mut c_void,
-        size: usize,
-        device: u32,
-    ) -> c_int {
+    pub fn move_to_device(self, ptr: *mut c_void, size: usize, device: u32) -> c_int {
         let rc = self.advise(
-            state,
             ptr,
             size,
             cudaMemAdviseSetPreferredLocation,
             Location::Device(device),
         );
-        let rc2 = self.prefetch(state, ptr, size, Location::Device(device), device);
+        let rc2 = self.prefetch(ptr, size, Location::Device(device), device);
         first_error(rc, rc2)
     }
 
     /// A demoted block: it prefers the host, stays mapped for the device,
     /// and its pages are moved to the host on the shim's own stream.
-    pub fn move_to_host(self, state: &State, ptr: *mut c_void, size: usize, device: u32) -> c_int {
-        let rc = self.place_split(state, ptr, size, 0, device);
-        let rc2 = self.prefetch(state, ptr, size, Location::Host, device);
+    pub fn move_to_host(self, ptr: *mut c_void, size: usize, device: u32) -> c_int {
+        let rc = self.place_split(ptr, size, 0, device);
+        let rc2 = self.prefetch(ptr, size, Location::Host, device);
         first_error(rc, rc2)
     }
 
@@ -346,10 +337,10 @@ impl Backend {
     /// default stream) if it cannot be made. The driver's is made in the
     /// calling thread's current context, which is the block's when its own
     /// free triggers the promotion.
-    fn stream(self, state: &State, device: u32) -> *mut c_void {
+    fn stream(self, device: u32) -> *mut c_void {
         let slot = match self {
-            Backend::Runtime => &state.streams[device as usize],
-            Backend::Driver => &state.driver_streams[device as usize],
+            Backend::Runtime => &STREAMS[device as usize],
+            Backend::Driver => &DRIVER_STREAMS[device as usize],
         };
         let known = slot.load(Ordering::Acquire);
         if !known.is_null() {

@@ -6,7 +6,8 @@
 //! address. So the exported `dlsym` is a few instructions that jump straight
 //! to glibc's for those two handles, leaving the caller's return address in
 //! place; only a lookup in an explicit handle comes into Rust, where its
-//! answer may be swapped for the hook of the same name. The runtime's own
+//! answer is swapped for the hook of the same name, wherever the function
+//! came from (the driver, or another interposer). The runtime's own
 //! lookups in the driver are left alone (it calls the driver through them
 //! from inside the hooks, which must reach the real functions), and so are
 //! the shim's own (they happen inside a hook, where the guard passes them
@@ -15,31 +16,8 @@
 //! from here, where `RTLD_NEXT` would be relative to the shim.
 
 use std::ffi::{c_char, c_void, CStr};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// glibc's `dlsym`, found by version so that looking it up does not come
-/// back here; 0 until found.
-static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
-
-type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
-
-/// Finds glibc's `dlsym` (called when the library loads, and again here if
-/// a lookup came before that).
-pub fn resolve_real() -> usize {
-    let known = REAL_DLSYM.load(Ordering::Acquire);
-    if known != 0 {
-        return known;
-    }
-    for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
-        // SAFETY: dlvsym with NUL-terminated strings.
-        let found = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
-        if !found.is_null() {
-            REAL_DLSYM.store(found as usize, Ordering::Release);
-            return found as usize;
-        }
-    }
-    0
-}
+use crate::cuda::dlsym::{resolve_real, DlsymFn, REAL_DLSYM};
 
 /// The exported `dlsym`: `RTLD_NEXT` (-1) and `RTLD_DEFAULT` (0) go straight
 /// to glibc's with the caller's return address untouched; other handles (or
@@ -82,9 +60,10 @@ unsafe extern "C" fn lookup_in_handle(
     if found.is_null() || symbol.is_null() {
         return found;
     }
-    crate::guard::hooked(
+    super::guard::wall(
         "dlsym",
         || unsafe { hook_for(found, symbol, caller) }.unwrap_or(found),
+        || None,
         || found,
     )
 }
@@ -100,18 +79,38 @@ unsafe fn hook_for(
     if !name.starts_with(b"cu") {
         return None;
     }
-    let hook = crate::hooks::hook_named(name)?;
-    let from_cuda = in_library(found, "libcuda.so.") || in_library(found, "libcudart.so");
-    (from_cuda && !in_library(caller, "libcudart.so")).then_some(hook)
+    let hook = super::hook_named(name)?;
+    // By name, wherever the function came from (the driver, or another
+    // interposer in front of it); but the runtime's own lookups in the
+    // driver, and the shim's, must reach the real functions.
+    let from_inside = in_library(caller, "libcudart.so") || same_object(caller, hook);
+    (!from_inside && !same_object(found, hook)).then_some(hook)
+}
+
+/// Whether two addresses lie in the same loaded object.
+fn same_object(a: *const c_void, b: *const c_void) -> bool {
+    match (object_base(a), object_base(b)) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
+}
+
+fn object_base(address: *const c_void) -> Option<usize> {
+    // SAFETY: a zeroed Dl_info is valid for dladdr to fill.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the address and fills `info`.
+    (unsafe { libc::dladdr(address, &mut info) } != 0).then_some(info.dli_fbase as usize)
 }
 
 /// Whether `address` lies in a loaded object whose file name starts with `prefix`.
 fn in_library(address: *const c_void, prefix: &str) -> bool {
+    // SAFETY: a zeroed Dl_info is valid for dladdr to fill.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr fills `info`; dli_fname is a NUL-terminated path when set.
+    // SAFETY: dladdr fills `info`.
     if unsafe { libc::dladdr(address, &mut info) } == 0 || info.dli_fname.is_null() {
         return false;
     }
+    // SAFETY: dli_fname is a NUL-terminated path when set.
     let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy();
     path.rsplit('/')
         .next()

@@ -7,23 +7,29 @@
 //! with its own quota, and whatever locks the parent's other threads held at
 //! the moment of the fork stay behind in the parent's copy, never touched.
 
-use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use memmap2::MmapMut;
 use vramshare_common::event::{Api, Event, Op, Placement};
+use vramshare_common::files::default_dir;
 use vramshare_common::files::Mapped;
-use vramshare_common::files::{default_dir, open_or_replace, FileError};
-use vramshare_common::pool::{JoinError, PoolFile, PoolSlot, Pools};
-use vramshare_common::process::{self, monotonic_ns};
-use vramshare_common::registry::{local_counters, ProcessSlot, Registry, RegistryFile};
-use vramshare_common::ring::{Ring, RingFile};
+use vramshare_common::pool::PoolSlot;
+use vramshare_common::process::monotonic_ns;
+use vramshare_common::registry::{local_counters, ProcessSlot, Registry};
+use vramshare_common::ring::Ring;
 
-use crate::config::{Config, Spill, MAX_DEVICES};
-use crate::ledger::Ledger;
-use crate::trace::{thread_id, TraceLog};
+use crate::config::{Config, MAX_DEVICES};
+pub mod ledger;
+pub mod report;
+mod shared;
+pub mod trace;
+
+use ledger::Ledger;
+use trace::{thread_id, TraceLog};
+
+pub use shared::reap;
+use shared::{open_shared, REGISTRY};
 
 pub struct State {
     pub pid: u32,
@@ -46,18 +52,19 @@ pub struct State {
     /// Per device, the quota the shim last acted on: what it resolved, then
     /// each change the watcher applied ([`crate::watcher`]).
     pub applied_quota: Vec<AtomicU64>,
-    /// The shim's own non-blocking stream per device, made on first promotion.
-    pub streams: Vec<AtomicPtr<c_void>>,
-    /// The same for blocks allocated through the driver API.
-    pub driver_streams: Vec<AtomicPtr<c_void>>,
-    /// The runtime's major version (12, 13), 0 until asked.
-    pub runtime_major: AtomicI32,
-    pub runtime_version: AtomicI32,
-    /// Per stream-ordered pool, the slack last counted (see [`crate::stream_pools`]).
-    pub pool_slack:
-        std::sync::Mutex<std::collections::HashMap<usize, crate::stream_pools::Counted>>,
+    /// Per stream-ordered pool, the slack last counted (see
+    /// [`crate::policy::stream_pools`]).
+    pub pool_slack: std::sync::Mutex<std::collections::HashMap<usize, Counted>>,
     /// Set once the process's device count is known ([`State::learn_device_count`]).
     devices_learned: std::sync::Once,
+}
+
+/// What the shim counted for a stream-ordered pool at its last reading.
+#[derive(Clone, Copy, Debug)]
+pub struct Counted {
+    pub device: u32,
+    pub backend: crate::cuda::backend::Backend,
+    pub slack: u64,
 }
 
 pub const QUOTA_UNRESOLVED: u64 = u64::MAX;
@@ -65,7 +72,6 @@ pub const QUOTA_RESOLVED: u64 = 0;
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
 static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
-static PROCESS_HOOKS: std::sync::Once = std::sync::Once::new();
 
 /// Reads and checks the variables; on a malformed one, says so and exits 2.
 pub fn load_config() -> &'static Config {
@@ -83,20 +89,20 @@ pub fn load_config() -> &'static Config {
 }
 
 /// A trace target that cannot take the trace is refused as a malformed
-/// value is ([`crate::report::check_target`]).
+/// value is ([`report::check_target`]).
 fn check_trace_target(config: Config) -> Result<Config, crate::config::ConfigError> {
     if let Some(template) = &config.trace {
         // The system call, not libc's getpid: a job's own getpid wrapper
         // (an interposer of its own) should see only the job's calls.
         // SAFETY: SYS_getpid takes no arguments and cannot fail.
         let pid = unsafe { libc::syscall(libc::SYS_getpid) } as u32;
-        let path = crate::report::trace_path(template, pid);
-        if let Err(reason) = crate::report::check_target(&path) {
+        let path = report::trace_path(template, pid);
+        if let Err(reason) = report::check_target(&path) {
             return Err(crate::config::ConfigError {
                 variable: "VRAMSHARE_TRACE",
                 value: template.clone(),
                 reason,
-                forms: crate::report::TRACE_FORMS,
+                forms: report::TRACE_FORMS,
             });
         }
     }
@@ -137,7 +143,6 @@ pub fn state() -> &'static State {
         if STATE.load(Ordering::Acquire).is_null() {
             let fresh = Box::into_raw(Box::new(State::new()));
             STATE.store(fresh, Ordering::Release);
-            PROCESS_HOOKS.call_once(install_process_hooks);
         }
     }
 }
@@ -149,48 +154,12 @@ pub fn started() -> Option<&'static State> {
     (!current.is_null()).then(|| unsafe { &*current })
 }
 
-extern "C" fn after_fork_in_child() {
-    // The parent's state is left as it is (it may hold locks of threads that
-    // do not exist here); the child starts empty on its next CUDA call.
+/// In a forked child: the parent's state is left as it is (it may hold
+/// locks of threads that do not exist here); the child starts empty on its
+/// next CUDA call. A thread of the parent may have been making it: not here.
+pub fn forget_after_fork() {
     STATE.store(std::ptr::null_mut(), Ordering::Release);
-    // A thread of the parent may have been making it: not here.
     MAKING.store(false, Ordering::Release);
-}
-
-extern "C" fn at_exit() {
-    crate::watcher::EXITING.store(true, Ordering::Release);
-    if let Some(state) = started() {
-        crate::report::write_trace_at_exit(state);
-        // Given back once: a member that wrongly found this process dead
-        // has taken it out of the pool already.
-        let Some(slot) = state.slot.filter(|slot| slot.release()) else {
-            return;
-        };
-        let Some((index, pool)) = state.pool else {
-            return;
-        };
-        // What the process still holds stops counting in its pool; members
-        // that died are taken out too, and if none is left the pool holds
-        // nothing. Its own place goes last, so that the last one out frees
-        // the slot only when nothing more is done to it.
-        take_bytes_out(slot, pool);
-        if let Some(registry) = state.registry {
-            registry.reap_dead(index, |dead| reap(dead, Some((index, pool))));
-            clear_if_empty(registry, index, pool, None);
-        }
-        leave_pool(index, pool);
-    }
-}
-
-fn install_process_hooks() {
-    // SAFETY: registering plain extern "C" functions that never unwind.
-    unsafe {
-        libc::pthread_atfork(None, None, Some(after_fork_in_child));
-        libc::atexit(at_exit);
-    }
-    // A panic inside the shim is reported through the shim's log, once, in
-    // one line; `guard::hooked` then passes the call through.
-    std::panic::set_hook(Box::new(|info| error!("{info}")));
 }
 
 impl Default for State {
@@ -237,14 +206,6 @@ impl State {
             applied_quota: (0..MAX_DEVICES)
                 .map(|_| AtomicU64::new(vramshare_common::registry::NO_QUOTA))
                 .collect(),
-            streams: (0..MAX_DEVICES)
-                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
-                .collect(),
-            driver_streams: (0..MAX_DEVICES)
-                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
-                .collect(),
-            runtime_major: AtomicI32::new(0),
-            runtime_version: AtomicI32::new(0),
             pool_slack: Default::default(),
             devices_learned: std::sync::Once::new(),
         }
@@ -371,151 +332,5 @@ impl State {
 
     pub fn cache_quota(&self, device: u32, quota: u64) {
         self.quotas[device as usize].store(quota, Ordering::Release);
-    }
-}
-
-/// What this process uses of the shared files.
-struct Shared {
-    ring: Ring<Mapped<MmapMut>>,
-    slot: Option<&'static ProcessSlot>,
-    pool: Option<(u32, &'static PoolSlot)>,
-}
-
-/// The registry, mapped for the life of the process.
-static REGISTRY: OnceLock<&'static Registry<Mapped<MmapMut>>> = OnceLock::new();
-/// The pool table, likewise, once a process has joined a pool.
-static POOLS: OnceLock<&'static Pools<Mapped<MmapMut>>> = OnceLock::new();
-
-/// Maps the shared ring and registry in `VRAMSHARE_DIR` (making them if
-/// needed), claims this process's registry slot, and joins its pool. A full
-/// registry is not an error: the process is traced, just not listed.
-fn open_shared(pid: u32) -> Result<Shared, FileError> {
-    let dir = default_dir();
-    let invalid = |name: &str, why: String| FileError::Invalid(dir.join(name), why);
-    let replaced = |what: &FileError| notice!("replaced {what} (no process was using it)");
-    let ring = Ring::new(open_or_replace::<RingFile>(&dir, replaced)?)
-        .map_err(|why| invalid("ring", why))?;
-    // The registry stays mapped for the life of the process: the slot's
-    // counters are the ledger's.
-    let registry: &'static Registry<Mapped<MmapMut>> = match REGISTRY.get() {
-        Some(registry) => registry,
-        None => {
-            let registry = Registry::new(open_or_replace::<RegistryFile>(&dir, replaced)?)
-                .map_err(|why| invalid("registry", why))?;
-            REGISTRY.get_or_init(|| Box::leak(Box::new(registry)))
-        }
-    };
-    let start = process::start_time(pid).unwrap_or(0);
-    let slot = registry.claim(
-        pid,
-        start,
-        &process::cmdline(pid),
-        config().spill == Spill::Off,
-    );
-    if slot.is_none() {
-        error!("the process registry in {} is full (every one of its slots is held by a live process): this process is traced, but vramshare ps does not list it and vramshare quota set cannot reach it", dir.display());
-    }
-    let pool = match &config().pool {
-        None => None,
-        // Its bytes would stay counted in the pool if it died: nothing
-        // could tell that it had.
-        Some(name) if slot.is_none() => {
-            error!("not in pool {name}: a pool member must be listed in the registry, so that its bytes leave the pool however it ends; VRAMSHARE_POOL_QUOTA holds it as a quota of its own");
-            None
-        }
-        Some(name) => {
-            // A pool table that cannot be used costs the pool, not the
-            // registry and the ring.
-            let opened = match POOLS.get() {
-                Some(pools) => Ok(*pools),
-                None => open_or_replace::<PoolFile>(&dir, replaced)
-                    .and_then(|map| Pools::new(map).map_err(|why| invalid("pools", why)))
-                    .map(|pools| *POOLS.get_or_init(|| Box::leak(Box::new(pools)))),
-            };
-            let pools = match opened {
-                Ok(pools) => Some(pools),
-                Err(error) => {
-                    error!("cannot use the pool table: {error}; not in pool {name}: VRAMSHARE_POOL_QUOTA holds it as a quota of its own");
-                    None
-                }
-            };
-            let joined = pools.and_then(|pools| {
-                match pools.join(name, || pools.lock(Duration::from_secs(2))) {
-                    Ok(joined) => Some(joined),
-                    Err(JoinError::Full) => {
-                        error!("the pool table in {} is full (every one of its slots holds a pool with members): not in pool {name}; VRAMSHARE_POOL_QUOTA holds it as a quota of its own", dir.display());
-                        None
-                    }
-                    Err(JoinError::Locked) => {
-                        error!("the pool table in {} stayed locked for 2 s (by a stopped process?): not in pool {name}; VRAMSHARE_POOL_QUOTA holds it as a quota of its own", dir.display());
-                        None
-                    }
-                }
-            });
-            if let Some((index, pool)) = joined {
-                if let Some(slot) = slot {
-                    slot.set_pool(Some(index), config().priority as u32);
-                }
-                // Members that died without leaving are taken out now, and
-                // if this process (which holds nothing yet) is alone in the
-                // pool, the pool holds nothing.
-                registry.reap_dead(index, |dead| reap(dead, Some((index, pool))));
-                if clear_if_empty(registry, index, pool, Some(pid)) {
-                    // Alone in a pool its members left by dying: it takes
-                    // this process's budget, as a pool made anew would.
-                    for device in 0..MAX_DEVICES as u32 {
-                        pool.set_budget(device, None);
-                    }
-                }
-            }
-            joined
-        }
-    };
-    Ok(Shared { ring, slot, pool })
-}
-
-/// A pool with no live member (other than `except`) holds nothing (see
-/// [`PoolSlot::clear_if_unchanged`]); true if it had none.
-fn clear_if_empty(
-    registry: &Registry<Mapped<MmapMut>>,
-    index: u32,
-    pool: &PoolSlot,
-    except: Option<u32>,
-) -> bool {
-    let observed = pool.counts();
-    let empty = registry
-        .live()
-        .iter()
-        .all(|p| p.pool != Some(index) || Some(p.pid) == except);
-    if empty {
-        pool.clear_if_unchanged(&observed);
-    }
-    empty
-}
-
-/// Takes a member that is gone (this process at exit, or one that died)
-/// out of its pool `(index, pool)`: its device bytes and its place among
-/// the members; the last one out frees the pool's slot.
-pub fn reap(gone: &ProcessSlot, pool: Option<(u32, &PoolSlot)>) {
-    if let Some((index, pool)) = pool {
-        take_bytes_out(gone, pool);
-        leave_pool(index, pool);
-    }
-}
-
-fn take_bytes_out(gone: &ProcessSlot, pool: &PoolSlot) {
-    for (device, counters) in gone.devices().iter().enumerate() {
-        pool.unreserve(device as u32, counters.device_bytes.load(Ordering::Acquire));
-    }
-}
-
-/// One member out of pool `index`; the last one frees its slot.
-fn leave_pool(index: u32, pool: &PoolSlot) {
-    if pool.leave() {
-        if let Some(pools) = POOLS.get() {
-            // Briefly: this may run at exit. Unfreed, the empty slot is
-            // freed when a pool is next made in a full table.
-            pools.free_if_empty(index, || pools.lock(Duration::from_millis(100)));
-        }
     }
 }

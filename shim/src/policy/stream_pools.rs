@@ -14,22 +14,14 @@ use std::ffi::{c_int, c_void};
 
 use cudart_sys::*;
 
-use crate::hooks::real;
-use crate::placement::Backend;
-use crate::state::State;
+use crate::cuda::backend::Backend;
+use crate::cuda::real;
+use crate::state::{Counted, State};
 
 /// `cudaMemPoolAttrReservedMemCurrent`, `cudaMemPoolAttrUsedMemCurrent`
 /// (the driver's `CU_MEMPOOL_ATTR_*` have the same values).
 const RESERVED_MEM_CURRENT: c_int = 5;
 const USED_MEM_CURRENT: c_int = 7;
-
-/// What the shim counted for a pool at its last reading.
-#[derive(Clone, Copy, Debug)]
-pub struct Counted {
-    device: u32,
-    backend: Backend,
-    slack: u64,
-}
 
 /// The pool an allocation comes from: the one given, or the device's
 /// current pool; `None` if CUDA cannot say.

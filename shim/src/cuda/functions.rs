@@ -1,0 +1,83 @@
+//! The one list of CUDA functions the shim knows: those it hooks, the
+//! lookups it answers (the driver's entry points), and those it only
+//! calls. The list is expanded twice, by [`crate::cuda::real`] into the
+//! table of real functions and by [`crate::exports`] into the exported
+//! hooks, each of which calls the handler of its name in
+//! [`crate::policy::handlers`] (or [`crate::exports`]' lookups). Adding a
+//! hook is one line here, its handler, and the [`vramshare_common::event::Api`]
+//! variant of its name.
+
+/// Calls `$then!` with the whole list.
+macro_rules! cuda_functions {
+    ($then:ident) => {
+        $then! {
+            hooked {
+                fn cudaMalloc(ptr: *mut *mut c_void, size: usize);
+                fn cudaMallocManaged(ptr: *mut *mut c_void, size: usize, flags: c_uint);
+                fn cudaMallocPitch(ptr: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize);
+                fn cudaMalloc3D(pitched: *mut cudaPitchedPtr, extent: cudaExtent);
+                fn cudaMallocAsync(ptr: *mut *mut c_void, size: usize, stream: cudaStream_t);
+                fn cudaMallocAsync_ptsz(ptr: *mut *mut c_void, size: usize, stream: cudaStream_t);
+                fn cudaMallocFromPoolAsync(ptr: *mut *mut c_void, size: usize, pool: cudaMemPool_t, stream: cudaStream_t);
+                fn cudaMallocFromPoolAsync_ptsz(ptr: *mut *mut c_void, size: usize, pool: cudaMemPool_t, stream: cudaStream_t);
+                fn cudaFree(ptr: *mut c_void);
+                fn cudaFreeAsync(ptr: *mut c_void, stream: cudaStream_t);
+                fn cudaFreeAsync_ptsz(ptr: *mut c_void, stream: cudaStream_t);
+                fn cudaMemGetInfo(free: *mut usize, total: *mut usize);
+                // The driver API, for programs that allocate through libcuda.so.1
+                // directly. A device address (CUdeviceptr) is a 64-bit integer,
+                // the size of a pointer, so it goes through the same policy.
+                fn cuMemAlloc_v2(ptr: *mut CUdeviceptr, size: usize);
+                fn cuMemAllocManaged(ptr: *mut CUdeviceptr, size: usize, flags: c_uint);
+                fn cuMemAllocPitch_v2(ptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, element: c_uint);
+                fn cuMemAllocAsync(ptr: *mut CUdeviceptr, size: usize, stream: CUstream);
+                fn cuMemAllocAsync_ptsz(ptr: *mut CUdeviceptr, size: usize, stream: CUstream);
+                fn cuMemAllocFromPoolAsync(ptr: *mut CUdeviceptr, size: usize, pool: CUmemoryPool, stream: CUstream);
+                fn cuMemAllocFromPoolAsync_ptsz(ptr: *mut CUdeviceptr, size: usize, pool: CUmemoryPool, stream: CUstream);
+                fn cuMemFree_v2(ptr: CUdeviceptr);
+                fn cuMemFreeAsync(ptr: CUdeviceptr, stream: CUstream);
+                fn cuMemFreeAsync_ptsz(ptr: CUdeviceptr, stream: CUstream);
+                fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize);
+                // Physical memory of the virtual memory API (PyTorch's expandable
+                // segments): counted from creation until it is both released and
+                // unmapped, as the driver frees it. Reserving address space and
+                // granting access change no count: those calls are not hooked.
+                fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: u64);
+                fn cuMemRelease(handle: CUmemGenericAllocationHandle);
+                fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: u64);
+                fn cuMemUnmap(ptr: CUdeviceptr, size: usize);
+            }
+            lookups {
+                // Every way a program fetches driver functions by name: the
+                // pointer handed back is swapped for the hook when it is a
+                // hooked function.
+                // Every way a program fetches driver functions by name: the pointer
+                // handed back is swapped for the hook when it is a hooked function.
+                fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64);
+                fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int);
+                fn cudaGetDriverEntryPoint(symbol: *const c_char, pfn: *mut *mut c_void, flags: u64, status: *mut c_int);
+                fn cudaGetDriverEntryPoint_ptsz(symbol: *const c_char, pfn: *mut *mut c_void, flags: u64, status: *mut c_int);
+                fn cudaGetDriverEntryPointByVersion(symbol: *const c_char, pfn: *mut *mut c_void, version: c_uint, flags: u64, status: *mut c_int);
+                fn cudaGetDriverEntryPointByVersion_ptsz(symbol: *const c_char, pfn: *mut *mut c_void, version: c_uint, flags: u64, status: *mut c_int);
+            }
+            real_only {
+                fn cudaGetDevice(device: *mut c_int);
+                fn cudaGetDeviceCount(count: *mut c_int);
+                fn cuDeviceGetCount(count: *mut c_int);
+                fn cudaSetDevice(device: c_int);
+                fn cudaRuntimeGetVersion(version: *mut c_int);
+                fn cudaStreamCreateWithFlags(stream: *mut cudaStream_t, flags: c_uint);
+                fn cuCtxGetDevice(device: *mut CUdevice);
+                fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_int, device: CUdevice);
+                fn cuStreamCreate(stream: *mut CUstream, flags: c_uint);
+                fn cudaDeviceGetMemPool(pool: *mut cudaMemPool_t, device: c_int);
+                fn cudaMemPoolGetAttribute(pool: cudaMemPool_t, attribute: c_int, value: *mut c_void);
+                fn cudaMemPoolTrimTo(pool: cudaMemPool_t, keep: usize);
+                fn cuDeviceGetMemPool(pool: *mut CUmemoryPool, device: CUdevice);
+                fn cuMemPoolGetAttribute(pool: CUmemoryPool, attribute: c_int, value: *mut c_void);
+                fn cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize);
+            }
+        }
+    };
+}
+pub(crate) use cuda_functions;

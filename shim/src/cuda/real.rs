@@ -1,0 +1,80 @@
+//! The real CUDA functions, resolved on first use from the loaded runtime
+//! and driver, one typed entry per function of [`super::functions`]. A
+//! missing one answers `cudaErrorNotSupported` (and says so in the log).
+//!
+//! The real twin of each hooked function also notes its result for the hook
+//! that is running ([`begin_hook`], [`twin_result`]): a hook whose body
+//! fails after the real call was made must hand back that call's result,
+//! never make it a second time (a second allocation, or a double free).
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+use cudart_sys::*;
+
+/// A real function the loaded runtime does not have.
+pub fn missing(name: &str) -> cudaError_t {
+    warn!("{name} is not available in the loaded CUDA runtime");
+    cudaErrorNotSupported
+}
+
+thread_local! {
+    /// The hook running on this thread, and what its real twin returned.
+    static RUNNING: Cell<(&'static str, Option<c_int>)> = const { Cell::new(("", None)) };
+}
+
+/// Called by the guard as hook `name` begins.
+pub fn begin_hook(name: &'static str) {
+    let _ = RUNNING.try_with(|running| running.set((name, None)));
+}
+
+/// What the real twin of the running hook returned, if it was called.
+pub fn twin_result() -> Option<c_int> {
+    RUNNING.try_with(|running| running.get().1).ok().flatten()
+}
+
+fn note(name: &'static str, rc: c_int) {
+    let _ = RUNNING.try_with(|running| {
+        if running.get().0 == name {
+            running.set((name, Some(rc)));
+        }
+    });
+}
+
+/// A function of the real runtime or driver, resolved on first use;
+/// `$twin`: it is a hook's real twin, whose result is noted.
+macro_rules! real_fn {
+    ($twin:literal $name:ident ( $($arg:ident : $ty:ty),* )) => {
+        pub unsafe fn $name($($arg: $ty),*) -> cudaError_t {
+            static FUNCTION: Function<unsafe extern "C" fn($($ty),*) -> cudaError_t> =
+                Function::new(
+                    // SAFETY: the literal ends in its only NUL.
+                    unsafe { std::ffi::CStr::from_bytes_with_nul_unchecked(concat!(stringify!($name), "\0").as_bytes()) });
+            let rc = match FUNCTION.get() {
+                // SAFETY: the symbol is the function of this signature,
+                // called with the caller's arguments.
+                Some(f) => unsafe { f($($arg),*) },
+                None => missing(stringify!($name)),
+            };
+            if $twin {
+                note(stringify!($name), rc);
+            }
+            rc
+        }
+    };
+}
+
+macro_rules! real_table {
+    (
+        hooked { $( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ); )* }
+        lookups { $( fn $lname:ident ( $($larg:ident : $lty:ty),* $(,)? ); )* }
+        real_only { $( fn $rname:ident ( $($rarg:ident : $rty:ty),* $(,)? ); )* }
+    ) => {
+        $( real_fn!(true $name($($arg: $ty),*)); )*
+        $( real_fn!(true $lname($($larg: $lty),*)); )*
+        $( real_fn!(false $rname($($rarg: $rty),*)); )*
+    };
+}
+
+super::functions::cuda_functions!(real_table);

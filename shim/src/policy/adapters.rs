@@ -1,0 +1,244 @@
+//! Each allocation API's shape turned into one request of the core
+//! ([`super::allocate`]): the pointer-only allocations, pitched ones, and
+//! the frees.
+
+use std::ffi::{c_uint, c_void};
+
+use cudart_sys::*;
+use vramshare_common::event::{Api, Op, Placement};
+
+use crate::cuda::backend::Backend;
+use crate::cuda::real;
+use crate::state::ledger::Taken;
+use crate::state::state;
+
+use super::allocate::{allocate, Request};
+use super::moves::promote;
+use super::quota::device_quota;
+use super::stream_pools;
+
+/// `cudaMalloc` and `cuMemAlloc_v2`.
+///
+/// # Safety
+/// `out` is the caller's pointer, as CUDA would receive it.
+pub unsafe fn malloc(
+    api: Api,
+    out: *mut *mut c_void,
+    size: usize,
+    real_alloc: impl FnOnce(*mut *mut c_void) -> cudaError_t,
+) -> cudaError_t {
+    unsafe { allocate_into(api, out, size, None, real_alloc, cudaMemAttachGlobal, false) }
+}
+
+/// `cudaMallocAsync`, `cudaMallocFromPoolAsync`, their driver twins and
+/// `_ptsz` forms: allocations from a stream-ordered pool (`pool` null for
+/// the device's current one), whose reserve counts as well ([`stream_pools`]).
+///
+/// # Safety
+/// `out` is the caller's pointer, as CUDA would receive it.
+pub unsafe fn malloc_pooled(
+    api: Api,
+    out: *mut *mut c_void,
+    size: usize,
+    pool: *mut c_void,
+    real_alloc: impl FnOnce(*mut *mut c_void) -> cudaError_t,
+) -> cudaError_t {
+    unsafe {
+        allocate_into(
+            api,
+            out,
+            size,
+            Some(pool),
+            real_alloc,
+            cudaMemAttachGlobal,
+            false,
+        )
+    }
+}
+
+/// `cudaMallocManaged` and `cuMemAllocManaged`: the caller's own managed
+/// memory counts against the quota while it fits; beyond, it is advised to
+/// live on the host (spill mode or not: managed memory may live there by
+/// nature).
+///
+/// # Safety
+/// `out` is the caller's pointer, as CUDA would receive it.
+pub unsafe fn malloc_managed(
+    api: Api,
+    out: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+    real_alloc: impl FnOnce(*mut *mut c_void) -> cudaError_t,
+) -> cudaError_t {
+    unsafe { allocate_into(api, out, size, None, real_alloc, flags, true) }
+}
+
+/// An allocation whose only output is the pointer written to `out`.
+unsafe fn allocate_into(
+    api: Api,
+    out: *mut *mut c_void,
+    size: usize,
+    pool: Option<*mut c_void>,
+    real_alloc: impl FnOnce(*mut *mut c_void) -> cudaError_t,
+    managed_flags: c_uint,
+    always_spill: bool,
+) -> cudaError_t {
+    if out.is_null() {
+        return real_alloc(out);
+    }
+    allocate(Request {
+        api,
+        size: size as u64,
+        pool,
+        on_device: || {
+            let rc = real_alloc(out);
+            let ptr = if rc == cudaSuccess {
+                unsafe { *out }
+            } else {
+                std::ptr::null_mut()
+            };
+            (rc, ptr, size as u64)
+        },
+        on_host: |ptr| unsafe { *out = ptr },
+        managed_flags,
+        always_spill,
+    })
+}
+
+/// The pitch CUDA picks for a row of `width` bytes, for reserving before the
+/// call; corrected from the real pitch after it.
+const PITCH_ALIGN: usize = 512;
+
+fn estimated_pitch(width: usize) -> Option<usize> {
+    width.checked_next_multiple_of(PITCH_ALIGN)
+}
+
+/// # Safety
+/// The pointers are the caller's, as CUDA would receive them.
+pub unsafe fn malloc_pitch(
+    api: Api,
+    out: *mut *mut c_void,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    real_pitch: impl Fn() -> cudaError_t,
+) -> cudaError_t {
+    let estimate = estimated_pitch(width).and_then(|p| Some((p, p.checked_mul(height)?)));
+    let (Some((est_pitch, size)), false, false) = (estimate, out.is_null(), pitch.is_null()) else {
+        return real_pitch();
+    };
+    allocate(Request {
+        api,
+        size: size as u64,
+        pool: None,
+        on_device: || unsafe {
+            let rc = real_pitch();
+            if rc == cudaSuccess {
+                (rc, *out, (*pitch as u64).saturating_mul(height as u64))
+            } else {
+                (rc, std::ptr::null_mut(), 0)
+            }
+        },
+        on_host: |ptr| unsafe {
+            *out = ptr;
+            *pitch = est_pitch;
+        },
+        managed_flags: cudaMemAttachGlobal,
+        always_spill: false,
+    })
+}
+
+/// # Safety
+/// `pitched` is the caller's pointer, as CUDA would receive it.
+pub unsafe fn malloc_3d(pitched: *mut cudaPitchedPtr, extent: cudaExtent) -> cudaError_t {
+    let estimate = estimated_pitch(extent.width)
+        .and_then(|p| Some((p, p.checked_mul(extent.height)?.checked_mul(extent.depth)?)));
+    let (Some((est_pitch, size)), false) = (estimate, pitched.is_null()) else {
+        return unsafe { real::cudaMalloc3D(pitched, extent) };
+    };
+    allocate(Request {
+        api: Api::cudaMalloc3D,
+        size: size as u64,
+        pool: None,
+        on_device: || unsafe {
+            let rc = real::cudaMalloc3D(pitched, extent);
+            if rc == cudaSuccess {
+                let p = *pitched;
+                (
+                    rc,
+                    p.ptr,
+                    (p.pitch as u64).saturating_mul((extent.height * extent.depth) as u64),
+                )
+            } else {
+                (rc, std::ptr::null_mut(), 0)
+            }
+        },
+        on_host: |ptr| unsafe {
+            *pitched = cudaPitchedPtr {
+                ptr,
+                pitch: est_pitch,
+                xsize: extent.width,
+                ysize: extent.height,
+            };
+        },
+        managed_flags: cudaMemAttachGlobal,
+        always_spill: false,
+    })
+}
+
+/// `cudaFree`, `cudaFreeAsync` and the driver's `cuMemFree_v2`,
+/// `cuMemFreeAsync`. Managed memory (a spilled block, also once promoted, or
+/// the caller's own) is always given back with `cudaFree` or `cuMemFree_v2`,
+/// which wait for the device first, as a stream-ordered free requires, and
+/// which the stream-ordered frees would refuse. A pointer the shim did not
+/// hand out goes to the real function, which answers for it.
+///
+/// # Safety
+/// `ptr` is the caller's pointer, as CUDA would receive it.
+pub unsafe fn free(
+    api: Api,
+    ptr: *mut c_void,
+    real_free: impl FnOnce(*mut c_void) -> cudaError_t,
+) -> cudaError_t {
+    if ptr.is_null() {
+        // cudaFree(0) is how programs make the context: nothing to account.
+        return real_free(ptr);
+    }
+    let state = state();
+    let block = loop {
+        match state.ledger.take(ptr as usize) {
+            Taken::Block(block) => break block,
+            Taken::Moving => std::thread::yield_now(),
+            Taken::Unknown => {
+                let rc = real_free(ptr);
+                state.record(Op::Free, api, -1, ptr as usize, 0, Placement::Unknown, rc);
+                info!("{} of {ptr:p}, which vramshare did not hand out (or was freed already): CUDA answered {rc}", api.name());
+                return rc;
+            }
+        }
+    };
+    let rc = if block.managed && !matches!(api, Api::cudaFree | Api::cuMemFree_v2) {
+        Backend::of(api).free_managed(ptr)
+    } else {
+        real_free(ptr)
+    };
+    state.record(
+        Op::Free,
+        api,
+        block.device as i32,
+        ptr as usize,
+        block.size,
+        block.placement,
+        rc,
+    );
+    if block.pool != 0 {
+        // The pool keeps the block's bytes: they count on as its slack.
+        let backend = Backend::of(api);
+        let quota = device_quota(state, block.device, backend);
+        stream_pools::recount(state, backend, block.pool, block.device, quota);
+    }
+    if block.placement == Placement::Device {
+        promote(state, block.device, Backend::of(api));
+    }
+    rc
+}

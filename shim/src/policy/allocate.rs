@@ -1,0 +1,337 @@
+//! The allocation core: reserve device bytes against the quota (atomic, no
+//! lock), call CUDA with no lock held, then record the block and the event;
+//! a failure of the real call gives the reservation back. Over the quota:
+//! a split or spilled block, or a refusal.
+
+use std::ffi::{c_uint, c_void};
+use std::sync::atomic::Ordering;
+
+use cudart_sys::*;
+use vramshare_common::event::{Api, Op, Placement};
+
+use crate::config::{human_bytes, Priority, Spill};
+use crate::cuda::backend::Backend;
+use crate::state::ledger::Block;
+use crate::state::{config, state, State};
+
+use super::moves::wait_for_room;
+use super::quota::device_quota;
+use super::stream_pools;
+
+/// How the real allocation is made and its result handed to the caller.
+pub(super) struct Request<D, H> {
+    pub(super) api: Api,
+    pub(super) size: u64,
+    /// For a stream-ordered allocation: the pool asked for (null: the
+    /// device's current one).
+    pub(super) pool: Option<*mut c_void>,
+    /// Makes the allocation on the device; returns (rc, pointer, bytes taken).
+    pub(super) on_device: D,
+    /// Writes a spilled block's pointer (and pitch) where the caller wants it.
+    pub(super) on_host: H,
+    /// Flags for `cudaMallocManaged` when the block is spilled.
+    pub(super) managed_flags: c_uint,
+    /// Spill even with spill `off` (the caller asked for managed memory).
+    pub(super) always_spill: bool,
+}
+
+pub(super) fn allocate<D, H>(request: Request<D, H>) -> cudaError_t
+where
+    D: FnOnce() -> (cudaError_t, *mut c_void, u64),
+    H: FnOnce(*mut c_void),
+{
+    let Request {
+        api,
+        size,
+        pool,
+        on_device,
+        on_host,
+        managed_flags,
+        always_spill,
+    } = request;
+    let state = state();
+    let backend = Backend::of(api);
+    let device = match backend.current_device() {
+        Ok(device) => device,
+        Err(rc) => {
+            // No usable device (no driver, say): CUDA answers for itself.
+            let (real_rc, _, _) = on_device();
+            debug!("{} of {size} bytes with no current device (CUDA error {rc}): passed through, rc {real_rc}", api.name());
+            return real_rc;
+        }
+    };
+    let quota = device_quota(state, device, backend);
+    let usage = state.ledger.device(device);
+    let pool = pool.and_then(|given| stream_pools::resolve(backend, given, device));
+    // No quota of its own: only a pool's budget can refuse.
+    let limit = quota.unwrap_or(u64::MAX);
+    let mut fits = state.ledger.try_reserve(device, size, limit);
+    // What stream-ordered pools keep unused goes back to the device before
+    // anything spills.
+    if !fits && stream_pools::trim_device(state, device) {
+        fits = state.ledger.try_reserve(device, size, limit);
+    }
+    if !fits && config().priority == Priority::High {
+        fits = wait_for_room(state, device, size, limit);
+    }
+    if fits && movable(state, api) {
+        return place_movable(state, api, device, size, on_host);
+    }
+    if fits {
+        let (rc, ptr, taken) = on_device();
+        if rc != cudaSuccess || ptr.is_null() {
+            state.ledger.unreserve(device, size);
+            if rc != cudaSuccess {
+                record_rejection(state, api, device, size, Placement::Device, rc);
+            }
+            return rc;
+        }
+        // A pitched allocation can take a little more or less than estimated.
+        if taken > size {
+            state.ledger.reserve(device, taken - size);
+        } else if taken < size {
+            state.ledger.unreserve(device, size - taken);
+        }
+        let managed = matches!(api, Api::cudaMallocManaged | Api::cuMemAllocManaged);
+        let block = Block {
+            size: taken,
+            device,
+            pool: pool.unwrap_or(0),
+            placement: Placement::Device,
+            device_part: taken,
+            api,
+            managed,
+            moving: false,
+        };
+        record_allocation(state, ptr, block);
+        if let Some(pool) = pool {
+            stream_pools::recount(state, backend, pool, device, quota);
+        }
+        return rc;
+    }
+    let quota = quota.unwrap_or(0);
+    if config().spill == Spill::Off && !always_spill {
+        info!(
+            "{} of {} refused: device {device} holds {} of its {} quota (VRAMSHARE_SPILL=off)",
+            api.name(),
+            human_bytes(size),
+            human_bytes(usage.device_bytes.load(Ordering::Relaxed)),
+            human_bytes(quota)
+        );
+        return record_rejection(
+            state,
+            api,
+            device,
+            size,
+            Placement::Device,
+            cudaErrorMemoryAllocation,
+        );
+    }
+    spill(state, api, device, size, quota, managed_flags, on_host)
+}
+
+/// Granularity of a split block's device part: the GPU's large page.
+const SPLIT_GRAIN: u64 = 2 << 20;
+
+/// The share of the quota a split block leaves free, for what the job
+/// allocates after it (1/4). Measured on the H200 (bench/NOTES.md, attempts
+/// 2 and 4): a table's head on the device makes its gathers seven times
+/// faster than from the host, but a head that took all the room sent every
+/// later allocation of the job to the host and made it nine times slower.
+const SPLIT_HEADROOM_DIVISOR: u64 = 4;
+
+/// Bytes of a `size`-byte block that does not fit to keep on the device,
+/// reserved here: the room under the quota less its headroom, in whole
+/// large pages; 0 when there is none.
+fn split_head(state: &State, device: u32, size: u64, quota: u64) -> u64 {
+    let used = state
+        .ledger
+        .device(device)
+        .device_bytes
+        .load(Ordering::Acquire);
+    let room = quota
+        .saturating_sub(used)
+        .saturating_sub(quota / SPLIT_HEADROOM_DIVISOR)
+        / SPLIT_GRAIN
+        * SPLIT_GRAIN;
+    if room > 0 && room < size && state.ledger.try_reserve(device, room, quota) {
+        room
+    } else {
+        0
+    }
+}
+
+/// Whether this allocation is made movable: a low-priority member of a pool
+/// gets managed memory on the device instead of `cudaMalloc`'s, so that it
+/// can give the room back (by moving it to the host) when a high-priority
+/// member needs it. Its speed on the device is the same once its pages are
+/// there; the prefetch at allocation puts them there.
+fn movable(state: &State, api: Api) -> bool {
+    config().priority == Priority::Low
+        && state.pool.is_some()
+        && matches!(api, Api::cudaMalloc | Api::cuMemAlloc_v2)
+}
+
+/// A movable allocation (see [`movable`]); its device bytes are reserved.
+fn place_movable(
+    state: &State,
+    api: Api,
+    device: u32,
+    size: u64,
+    on_host: impl FnOnce(*mut c_void),
+) -> cudaError_t {
+    let backend = Backend::of(api);
+    let ptr = match backend.malloc_managed(size as usize, cudaMemAttachGlobal) {
+        Ok(ptr) => ptr,
+        Err(rc) => {
+            state.ledger.unreserve(device, size);
+            return record_rejection(state, api, device, size, Placement::Device, rc);
+        }
+    };
+    let placed = backend.move_to_device(ptr, size as usize, device);
+    if placed != cudaSuccess {
+        debug!(
+            "placing a movable block of {} on device {device}: CUDA error {placed}",
+            human_bytes(size)
+        );
+    }
+    record_allocation(
+        state,
+        ptr,
+        Block {
+            size,
+            device,
+            pool: 0,
+            placement: Placement::Device,
+            device_part: size,
+            api,
+            managed: true,
+            moving: false,
+        },
+    );
+    on_host(ptr);
+    cudaSuccess
+}
+
+/// An allocation over quota: managed memory that lives on the host and is
+/// mapped for the device, except for its head when the quota still has room
+/// for it ([`split_head`]).
+fn spill(
+    state: &State,
+    api: Api,
+    device: u32,
+    size: u64,
+    quota: u64,
+    flags: c_uint,
+    on_host: impl FnOnce(*mut c_void),
+) -> cudaError_t {
+    let usage = state.ledger.device(device);
+    let reject = |rc| record_rejection(state, api, device, size, Placement::Host, rc);
+    if size > host_memory_bytes() {
+        warn!(
+            "{} of {} is larger than this machine's memory: refused",
+            api.name(),
+            human_bytes(size)
+        );
+        return reject(cudaErrorMemoryAllocation);
+    }
+    // A block larger than the room left keeps its head, up to that room
+    // less a quarter of the quota, on the device: a large table's first
+    // rows (often its hot ones) stay on the GPU, and the smaller, busier
+    // allocations that follow still find room.
+    let device_part = split_head(state, device, size, quota);
+    let backend = Backend::of(api);
+    let ptr = match backend.malloc_managed(size as usize, flags) {
+        Ok(ptr) => ptr,
+        Err(rc) => {
+            state.ledger.unreserve(device, device_part);
+            return reject(rc);
+        }
+    };
+    let advised = backend.place_split(ptr, size as usize, device_part as usize, device);
+    if advised != cudaSuccess {
+        warn!(
+            "advising a spilled block of {} failed (CUDA error {advised}); it stays usable",
+            human_bytes(size)
+        );
+    }
+    if usage.spills.fetch_add(1, Ordering::Relaxed) == 0 {
+        warn!("device {device} is at its quota: allocations now spill to host memory (the job slows down instead of failing)");
+    }
+    let block = Block {
+        size,
+        device,
+        pool: 0,
+        placement: Placement::Host,
+        device_part,
+        api,
+        managed: true,
+        moving: false,
+    };
+    record_allocation(state, ptr, block);
+    on_host(ptr);
+    cudaSuccess
+}
+
+/// Counts and traces an allocation the caller does not get; returns `rc`.
+pub(super) fn record_rejection(
+    state: &State,
+    api: Api,
+    device: u32,
+    size: u64,
+    placement: Placement,
+    rc: cudaError_t,
+) -> cudaError_t {
+    state
+        .ledger
+        .device(device)
+        .rejections
+        .fetch_add(1, Ordering::Relaxed);
+    state.record(Op::Reject, api, device as i32, 0, size, placement, rc);
+    rc
+}
+
+/// Records a block the runtime handed out, and its event.
+pub(super) fn record_allocation(state: &State, ptr: *mut c_void, block: Block) {
+    let stale = state.ledger.insert(ptr as usize, block);
+    state
+        .ledger
+        .device(block.device)
+        .allocations
+        .fetch_add(1, Ordering::Relaxed);
+    // A split block's event says how much of it is on the device.
+    let device_part = match block.placement {
+        Placement::Host => block.device_part,
+        _ => 0,
+    };
+    state.record_event(
+        state
+            .event(
+                Op::Alloc,
+                block.api,
+                block.device as i32,
+                ptr as usize,
+                block.size,
+                block.placement,
+                cudaSuccess,
+            )
+            .with_device_part(device_part),
+    );
+    if let Some(stale) = stale {
+        info!("{ptr:p} was handed out again while still recorded ({} from {}); the old record is dropped", human_bytes(stale.size), stale.api.name());
+    }
+}
+
+fn host_memory_bytes() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    if pages <= 0 || page <= 0 {
+        return u64::MAX;
+    }
+    pages as u64 * page as u64
+}

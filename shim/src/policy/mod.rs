@@ -1,0 +1,17 @@
+//! The decisions: whether an allocation fits the quota, where it goes when it
+//! does not, what `cudaMemGetInfo` answers, and when spilled blocks come back.
+//! Below the exports, above the state: each hooked function's handler
+//! ([`handlers`]) hands its call to one of these.
+
+mod adapters;
+mod allocate;
+pub mod handlers;
+mod moves;
+mod quota;
+pub mod stream_pools;
+mod vmm;
+
+pub use adapters::{free, malloc, malloc_3d, malloc_managed, malloc_pitch, malloc_pooled};
+pub use moves::{demote_for, demote_to_quota, pool_room, promote, promote_leaving};
+pub use quota::mem_get_info;
+pub use vmm::{mem_create, mem_map, mem_release, mem_unmap};
