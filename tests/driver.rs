@@ -238,7 +238,12 @@ fn pitched_driver_allocations() {
 
 #[test]
 fn functions_fetched_by_name_are_the_hooks() {
-    for how in ["proc", "proc_v2", "entry", "entry_version"] {
+    // Also when the lookup answers from a table of its own (as another
+    // interposer in front of the driver would), not the exported addresses.
+    for (how, private) in ["proc", "proc_v2", "entry", "entry_version"]
+        .into_iter()
+        .flat_map(|how| [(how, "0"), (how, "1")])
+    {
         let fetch = format!("fetch:{how}");
         let steps = [
             fetch.as_str(),
@@ -248,12 +253,19 @@ fn functions_fetched_by_name_are_the_hooks() {
             "ffree:b",
             "ffree:a",
         ];
-        let run = driver_client(&[("VRAMSHARE_QUOTA", "32MiB")], &steps);
+        let run = driver_client(
+            &[
+                ("VRAMSHARE_QUOTA", "32MiB"),
+                ("FAKE_CUDA_PRIVATE_LOOKUP", private),
+            ],
+            &steps,
+        );
         run.assert_ok();
         assert_eq!(
             run.line(&format!("fetch {how}")),
             format!("fetch {how} ok=1")
         );
+        let how = format!("{how} (private table: {private})");
         assert_eq!(
             run.meminfo(),
             vec![(0, 32 * MIB)],

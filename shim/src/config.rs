@@ -178,6 +178,24 @@ fn invalid(
     }
 }
 
+/// Whether a debug build panics on purpose at `point`, for the tests of the
+/// shim's panic walls (`VRAMSHARE_TEST_PANIC=after-real` or `exit`). A
+/// release build never reads the variable.
+pub fn panics_at(point: &str) -> bool {
+    #[cfg(debug_assertions)]
+    {
+        static AT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+        AT.get_or_init(|| std::env::var("VRAMSHARE_TEST_PANIC").ok())
+            .as_deref()
+            == Some(point)
+    }
+    #[cfg(not(debug_assertions))]
+    {
+        let _ = point;
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

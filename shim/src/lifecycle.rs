@@ -116,6 +116,9 @@ extern "C" fn at_exit() {
     watcher::EXITING.store(true, Ordering::Release);
     // Nothing here may take the job down: a panic is logged and dropped.
     let _ = std::panic::catch_unwind(|| {
+        if config::panics_at("exit") {
+            panic!("a panic in the exit handler, as the tests ask");
+        }
         if let Some(state) = state::started() {
             report::write_trace_at_exit(state);
             state.give_back();

@@ -4,6 +4,8 @@
  *   pool:NAME:SIZE  pool_ptsz:NAME:SIZE  pitch:NAME:WIDTH:HEIGHT  m3d:NAME:W:H:D
  *   free:NAME  freeasync:NAME  freeasync_ptsz:NAME  (NAME may be a 0x address)
  *   meminfo  device:N  touch:NAME (write its first and last byte)  fork  sleep:MS
+ *   forkrest (a child runs the steps after it; the parent waits for it and ends)
+ *   atexit_free:NAME (at exit, cudaFree NAME; registered now, so best first)
  * SIZE is bytes, or with K, M or G (binary). Each step prints one line.
  */
 #include <stdio.h>
@@ -43,6 +45,18 @@ static void *lookup(const char *name) {
 }
 
 static int run(char *step);
+
+/* The steps after the current one, for forkrest. */
+static char **rest;
+static int rest_count;
+static int stop;
+
+static const char *exit_free_name;
+static void free_at_exit(void) {
+    cudaError_t rc = cudaFree(lookup(exit_free_name));
+    printf("atexit free %s rc=%d\n", exit_free_name, rc);
+    fflush(stdout);
+}
 
 static void report_alloc(const char *op, const char *name, cudaError_t rc, void *p, size_t size) {
     int i = slot(name);
@@ -107,6 +121,29 @@ static int run(char *step) {
         int status = 0;
         waitpid(child, &status, 0);
         printf("fork child=%d status=%d\n", (int)child, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    } else if (!strcmp(op, "forkrest")) {
+        fflush(stdout);
+        pid_t child = fork();
+        if (child == 0) {
+            printf("child pid=%d\n", (int)getpid());
+            fflush(stdout);
+            for (int i = 0; i < rest_count; i++) {
+                char next[256];
+                snprintf(next, sizeof next, "%s", rest[i]);
+                if (run(next)) exit(3);
+            }
+            exit(0);
+        }
+        int status = 0;
+        waitpid(child, &status, 0);
+        printf("forkrest child=%d status=%d\n", (int)child, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        stop = 1;
+    } else if (!strcmp(op, "atexit_free")) {
+        static char name[32];
+        snprintf(name, sizeof name, "%s", fields[1]);
+        exit_free_name = name;
+        atexit(free_at_exit);
+        printf("atexit_free %s\n", name);
     } else if (!strcmp(op, "sleep")) {
         usleep(atoi(fields[1]) * 1000);
     } else {
@@ -123,7 +160,10 @@ int main(int argc, char **argv) {
          * line other programs read in /proc) intact. */
         char step[256];
         snprintf(step, sizeof step, "%s", argv[i]);
+        rest = argv + i + 1;
+        rest_count = argc - i - 1;
         if (run(step)) return 3;
+        if (stop) break;
     }
     return 0;
 }

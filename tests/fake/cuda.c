@@ -215,6 +215,23 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     return rc;
 }
 
+/* What a lookup may hand out instead of the exported functions: a driver's
+ * table of its own, or another interposer's functions in front of it, at
+ * addresses no exported symbol has (FAKE_CUDA_PRIVATE_LOOKUP=1). */
+static CUresult private_alloc(CUdeviceptr *p, size_t size) {
+    CUresult rc = fake_alloc((void **)p, size, 0);
+    trace("cuMemAlloc_v2 size=%zu device=%d rc=%d ptr=%p private=1", size, current_device, rc, rc ? NULL : (void *)*p);
+    return rc;
+}
+static CUresult private_free(CUdeviceptr p) {
+    CUresult rc = fake_free((void *)p);
+    trace("cuMemFree_v2 ptr=%p rc=%d private=1", (void *)p, rc);
+    return rc;
+}
+static CUresult private_info(size_t *free_bytes, size_t *total) {
+    return fake_mem_info("cuMemGetInfo_v2", free_bytes, total);
+}
+
 /* The driver's lookup by name, as the real one: the base name and the CUDA
  * version pick the function (here always the _v2 forms), and the per-thread
  * default stream flag picks the _ptsz forms. */
@@ -222,7 +239,12 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags, int *status) {
     int ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
     void *found = NULL;
-    if (!strcmp(symbol, "cuMemAlloc")) found = (void *)cuMemAlloc_v2;
+    const char *private_table = getenv("FAKE_CUDA_PRIVATE_LOOKUP");
+    int private = private_table && !strcmp(private_table, "1");
+    if (private && !strcmp(symbol, "cuMemAlloc")) found = (void *)private_alloc;
+    else if (private && !strcmp(symbol, "cuMemFree")) found = (void *)private_free;
+    else if (private && !strcmp(symbol, "cuMemGetInfo")) found = (void *)private_info;
+    else if (!strcmp(symbol, "cuMemAlloc")) found = (void *)cuMemAlloc_v2;
     else if (!strcmp(symbol, "cuMemFree")) found = (void *)cuMemFree_v2;
     else if (!strcmp(symbol, "cuMemGetInfo")) found = (void *)cuMemGetInfo_v2;
     else if (!strcmp(symbol, "cuMemAllocManaged")) found = (void *)cuMemAllocManaged;

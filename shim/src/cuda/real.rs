@@ -34,12 +34,17 @@ pub fn twin_result() -> Option<c_int> {
     RUNNING.try_with(|running| running.get().1).ok().flatten()
 }
 
-fn note(name: &'static str, rc: c_int) {
-    let _ = RUNNING.try_with(|running| {
-        if running.get().0 == name {
-            running.set((name, Some(rc)));
-        }
-    });
+/// Notes `rc` if `name` is the running hook's twin; true if it was.
+fn note(name: &'static str, rc: c_int) -> bool {
+    RUNNING
+        .try_with(|running| {
+            let twin = running.get().0 == name;
+            if twin {
+                running.set((name, Some(rc)));
+            }
+            twin
+        })
+        .unwrap_or(false)
 }
 
 /// A function of the real runtime or driver, resolved on first use;
@@ -57,8 +62,8 @@ macro_rules! real_fn {
                 Some(f) => unsafe { f($($arg),*) },
                 None => missing(stringify!($name)),
             };
-            if $twin {
-                note(stringify!($name), rc);
+            if $twin && note(stringify!($name), rc) && crate::config::panics_at("after-real") {
+                panic!("a panic after the real {}, as the tests ask", stringify!($name));
             }
             rc
         }
