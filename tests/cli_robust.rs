@@ -39,7 +39,12 @@ fn live_as_me(dir: &Path, cmdline: &str, fill: impl FnOnce(&ProcessSlot)) {
     let registry = Registry::new(open_or_create::<RegistryFile>(dir).unwrap()).unwrap();
     let me = std::process::id();
     let slot = registry
-        .claim(me, process::start_time(me).unwrap(), cmdline, false)
+        .claim(
+            me,
+            process::start_time(me).unwrap(),
+            cmdline,
+            vramshare_common::settings::Spill::Host,
+        )
         .unwrap();
     fill(slot);
     open_or_create::<RingFile>(dir).unwrap();

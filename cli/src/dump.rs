@@ -16,7 +16,7 @@ fn process_json(info: &ProcessInfo) -> ProcessJson {
     ProcessJson {
         pid: info.pid,
         cmdline: info.cmdline.clone(),
-        spill: if info.spill_off { "off" } else { "host" }.to_string(),
+        spill: info.spill.name().to_string(),
         ..ProcessJson::default()
     }
     .with_devices(&info.devices)

@@ -13,7 +13,9 @@ mod show;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::builder::TypedValueParser as _;
+use clap::{Parser, Subcommand};
+use vramshare_common::settings::{Priority, Spill};
 
 #[derive(Parser)]
 #[command(
@@ -43,21 +45,13 @@ impl DirArg {
     }
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum SpillMode {
-    /// Over quota: managed memory on the host, mapped for the GPU
-    Host,
-    /// Over quota: CUDA's out-of-memory error
-    Off,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum PriorityArg {
-    /// Never displaced; others give way to it
-    High,
-    Normal,
-    /// Spills first and gives way to high-priority members
-    Low,
+/// A setting's words for clap: listed in `--help`, parsed into the setting
+/// (clap has checked the word, so the default is never reached).
+macro_rules! setting_parser {
+    ($setting:ty) => {
+        clap::builder::PossibleValuesParser::new(<$setting>::NAMES)
+            .map(|word| <$setting>::parse(&word).unwrap_or_default())
+    };
 }
 
 fn parse_pool_name(text: &str) -> Result<String, String> {
@@ -72,9 +66,9 @@ enum Command {
         /// Device bytes the job may hold per device: 8GiB, 512MiB, 50%, or per device 0=8GiB,1=4GiB
         #[arg(long, value_name = "SIZE", value_parser = parse_quota)]
         quota: Option<String>,
-        /// What an allocation over the quota gets
-        #[arg(long, value_enum)]
-        spill: Option<SpillMode>,
+        /// What an allocation over the quota gets: host (managed memory on the host, mapped for the GPU) or off (CUDA's out-of-memory error)
+        #[arg(long, value_parser = setting_parser!(Spill))]
+        spill: Option<Spill>,
         /// Write each process's trace as JSON at exit (%p becomes the pid)
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
@@ -84,9 +78,9 @@ enum Command {
         /// The pool's budget, if the pool has none yet (the forms of --quota)
         #[arg(long, value_name = "SIZE", value_parser = parse_quota, requires = "pool")]
         pool_quota: Option<String>,
-        /// Who gives way when the pool is full
-        #[arg(long, value_enum)]
-        priority: Option<PriorityArg>,
+        /// Who gives way when the pool is full: high (never displaced), normal, or low (spills first)
+        #[arg(long, value_parser = setting_parser!(Priority))]
+        priority: Option<Priority>,
         #[command(flatten)]
         dir: DirArg,
         /// The command and its arguments
@@ -195,26 +189,16 @@ fn main() -> ExitCode {
             priority,
             dir,
             command,
-        } => {
-            let spill = spill.map(|s| match s {
-                SpillMode::Host => "host",
-                SpillMode::Off => "off",
-            });
-            run::run(run::Options {
-                quota,
-                spill,
-                trace,
-                pool,
-                pool_quota,
-                priority: priority.map(|p| match p {
-                    PriorityArg::High => "high",
-                    PriorityArg::Normal => "normal",
-                    PriorityArg::Low => "low",
-                }),
-                dir: dir.dir,
-                command,
-            })
-        }
+        } => run::run(run::Options {
+            quota,
+            spill: spill.map(Spill::name),
+            trace,
+            pool,
+            pool_quota,
+            priority: priority.map(Priority::name),
+            dir: dir.dir,
+            command,
+        }),
         Command::Ps { json, dir } => ps::ps(&dir.path(), json),
         Command::Top {
             interval,

@@ -57,14 +57,6 @@ pub fn pools(dir: &Path) -> Result<Vec<PoolInfo>, String> {
         .collect())
 }
 
-fn priority_name(priority: u32) -> &'static str {
-    match priority {
-        0 => "low",
-        2 => "high",
-        _ => "normal",
-    }
-}
-
 #[derive(Serialize)]
 struct ProcessRow {
     pid: u32,
@@ -81,9 +73,9 @@ fn json_rows(processes: &[ProcessInfo], pools: &[PoolInfo]) -> Vec<ProcessRow> {
         .map(|p| ProcessRow {
             pid: p.pid,
             cmdline: p.cmdline.clone(),
-            spill: if p.spill_off { "off" } else { "host" },
+            spill: p.spill.name(),
             pool: pool_name(pools, p.pool),
-            priority: priority_name(p.priority),
+            priority: p.priority.name(),
             devices: p
                 .devices
                 .iter()
@@ -168,7 +160,7 @@ pub fn pool_table(processes: &[ProcessInfo], pools: &[PoolInfo]) -> String {
         let members: Vec<String> = processes
             .iter()
             .filter(|p| p.pool == Some(pool.index))
-            .map(|p| format!("{} ({})", p.pid, priority_name(p.priority)))
+            .map(|p| format!("{} ({})", p.pid, p.priority.name()))
             .collect();
         let devices = if pool.devices.is_empty() {
             vec![(0, None, 0)]

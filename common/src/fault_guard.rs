@@ -246,6 +246,7 @@ mod tests {
                 let _ = guard(&0u8, 1);
                 sent();
             },
+            // SAFETY: plain dispositions and handlers, set before the guard.
             "chained" => unsafe {
                 libc::signal(libc::SIGBUS, count as *const () as libc::sighandler_t);
                 let _ = guard(&0u8, 1);

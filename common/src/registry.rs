@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::files::SharedFile;
 use crate::process;
+use crate::settings::{Priority, Spill};
 use crate::size::MAX_DEVICES;
 
 pub const MAGIC: u64 = u64::from_ne_bytes(*b"VSHREG01");
@@ -144,11 +145,10 @@ pub struct ProcessInfo {
     pub pid: u32,
     /// The index of its pool in the pool table.
     pub pool: Option<u32>,
-    /// 0 low, 1 normal, 2 high.
-    pub priority: u32,
+    pub priority: Priority,
     pub start_time: u64,
     pub cmdline: String,
-    pub spill_off: bool,
+    pub spill: Spill,
     pub registered_ns: u64,
     /// The devices it sees, 0 if not known yet.
     pub device_count: u32,
@@ -181,8 +181,8 @@ impl ProcessSlot {
 
     /// Puts the process in pool `index`, with a priority (0 low, 1 normal,
     /// 2 high).
-    pub fn set_pool(&self, index: Option<u32>, priority: u32) {
-        self.priority.store(priority, Ordering::Relaxed);
+    pub fn set_pool(&self, index: Option<u32>, priority: Priority) {
+        self.priority.store(priority.code(), Ordering::Relaxed);
         self.pool
             .store(index.map_or(0, |i| i + 1), Ordering::Release);
     }
@@ -234,10 +234,10 @@ impl ProcessSlot {
         let info = ProcessInfo {
             pid,
             pool: pool.checked_sub(1),
-            priority: self.priority.load(Ordering::Relaxed),
+            priority: Priority::from_code(self.priority.load(Ordering::Relaxed)),
             start_time,
             cmdline: self.cmdline(),
-            spill_off: self.spill.load(Ordering::Relaxed) == 1,
+            spill: Spill::from_code(self.spill.load(Ordering::Relaxed)),
             registered_ns: self.registered_ns.load(Ordering::Relaxed),
             device_count: self.device_count.load(Ordering::Relaxed),
             exited: state == EXITED,
@@ -333,12 +333,12 @@ impl<M: AsRef<[u8]>> Registry<M> {
     /// `priority` want room for ([`DeviceCounters::wanted`]). Read by every
     /// member's shim every 50 ms: only a slot that wants something is
     /// checked for being alive, and nothing is copied.
-    pub fn wanted_in_pool(&self, index: u32, priority: u32) -> [u64; MAX_DEVICES] {
+    pub fn wanted_in_pool(&self, index: u32, priority: Priority) -> [u64; MAX_DEVICES] {
         let mut wanted = [0u64; MAX_DEVICES];
         for slot in self.slots() {
             if slot.state.load(Ordering::Acquire) != LIVE
                 || slot.pool.load(Ordering::Acquire).checked_sub(1) != Some(index)
-                || slot.priority.load(Ordering::Relaxed) != priority
+                || slot.priority.load(Ordering::Relaxed) != priority.code()
             {
                 continue;
             }
@@ -387,7 +387,7 @@ impl<M: AsRef<[u8]> + AsMut<[u8]>> Registry<M> {
         pid: u32,
         start_time: u64,
         cmdline: &str,
-        spill_off: bool,
+        spill: Spill,
     ) -> Option<&ProcessSlot> {
         // Never-used slots first, so that exited processes stay visible to
         // `dump` for as long as there is room.
@@ -414,7 +414,7 @@ impl<M: AsRef<[u8]> + AsMut<[u8]>> Registry<M> {
             }
             slot.pid.store(pid, Ordering::Relaxed);
             slot.start_time.store(start_time, Ordering::Relaxed);
-            slot.spill.store(spill_off as u32, Ordering::Relaxed);
+            slot.spill.store(spill.code(), Ordering::Relaxed);
             slot.registered_ns
                 .store(process::monotonic_ns(), Ordering::Relaxed);
             let mut bytes = [0u8; CMDLINE_BYTES];
@@ -429,7 +429,8 @@ impl<M: AsRef<[u8]> + AsMut<[u8]>> Registry<M> {
             }
             slot.cmdline_len.store(len as u32, Ordering::Relaxed);
             slot.pool.store(0, Ordering::Relaxed);
-            slot.priority.store(1, Ordering::Relaxed);
+            slot.priority
+                .store(Priority::Normal.code(), Ordering::Relaxed);
             slot.device_count.store(0, Ordering::Relaxed);
             for device in &slot.devices {
                 device.reset();
@@ -456,7 +457,7 @@ mod tests {
                 me,
                 process::start_time(me).unwrap(),
                 "python train.py",
-                false,
+                Spill::Host,
             )
             .unwrap();
         slot.devices()[1]
@@ -499,30 +500,32 @@ mod tests {
         let me = std::process::id();
         let start = process::start_time(me).unwrap();
         // The same pid with another start time: a process that died, its pid reused.
-        let stale = registry.claim(me, start - 1, "dead job", false).unwrap();
+        let stale = registry
+            .claim(me, start - 1, "dead job", Spill::Host)
+            .unwrap();
         assert!(registry.live().is_empty(), "never trusted");
         assert_eq!(registry.gone()[0].cmdline, "dead job", "but kept for dump");
         let long = "live job with a long command line ".repeat(10);
-        let mine = registry.claim(me, start, &long, true).unwrap();
+        let mine = registry.claim(me, start, &long, Spill::Off).unwrap();
         assert!(
             !std::ptr::eq(stale, mine),
             "never-used slots are taken first"
         );
         for _ in 2..DEFAULT_SLOTS {
-            registry.claim(me, start, "filler", false).unwrap();
+            registry.claim(me, start, "filler", Spill::Host).unwrap();
         }
-        let last = registry.claim(me, start, "one more", false).unwrap();
+        let last = registry.claim(me, start, "one more", Spill::Host).unwrap();
         assert!(
             std::ptr::eq(stale, last),
             "then the dead process's slot is reclaimed"
         );
         assert!(
-            registry.claim(me, start, "too many", false).is_none(),
+            registry.claim(me, start, "too many", Spill::Host).is_none(),
             "all held by a live process"
         );
         assert!(registry.gone().is_empty());
         let live = registry.live();
-        let long_one = live.iter().find(|p| p.spill_off).unwrap();
+        let long_one = live.iter().find(|p| p.spill == Spill::Off).unwrap();
         assert_eq!(
             long_one.cmdline.len(),
             CMDLINE_BYTES,
@@ -536,22 +539,26 @@ mod tests {
         let registry = Registry::new(open_or_create::<RegistryFile>(dir.path()).unwrap()).unwrap();
         let me = std::process::id();
         let start = process::start_time(me).unwrap();
-        let dead = registry.claim(me, start - 1, "dead", false).unwrap();
-        let first = registry.claim(me, start, "first", false).unwrap();
-        let second = registry.claim(me, start, "second", false).unwrap();
+        let dead = registry.claim(me, start - 1, "dead", Spill::Host).unwrap();
+        let first = registry.claim(me, start, "first", Spill::Host).unwrap();
+        let second = registry.claim(me, start, "second", Spill::Host).unwrap();
         for (slot, bytes) in [(dead, 7000), (first, 100), (second, 20)] {
-            slot.set_pool(Some(3), 2);
+            slot.set_pool(Some(3), Priority::High);
             slot.devices()[1].wanted.store(bytes, Ordering::Relaxed);
         }
         assert_eq!(
-            registry.wanted_in_pool(3, 2)[1],
+            registry.wanted_in_pool(3, Priority::High)[1],
             120,
             "the dead one's ask does not count"
         );
-        second.set_pool(Some(4), 2);
-        assert_eq!(registry.wanted_in_pool(3, 2)[1], 100, "nor another pool's");
+        second.set_pool(Some(4), Priority::High);
         assert_eq!(
-            registry.wanted_in_pool(3, 1),
+            registry.wanted_in_pool(3, Priority::High)[1],
+            100,
+            "nor another pool's"
+        );
+        assert_eq!(
+            registry.wanted_in_pool(3, Priority::Normal),
             [0; MAX_DEVICES],
             "nor another priority's"
         );

@@ -197,6 +197,7 @@ pub fn loaded_object_named(prefix: &str) -> Option<String> {
         if name.is_null() {
             return 0;
         }
+        // SAFETY: a NUL-terminated name the dynamic linker keeps.
         let path = unsafe { CStr::from_ptr(name) }.to_string_lossy();
         let file = path.rsplit('/').next().unwrap_or("");
         if file.starts_with(search.prefix) {

@@ -9,32 +9,8 @@ use std::fmt;
 use vramshare_common::size::parse_quota;
 pub use vramshare_common::size::{human_bytes, Limit, Quota, MAX_DEVICES, QUOTA_FORMS};
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Spill {
-    /// Over quota: managed memory placed on the host and mapped for the device.
-    #[default]
-    Host,
-    /// Over quota: `cudaErrorMemoryAllocation`, so the framework raises its OOM.
-    Off,
-}
-
-/// `VRAMSHARE_PRIORITY`, as the registry stores it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Priority {
-    Low = 0,
-    #[default]
-    Normal = 1,
-    High = 2,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
-    #[default]
-    Error = 0,
-    Warn = 1,
-    Info = 2,
-    Debug = 3,
-}
+use vramshare_common::settings::forms;
+pub use vramshare_common::settings::{Level, Priority, Spill};
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Config {
@@ -50,16 +26,12 @@ pub struct Config {
     pub priority: Priority,
 }
 
-pub const SPILL_FORMS: &str = "host, off";
-pub const LOG_FORMS: &str = "error, warn, info, debug";
-pub const PRIORITY_FORMS: &str = "high, normal, low";
-
 #[derive(Debug, PartialEq)]
 pub struct ConfigError {
     pub variable: &'static str,
     pub value: String,
     pub reason: String,
-    pub forms: &'static str,
+    pub forms: String,
 }
 
 impl fmt::Display for ConfigError {
@@ -85,31 +57,28 @@ impl Config {
                 variable: "VRAMSHARE_QUOTA",
                 value: value.clone(),
                 reason,
-                forms: QUOTA_FORMS,
+                forms: QUOTA_FORMS.to_string(),
             })?;
         }
         if let Some(value) = var("VRAMSHARE_SPILL") {
-            config.spill = match value.trim().to_ascii_lowercase().as_str() {
-                "host" => Spill::Host,
-                "off" => Spill::Off,
-                _ => {
-                    return Err(invalid(
-                        "VRAMSHARE_SPILL",
-                        value,
-                        "unknown mode",
-                        SPILL_FORMS,
-                    ))
-                }
-            };
+            config.spill = Spill::parse(&value).ok_or_else(|| {
+                invalid(
+                    "VRAMSHARE_SPILL",
+                    value.clone(),
+                    "unknown mode",
+                    forms(Spill::NAMES),
+                )
+            })?;
         }
         if let Some(value) = var("VRAMSHARE_LOG") {
-            config.log = match value.trim().to_ascii_lowercase().as_str() {
-                "error" => Level::Error,
-                "warn" => Level::Warn,
-                "info" => Level::Info,
-                "debug" => Level::Debug,
-                _ => return Err(invalid("VRAMSHARE_LOG", value, "unknown level", LOG_FORMS)),
-            };
+            config.log = Level::parse(&value).ok_or_else(|| {
+                invalid(
+                    "VRAMSHARE_LOG",
+                    value.clone(),
+                    "unknown level",
+                    forms(Level::NAMES),
+                )
+            })?;
         }
         config.trace = var("VRAMSHARE_TRACE");
         if let Some(value) = var("VRAMSHARE_POOL") {
@@ -138,23 +107,18 @@ impl Config {
                 variable: "VRAMSHARE_POOL_QUOTA",
                 value: value.clone(),
                 reason,
-                forms: QUOTA_FORMS,
+                forms: QUOTA_FORMS.to_string(),
             })?;
         }
         if let Some(value) = var("VRAMSHARE_PRIORITY") {
-            config.priority = match value.trim().to_ascii_lowercase().as_str() {
-                "high" => Priority::High,
-                "normal" => Priority::Normal,
-                "low" => Priority::Low,
-                _ => {
-                    return Err(invalid(
-                        "VRAMSHARE_PRIORITY",
-                        value,
-                        "unknown priority",
-                        PRIORITY_FORMS,
-                    ))
-                }
-            };
+            config.priority = Priority::parse(&value).ok_or_else(|| {
+                invalid(
+                    "VRAMSHARE_PRIORITY",
+                    value.clone(),
+                    "unknown priority",
+                    forms(Priority::NAMES),
+                )
+            })?;
         }
         Ok(config)
     }
@@ -168,13 +132,13 @@ fn invalid(
     variable: &'static str,
     value: String,
     reason: &str,
-    forms: &'static str,
+    forms: impl Into<String>,
 ) -> ConfigError {
     ConfigError {
         variable,
         value,
         reason: reason.to_string(),
-        forms,
+        forms: forms.into(),
     }
 }
 

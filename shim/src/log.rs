@@ -20,11 +20,11 @@ pub fn enabled(level: Level) -> bool {
 }
 
 pub fn write_line(level: Level, message: std::fmt::Arguments) {
+    // Lines say "warning", as compilers and most tools do; the variable's
+    // word is "warn".
     let tag = match level {
-        Level::Error => "error",
         Level::Warn => "warning",
-        Level::Info => "info",
-        Level::Debug => "debug",
+        other => other.name(),
     };
     write_tagged(tag, message);
 }

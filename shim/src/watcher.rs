@@ -62,7 +62,7 @@ pub fn watch() {
             let wanted_by_high = if high {
                 [0; MAX_DEVICES]
             } else {
-                registry.wanted_in_pool(index, Priority::High as u32)
+                registry.wanted_in_pool(index, Priority::High)
             };
             for device in 0..MAX_DEVICES as u32 {
                 if state.cached_quota(device) == QUOTA_UNRESOLVED {

@@ -4,6 +4,7 @@
 use proptest::prelude::*;
 use vramshare_common::process;
 use vramshare_common::registry::{Registry, CMDLINE_BYTES, HEADER_LEN, MAGIC, SLOT_SIZE, VERSION};
+use vramshare_common::settings::Priority;
 use vramshare_common::size::MAX_DEVICES;
 
 use super::buffer::{
@@ -139,11 +140,11 @@ fn check(slots: &[Vec<u8>], indices: &[u32]) -> Result<(), TestCaseError> {
     }
     // Each slot is in one pool at most, so no slot is reaped twice below.
     for &index in indices {
-        for priority in [0, 1, 2, u32::MAX] {
+        for priority in [Priority::Low, Priority::Normal, Priority::High] {
             let mut expected = [0u64; MAX_DEVICES];
             for m in models
                 .iter()
-                .filter(|m| in_pool(m, index) && m.priority == priority)
+                .filter(|m| in_pool(m, index) && m.priority == priority.code())
             {
                 if m.alive && m.wanted.iter().any(|&w| w != 0) {
                     for (total, ask) in expected.iter_mut().zip(m.wanted) {
@@ -188,9 +189,9 @@ fn asks_near_2_64_saturate_and_the_last_pool_index_matches_no_slot() {
     let mut bytes = header(MAGIC, VERSION, SLOT_SIZE, 3, HEADER_LEN);
     slots.iter().for_each(|s| bytes.extend_from_slice(s));
     let registry = Registry::new(Buffer::new(&bytes)).unwrap();
-    assert_eq!(registry.wanted_in_pool(0, 2)[0], u64::MAX);
+    assert_eq!(registry.wanted_in_pool(0, Priority::High)[0], u64::MAX);
     assert_eq!(
-        registry.wanted_in_pool(u32::MAX, 2),
+        registry.wanted_in_pool(u32::MAX, Priority::High),
         [0; MAX_DEVICES],
         "pool 0 is no pool"
     );
@@ -242,8 +243,8 @@ proptest! {
         if let Ok(registry) = registry {
             prop_assert!(fits);
             let _ = (registry.live(), registry.gone(), registry.live_slot(std::process::id()));
-            let _ = registry.wanted_in_pool(0, 1);
-            let _ = registry.wanted_in_pool(u32::MAX, u32::MAX);
+            let _ = registry.wanted_in_pool(0, Priority::Normal);
+            let _ = registry.wanted_in_pool(u32::MAX, Priority::Low);
             registry.reap_dead(u32::MAX, |_| {});
             registry.reap_dead(0, |_| {});
         }

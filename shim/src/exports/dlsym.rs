@@ -62,6 +62,7 @@ unsafe extern "C" fn lookup_in_handle(
     }
     super::guard::wall(
         "dlsym",
+        // SAFETY: the caller's arguments, which glibc has just accepted.
         || unsafe { hook_for(found, symbol, caller) }.unwrap_or(found),
         || None,
         || found,

@@ -27,6 +27,7 @@ pub unsafe fn malloc(
     size: usize,
     real_alloc: impl FnOnce(*mut *mut c_void) -> cudaError_t,
 ) -> cudaError_t {
+    // SAFETY: `out` is the caller's, as CUDA would receive it.
     unsafe { allocate_into(api, out, size, None, real_alloc, cudaMemAttachGlobal, false) }
 }
 
@@ -43,6 +44,7 @@ pub unsafe fn malloc_pooled(
     pool: *mut c_void,
     real_alloc: impl FnOnce(*mut *mut c_void) -> cudaError_t,
 ) -> cudaError_t {
+    // SAFETY: `out` is the caller's, as CUDA would receive it.
     unsafe {
         allocate_into(
             api,
@@ -70,6 +72,7 @@ pub unsafe fn malloc_managed(
     flags: c_uint,
     real_alloc: impl FnOnce(*mut *mut c_void) -> cudaError_t,
 ) -> cudaError_t {
+    // SAFETY: `out` is the caller's, as CUDA would receive it.
     unsafe { allocate_into(api, out, size, None, real_alloc, flags, true) }
 }
 
@@ -93,12 +96,14 @@ unsafe fn allocate_into(
         on_device: || {
             let rc = real_alloc(out);
             let ptr = if rc == cudaSuccess {
+                // SAFETY: CUDA has written the caller's `out`, which is not null.
                 unsafe { *out }
             } else {
                 std::ptr::null_mut()
             };
             (rc, ptr, size as u64)
         },
+        // SAFETY: `out` is the caller's pointer, not null.
         on_host: |ptr| unsafe { *out = ptr },
         managed_flags,
         always_spill,
@@ -131,6 +136,7 @@ pub unsafe fn malloc_pitch(
         api,
         size: size as u64,
         pool: None,
+        // SAFETY: CUDA has written the caller's `out` and `pitch`, checked not null.
         on_device: || unsafe {
             let rc = real_pitch();
             if rc == cudaSuccess {
@@ -139,6 +145,7 @@ pub unsafe fn malloc_pitch(
                 (rc, std::ptr::null_mut(), 0)
             }
         },
+        // SAFETY: `out` and `pitch` are the caller's, checked not null.
         on_host: |ptr| unsafe {
             *out = ptr;
             *pitch = est_pitch;
@@ -154,12 +161,14 @@ pub unsafe fn malloc_3d(pitched: *mut cudaPitchedPtr, extent: cudaExtent) -> cud
     let estimate = estimated_pitch(extent.width)
         .and_then(|p| Some((p, p.checked_mul(extent.height)?.checked_mul(extent.depth)?)));
     let (Some((est_pitch, size)), false) = (estimate, pitched.is_null()) else {
+        // SAFETY: the caller's arguments, as CUDA would receive them.
         return unsafe { real::cudaMalloc3D(pitched, extent) };
     };
     allocate(Request {
         api: Api::cudaMalloc3D,
         size: size as u64,
         pool: None,
+        // SAFETY: CUDA has written the caller's `pitched`, checked not null.
         on_device: || unsafe {
             let rc = real::cudaMalloc3D(pitched, extent);
             if rc == cudaSuccess {
@@ -173,6 +182,7 @@ pub unsafe fn malloc_3d(pitched: *mut cudaPitchedPtr, extent: cudaExtent) -> cud
                 (rc, std::ptr::null_mut(), 0)
             }
         },
+        // SAFETY: `pitched` is the caller's, checked not null.
         on_host: |ptr| unsafe {
             *pitched = cudaPitchedPtr {
                 ptr,
@@ -241,4 +251,18 @@ pub unsafe fn free(
         promote(state, block.device, Backend::of(api));
     }
     rc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pitches_are_estimated_in_512_byte_rows() {
+        assert_eq!(estimated_pitch(1), Some(512));
+        assert_eq!(estimated_pitch(512), Some(512));
+        assert_eq!(estimated_pitch(513), Some(1024));
+        assert_eq!(estimated_pitch(0), Some(0));
+        assert_eq!(estimated_pitch(usize::MAX), None, "no pitch that large");
+    }
 }

@@ -149,16 +149,22 @@ fn split_head(state: &State, device: u32, size: u64, quota: u64) -> u64 {
         .device(device)
         .device_bytes
         .load(Ordering::Acquire);
-    let room = quota
-        .saturating_sub(used)
-        .saturating_sub(quota / SPLIT_HEADROOM_DIVISOR)
-        / SPLIT_GRAIN
-        * SPLIT_GRAIN;
+    let room = split_room(quota, used);
     if room > 0 && room < size && state.ledger.try_reserve(device, room, quota) {
         room
     } else {
         0
     }
+}
+
+/// The room under `quota` with `used` bytes taken, less the headroom left
+/// to later allocations, in whole large pages.
+fn split_room(quota: u64, used: u64) -> u64 {
+    quota
+        .saturating_sub(used)
+        .saturating_sub(quota / SPLIT_HEADROOM_DIVISOR)
+        / SPLIT_GRAIN
+        * SPLIT_GRAIN
 }
 
 /// Whether this allocation is made movable: a low-priority member of a pool
@@ -334,4 +340,29 @@ fn host_memory_bytes() -> u64 {
         return u64::MAX;
     }
     pages as u64 * page as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_split_block_keeps_whole_large_pages_and_leaves_a_quarter() {
+        const MIB: u64 = 1 << 20;
+        // 1 GiB quota, 100 MiB used: 924 MiB of room, less 256 MiB of
+        // headroom, is 668 MiB, in 2 MiB pages.
+        assert_eq!(split_room(1024 * MIB, 100 * MIB), 668 * MIB);
+        assert_eq!(split_room(1024 * MIB, 101 * MIB), 666 * MIB, "rounded down");
+        assert_eq!(
+            split_room(1024 * MIB, 800 * MIB),
+            0,
+            "within the headroom: nothing"
+        );
+        assert_eq!(
+            split_room(1024 * MIB, 2048 * MIB),
+            0,
+            "over the quota: nothing"
+        );
+        assert_eq!(split_room(0, 0), 0);
+    }
 }

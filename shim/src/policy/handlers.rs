@@ -12,6 +12,7 @@ use crate::cuda::backend::Backend;
 use crate::cuda::real;
 
 pub unsafe fn cudaMalloc(ptr: *mut *mut c_void, size: usize) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
         super::malloc(Api::cudaMalloc, ptr, size, |out| {
             real::cudaMalloc(out, size)
@@ -20,6 +21,7 @@ pub unsafe fn cudaMalloc(ptr: *mut *mut c_void, size: usize) -> cudaError_t {
 }
 
 pub unsafe fn cudaMallocManaged(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
         super::malloc_managed(Api::cudaMallocManaged, ptr, size, flags, |out| {
             real::cudaMallocManaged(out, size, flags)
@@ -33,6 +35,7 @@ pub unsafe fn cudaMallocPitch(
     width: usize,
     height: usize,
 ) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
         super::malloc_pitch(Api::cudaMallocPitch, ptr, pitch, width, height, || {
             real::cudaMallocPitch(ptr, pitch, width, height)
@@ -41,6 +44,7 @@ pub unsafe fn cudaMallocPitch(
 }
 
 pub unsafe fn cudaMalloc3D(pitched: *mut cudaPitchedPtr, extent: cudaExtent) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe { super::malloc_3d(pitched, extent) }
 }
 
@@ -49,6 +53,7 @@ pub unsafe fn cudaMallocAsync(
     size: usize,
     stream: cudaStream_t,
 ) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
         super::malloc_pooled(
             Api::cudaMallocAsync,
@@ -65,6 +70,7 @@ pub unsafe fn cudaMallocAsync_ptsz(
     size: usize,
     stream: cudaStream_t,
 ) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
         super::malloc_pooled(
             Api::cudaMallocAsync_ptsz,
@@ -82,6 +88,7 @@ pub unsafe fn cudaMallocFromPoolAsync(
     pool: cudaMemPool_t,
     stream: cudaStream_t,
 ) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
         super::malloc_pooled(Api::cudaMallocFromPoolAsync, ptr, size, pool, |out| {
             real::cudaMallocFromPoolAsync(out, size, pool, stream)
@@ -95,6 +102,7 @@ pub unsafe fn cudaMallocFromPoolAsync_ptsz(
     pool: cudaMemPool_t,
     stream: cudaStream_t,
 ) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
         super::malloc_pooled(Api::cudaMallocFromPoolAsync_ptsz, ptr, size, pool, |out| {
             real::cudaMallocFromPoolAsync_ptsz(out, size, pool, stream)
@@ -103,14 +111,17 @@ pub unsafe fn cudaMallocFromPoolAsync_ptsz(
 }
 
 pub unsafe fn cudaFree(ptr: *mut c_void) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe { super::free(Api::cudaFree, ptr, |p| real::cudaFree(p)) }
 }
 
 pub unsafe fn cudaFreeAsync(ptr: *mut c_void, stream: cudaStream_t) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe { super::free(Api::cudaFreeAsync, ptr, |p| real::cudaFreeAsync(p, stream)) }
 }
 
 pub unsafe fn cudaFreeAsync_ptsz(ptr: *mut c_void, stream: cudaStream_t) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
         super::free(Api::cudaFreeAsync_ptsz, ptr, |p| {
             real::cudaFreeAsync_ptsz(p, stream)
@@ -119,6 +130,7 @@ pub unsafe fn cudaFreeAsync_ptsz(ptr: *mut c_void, stream: cudaStream_t) -> cuda
 }
 
 pub unsafe fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
         super::mem_get_info(Backend::Runtime, free, total, |f, t| {
             real::cudaMemGetInfo(f, t)
@@ -130,6 +142,7 @@ pub unsafe fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> cudaError_t
 // directly. A device address (CUdeviceptr) is a 64-bit integer,
 // the size of a pointer, so it goes through the same policy.
 pub unsafe fn cuMemAlloc_v2(ptr: *mut CUdeviceptr, size: usize) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
         super::malloc(Api::cuMemAlloc_v2, ptr.cast(), size, |out| {
             real::cuMemAlloc_v2(out.cast(), size)
@@ -138,6 +151,7 @@ pub unsafe fn cuMemAlloc_v2(ptr: *mut CUdeviceptr, size: usize) -> cudaError_t {
 }
 
 pub unsafe fn cuMemAllocManaged(ptr: *mut CUdeviceptr, size: usize, flags: c_uint) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
         super::malloc_managed(Api::cuMemAllocManaged, ptr.cast(), size, flags, |out| {
             real::cuMemAllocManaged(out.cast(), size, flags)
@@ -152,6 +166,7 @@ pub unsafe fn cuMemAllocPitch_v2(
     height: usize,
     element: c_uint,
 ) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
         super::malloc_pitch(
             Api::cuMemAllocPitch_v2,
@@ -165,6 +180,7 @@ pub unsafe fn cuMemAllocPitch_v2(
 }
 
 pub unsafe fn cuMemAllocAsync(ptr: *mut CUdeviceptr, size: usize, stream: CUstream) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
         super::malloc_pooled(
             Api::cuMemAllocAsync,
@@ -181,6 +197,7 @@ pub unsafe fn cuMemAllocAsync_ptsz(
     size: usize,
     stream: CUstream,
 ) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
         super::malloc_pooled(
             Api::cuMemAllocAsync_ptsz,
@@ -198,6 +215,7 @@ pub unsafe fn cuMemAllocFromPoolAsync(
     pool: CUmemoryPool,
     stream: CUstream,
 ) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
         super::malloc_pooled(
             Api::cuMemAllocFromPoolAsync,
@@ -215,6 +233,7 @@ pub unsafe fn cuMemAllocFromPoolAsync_ptsz(
     pool: CUmemoryPool,
     stream: CUstream,
 ) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
         super::malloc_pooled(
             Api::cuMemAllocFromPoolAsync_ptsz,
@@ -227,6 +246,7 @@ pub unsafe fn cuMemAllocFromPoolAsync_ptsz(
 }
 
 pub unsafe fn cuMemFree_v2(ptr: CUdeviceptr) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
         super::free(Api::cuMemFree_v2, ptr as *mut c_void, |p| {
             real::cuMemFree_v2(p as CUdeviceptr)
@@ -235,6 +255,7 @@ pub unsafe fn cuMemFree_v2(ptr: CUdeviceptr) -> cudaError_t {
 }
 
 pub unsafe fn cuMemFreeAsync(ptr: CUdeviceptr, stream: CUstream) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
         super::free(Api::cuMemFreeAsync, ptr as *mut c_void, |p| {
             real::cuMemFreeAsync(p as CUdeviceptr, stream)
@@ -243,6 +264,7 @@ pub unsafe fn cuMemFreeAsync(ptr: CUdeviceptr, stream: CUstream) -> cudaError_t 
 }
 
 pub unsafe fn cuMemFreeAsync_ptsz(ptr: CUdeviceptr, stream: CUstream) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
         super::free(Api::cuMemFreeAsync_ptsz, ptr as *mut c_void, |p| {
             real::cuMemFreeAsync_ptsz(p as CUdeviceptr, stream)
@@ -251,6 +273,7 @@ pub unsafe fn cuMemFreeAsync_ptsz(ptr: CUdeviceptr, stream: CUstream) -> cudaErr
 }
 
 pub unsafe fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
         super::mem_get_info(Backend::Driver, free, total, |f, t| {
             real::cuMemGetInfo_v2(f, t)
@@ -268,6 +291,7 @@ pub unsafe fn cuMemCreate(
     prop: *const CUmemAllocationProp,
     flags: u64,
 ) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
         super::mem_create(handle, size, prop, |prop| {
             real::cuMemCreate(handle, size, prop, flags)
@@ -276,6 +300,7 @@ pub unsafe fn cuMemCreate(
 }
 
 pub unsafe fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe { super::mem_release(handle, || real::cuMemRelease(handle)) }
 }
 
@@ -286,6 +311,7 @@ pub unsafe fn cuMemMap(
     handle: CUmemGenericAllocationHandle,
     flags: u64,
 ) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
         super::mem_map(ptr, size, handle, || {
             real::cuMemMap(ptr, size, offset, handle, flags)
@@ -294,5 +320,6 @@ pub unsafe fn cuMemMap(
 }
 
 pub unsafe fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe { super::mem_unmap(ptr, size, || real::cuMemUnmap(ptr, size)) }
 }

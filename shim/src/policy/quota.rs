@@ -118,28 +118,67 @@ pub unsafe fn mem_get_info(
     let Ok(device) = backend.current_device() else {
         return rc;
     };
-    let as_usize = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+    // SAFETY: the caller's pointers, checked not null above.
+    let (mut shown_free, mut shown_total) = unsafe { (*free, *total) };
     if let Some(quota) = device_quota(state, device, backend) {
         let used = state
             .ledger
             .device(device)
             .device_bytes
             .load(Ordering::Acquire);
-        unsafe {
-            *total = (*total).min(as_usize(quota));
-            *free = (*free).min(as_usize(quota.saturating_sub(used)));
-        }
+        (shown_free, shown_total) = clamp(shown_free, shown_total, quota, used);
     }
     // A pool's budget is shared: what its members have not taken.
-    if let Some(budget) = state
+    if let Some((pool, budget)) = state
         .pool
         .and_then(|(_, pool)| Some((pool, pool.budget(device)?)))
     {
-        let (pool, budget) = budget;
-        unsafe {
-            *total = (*total).min(as_usize(budget));
-            *free = (*free).min(as_usize(budget.saturating_sub(pool.device_bytes(device))));
-        }
+        let used = pool.device_bytes(device);
+        (shown_free, shown_total) = clamp(shown_free, shown_total, budget, used);
+    }
+    // SAFETY: as above.
+    unsafe {
+        (*free, *total) = (shown_free, shown_total);
     }
     rc
+}
+
+/// The device's (free, total) as a limit of `limit` bytes, of which `used`
+/// are taken, shows it: total = min(limit, total), free = min(limit - used,
+/// free), never below zero.
+fn clamp(free: usize, total: usize, limit: u64, used: u64) -> (usize, usize) {
+    let as_usize = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+    (
+        free.min(as_usize(limit.saturating_sub(used))),
+        total.min(as_usize(limit)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clamp;
+
+    #[test]
+    fn what_mem_get_info_shows_under_a_limit() {
+        const GIB: usize = 1 << 30;
+        assert_eq!(
+            clamp(100 * GIB, 140 * GIB, 8 << 30, 3 << 30),
+            (5 * GIB, 8 * GIB)
+        );
+        assert_eq!(
+            clamp(2 * GIB, 140 * GIB, 8 << 30, 3 << 30),
+            (2 * GIB, 8 * GIB),
+            "the card's own free is less"
+        );
+        assert_eq!(
+            clamp(100 * GIB, 140 * GIB, 8 << 30, 9 << 30),
+            (0, 8 * GIB),
+            "over the limit: none free"
+        );
+        assert_eq!(
+            clamp(100 * GIB, 140 * GIB, u64::MAX - 1, 0),
+            (100 * GIB, 140 * GIB),
+            "a limit above the card"
+        );
+    }
 }

@@ -35,6 +35,7 @@ pub unsafe fn mem_create(
     let asked = if handle.is_null() || prop.is_null() {
         None
     } else {
+        // SAFETY: `prop` is the caller's, not null.
         Some(unsafe { *prop })
     };
     let (asked, device) = match asked {
@@ -92,6 +93,7 @@ pub unsafe fn mem_create(
             }
         }
     };
+    // SAFETY: the driver has written the caller's `handle`, not null.
     let made = unsafe { *handle };
     state.ledger.insert_handle(
         made,

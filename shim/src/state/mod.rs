@@ -102,7 +102,7 @@ fn check_trace_target(config: Config) -> Result<Config, crate::config::ConfigErr
                 variable: "VRAMSHARE_TRACE",
                 value: template.clone(),
                 reason,
-                forms: report::TRACE_FORMS,
+                forms: report::TRACE_FORMS.to_string(),
             });
         }
     }

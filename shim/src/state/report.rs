@@ -17,7 +17,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 
-use crate::config::{Limit, Quota, Spill};
+use crate::config::{Limit, Quota};
 use crate::state::{config, State, QUOTA_UNRESOLVED};
 use vramshare_common::trace_json::{EventJson, LeakJson, ProcessJson, TraceJson};
 
@@ -83,11 +83,7 @@ pub fn process_summary(state: &State) -> ProcessJson {
     let mut summary = ProcessJson {
         pid: state.pid,
         cmdline: vramshare_common::process::cmdline(state.pid),
-        spill: match config.spill {
-            Spill::Host => "host",
-            Spill::Off => "off",
-        }
-        .to_string(),
+        spill: config.spill.name().to_string(),
         leaked,
         events_dropped: state.trace.as_ref().map_or(0, |t| t.dropped()),
         // The libraries the process loaded itself (nothing is loaded here).

@@ -14,7 +14,7 @@ use vramshare_common::registry::{ProcessSlot, Registry, RegistryFile};
 use vramshare_common::ring::{Ring, RingFile};
 
 use super::{config, State};
-use crate::config::{Spill, MAX_DEVICES};
+use crate::config::MAX_DEVICES;
 
 impl State {
     /// At exit: gives the registry slot back, once (a member that wrongly
@@ -72,12 +72,7 @@ pub(super) fn open_shared(pid: u32) -> Result<Shared, FileError> {
         }
     };
     let start = process::start_time(pid).unwrap_or(0);
-    let slot = registry.claim(
-        pid,
-        start,
-        &process::cmdline(pid),
-        config().spill == Spill::Off,
-    );
+    let slot = registry.claim(pid, start, &process::cmdline(pid), config().spill);
     if slot.is_none() {
         error!("the process registry in {} is full (every one of its slots is held by a live process): this process is traced, but vramshare ps does not list it and vramshare quota set cannot reach it", dir.display());
     }
@@ -120,7 +115,7 @@ pub(super) fn open_shared(pid: u32) -> Result<Shared, FileError> {
             });
             if let Some((index, pool)) = joined {
                 if let Some(slot) = slot {
-                    slot.set_pool(Some(index), config().priority as u32);
+                    slot.set_pool(Some(index), config().priority);
                 }
                 // Members that died without leaving are taken out now, and
                 // if this process (which holds nothing yet) is alone in the

@@ -76,10 +76,12 @@ fn advise_huge_pages(start: usize, len: usize) {
 /// system call, and this is on every allocation's path).
 pub fn thread_id() -> u32 {
     thread_local! {
+        // SAFETY: gettid has no preconditions.
         static TID: u32 = unsafe { libc::gettid() } as u32;
     }
     // During thread teardown the cache may be gone: ask the kernel.
     TID.try_with(|tid| *tid)
+        // SAFETY: gettid has no preconditions.
         .unwrap_or_else(|_| unsafe { libc::gettid() } as u32)
 }
 
