@@ -64,11 +64,10 @@ fn busy_dir() -> (tempfile::TempDir, String) {
         set(&slot.devices()[0].peak_device, 8 * MIB);
     });
     let pools = Pools::new(open_or_create::<PoolFile>(dir.path()).unwrap()).unwrap();
-    pools
-        .join("team", || Some(()))
-        .unwrap()
-        .1
-        .set_budget(0, Some(64 * MIB));
+    pools.join("team", || Some(())).unwrap().1.set_budget(
+        vramshare_common::size::Device::new(0).unwrap(),
+        Some(64 * MIB),
+    );
     let trace = dir.path().join("trace.json");
     let process = json!({"pid": 7, "cmdline": "job"});
     let alloc = event(0, "alloc", "cudaMalloc", "0x1000", MIB, "device");
@@ -376,7 +375,7 @@ fn a_pool_name_with_control_characters_is_printed_escaped() {
         .join(name, || Some(()))
         .unwrap()
         .1
-        .set_budget(0, Some(MIB));
+        .set_budget(vramshare_common::size::Device::new(0).unwrap(), Some(MIB));
     let dir = dir.path().to_str().unwrap();
     for args in [vec!["ps", "--dir", dir], vec!["quota", "get", "--dir", dir]] {
         let out = vramshare(&args);

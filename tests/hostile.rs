@@ -316,7 +316,11 @@ fn a_process_the_full_registry_cannot_list_says_so_and_stays_out_of_its_pool() {
     let pool = open_existing::<vramshare_common::pool::PoolFile>(&shm)
         .ok()
         .and_then(|map| vramshare_common::pool::Pools::new(map).ok())
-        .and_then(|pools| pools.find("p").map(|(_, p)| p.device_bytes(0)));
+        .and_then(|pools| {
+            pools
+                .find("p")
+                .map(|(_, p)| p.device_bytes(vramshare_common::size::Device::new(0).unwrap()))
+        });
     assert_eq!(pool, None, "nothing of it counted in a pool");
     wait_within(holder, Duration::from_secs(10));
 }

@@ -74,7 +74,10 @@ fn edges(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
 }
 
 fn crate_src(name: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(name).join("src")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(name)
+        .join("src")
 }
 
 #[test]
@@ -123,7 +126,10 @@ fn no_crate_has_a_circle_of_modules() {
         let mut done = BTreeSet::new();
         for module in modules.keys() {
             let circle = visit(module, &modules, &mut Vec::new(), &mut done);
-            assert_eq!(circle, None, "{name}: these modules use each other in a circle");
+            assert_eq!(
+                circle, None,
+                "{name}: these modules use each other in a circle"
+            );
         }
     }
 }

@@ -122,7 +122,11 @@ fn a_free_after_the_exit_handler_takes_nothing_from_the_pool_a_second_time() {
         open_existing::<PoolFile>(&shm)
             .ok()
             .and_then(|map| Pools::new(map).ok())
-            .and_then(|pools| pools.find("team").map(|(_, p)| p.device_bytes(0)))
+            .and_then(|pools| {
+                pools
+                    .find("team")
+                    .map(|(_, p)| p.device_bytes(vramshare_common::size::Device::new(0).unwrap()))
+            })
     };
     wait_until(
         Duration::from_secs(10),

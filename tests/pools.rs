@@ -79,7 +79,9 @@ fn member_command(
 /// Reads pool `name`'s device bytes on device 0 (None until it exists).
 fn pool_bytes(shm: &Path, name: &str) -> Option<u64> {
     let pools = Pools::new(open_existing::<PoolFile>(shm).ok()?).ok()?;
-    pools.find(name).map(|(_, pool)| pool.device_bytes(0))
+    pools
+        .find(name)
+        .map(|(_, pool)| pool.device_bytes(vramshare_common::size::Device::new(0).unwrap()))
 }
 
 /// How many live processes have joined a pool (0 before the registry exists).

@@ -49,9 +49,9 @@ pub fn pools(dir: &Path) -> Result<Vec<PoolInfo>, String> {
         .map(|(index, pool)| PoolInfo {
             index,
             name: pool.name(),
-            devices: (0..vramshare_common::size::MAX_DEVICES as u32)
+            devices: vramshare_common::size::Device::all()
                 .filter(|d| pool.budget(*d).is_some() || pool.device_bytes(*d) > 0)
-                .map(|d| (d, pool.budget(d), pool.device_bytes(d)))
+                .map(|d| (d.number(), pool.budget(d), pool.device_bytes(d)))
                 .collect(),
         })
         .collect())

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 use vramshare_common::files::open_existing_mut;
 use vramshare_common::registry::{Registry, RegistryFile, NO_QUOTA};
-use vramshare_common::size::{human_bytes, parse_limit, Limit, MAX_DEVICES};
+use vramshare_common::size::{human_bytes, parse_limit, Device, Limit, MAX_DEVICES};
 
 use crate::out::{print, Failure};
 
@@ -97,15 +97,13 @@ pub fn get(dir: &Path, pid: Option<u32>, json: bool) -> Result<ExitCode, Failure
     Ok(ExitCode::SUCCESS)
 }
 
-fn check_device(device: u32) -> Result<(), String> {
-    if (device as usize) < MAX_DEVICES {
-        Ok(())
-    } else {
-        Err(format!(
+fn check_device(device: u32) -> Result<Device, String> {
+    Device::new(device).ok_or_else(|| {
+        format!(
             "--device {device}: devices are numbered 0 to {}",
             MAX_DEVICES - 1
-        ))
-    }
+        )
+    })
 }
 
 fn show(limit: Option<u64>) -> String {
@@ -121,7 +119,7 @@ pub fn set_pool(
     NewQuota(size): NewQuota,
 ) -> Result<ExitCode, Failure> {
     use vramshare_common::pool::{PoolFile, Pools};
-    check_device(device)?;
+    let device = check_device(device)?;
     let map = open_existing_mut::<PoolFile>(dir).map_err(|e| e.to_string())?;
     let pools = Pools::new(map).map_err(|why| format!("{}: {why}", dir.join("pools").display()))?;
     let (_, pool) = pools
@@ -144,7 +142,7 @@ pub fn set(
     device: u32,
     NewQuota(size): NewQuota,
 ) -> Result<ExitCode, Failure> {
-    check_device(device)?;
+    let device = check_device(device)?;
     let map = open_existing_mut::<RegistryFile>(dir).map_err(|e| e.to_string())?;
     let registry =
         Registry::new(map).map_err(|why| format!("{}: {why}", dir.join("registry").display()))?;
@@ -152,14 +150,14 @@ pub fn set(
         .live_slot(pid)
         .ok_or_else(|| format!("no live vramshare process {pid} in {}", dir.display()))?;
     let seen = slot.device_count();
-    if seen > 0 && device >= seen {
+    if seen > 0 && device.number() >= seen {
         return Err(format!(
             "process {pid} sees {seen} device{} (numbered from 0, after its CUDA_VISIBLE_DEVICES): it has no device {device}",
             if seen == 1 { "" } else { "s" }
         )
         .into());
     }
-    let before = slot.devices()[device as usize]
+    let before = slot.devices()[device.index()]
         .quota
         .swap(size.unwrap_or(NO_QUOTA), Ordering::AcqRel);
     print(&format!(

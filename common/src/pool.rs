@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::files::SharedFile;
 use crate::registry::NO_QUOTA;
-use crate::size::MAX_DEVICES;
+use crate::size::{Device, MAX_DEVICES};
 
 pub const MAGIC: u64 = u64::from_ne_bytes(*b"VSHPOOL1");
 pub const VERSION: u32 = 3;
@@ -90,22 +90,21 @@ impl PoolSlot {
         String::from_utf8_lossy(&bytes).into_owned()
     }
 
-    pub fn budget(&self, device: u32) -> Option<u64> {
-        let budget = self.budget[device as usize].load(Ordering::Acquire);
+    pub fn budget(&self, device: Device) -> Option<u64> {
+        let budget = self.budget[device.index()].load(Ordering::Acquire);
         (budget != NO_QUOTA).then_some(budget)
     }
 
     /// Sets the budget (`None`: no limit); returns the one before.
-    pub fn set_budget(&self, device: u32, budget: Option<u64>) -> Option<u64> {
-        let before =
-            self.budget[device as usize].swap(budget.unwrap_or(NO_QUOTA), Ordering::AcqRel);
+    pub fn set_budget(&self, device: Device, budget: Option<u64>) -> Option<u64> {
+        let before = self.budget[device.index()].swap(budget.unwrap_or(NO_QUOTA), Ordering::AcqRel);
         (before != NO_QUOTA).then_some(before)
     }
 
     /// Sets the budget only if the pool has none yet; returns the budget
     /// that applies.
-    pub fn offer_budget(&self, device: u32, budget: u64) -> u64 {
-        match self.budget[device as usize].compare_exchange(
+    pub fn offer_budget(&self, device: Device, budget: u64) -> u64 {
+        match self.budget[device.index()].compare_exchange(
             NO_QUOTA,
             budget,
             Ordering::AcqRel,
@@ -116,12 +115,12 @@ impl PoolSlot {
         }
     }
 
-    pub fn device_bytes(&self, device: u32) -> u64 {
-        self.device_bytes[device as usize].load(Ordering::Acquire)
+    pub fn device_bytes(&self, device: Device) -> u64 {
+        self.device_bytes[device.index()].load(Ordering::Acquire)
     }
 
     /// Reserves `size` bytes on `device` if the pool's budget allows them.
-    pub fn try_reserve(&self, device: u32, size: u64) -> bool {
+    pub fn try_reserve(&self, device: Device, size: u64) -> bool {
         self.try_reserve_as(device, size, false, 0)
     }
 
@@ -129,9 +128,9 @@ impl PoolSlot {
     /// [`LOW_PRIORITY_HEADROOM_DIVISOR`]th of the budget if it is of low
     /// priority (`low`), and `leave` bytes (what the high-priority members
     /// want).
-    pub fn try_reserve_as(&self, device: u32, size: u64, low: bool, leave: u64) -> bool {
-        let budget = &self.budget[device as usize];
-        self.device_bytes[device as usize]
+    pub fn try_reserve_as(&self, device: Device, size: u64, low: bool, leave: u64) -> bool {
+        let budget = &self.budget[device.index()];
+        self.device_bytes[device.index()]
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
                 let budget = budget.load(Ordering::Acquire);
                 if budget == NO_QUOTA {
@@ -149,12 +148,12 @@ impl PoolSlot {
     }
 
     /// Adds bytes whatever the budget (memory already taken).
-    pub fn reserve(&self, device: u32, size: u64) {
-        self.device_bytes[device as usize].fetch_add(size, Ordering::AcqRel);
+    pub fn reserve(&self, device: Device, size: u64) {
+        self.device_bytes[device.index()].fetch_add(size, Ordering::AcqRel);
     }
 
-    pub fn unreserve(&self, device: u32, size: u64) {
-        let _ = self.device_bytes[device as usize].fetch_update(
+    pub fn unreserve(&self, device: Device, size: u64) {
+        let _ = self.device_bytes[device.index()].fetch_update(
             Ordering::AcqRel,
             Ordering::Acquire,
             |used| Some(used.saturating_sub(size)),
@@ -406,6 +405,10 @@ impl<M: AsRef<[u8]> + AsMut<[u8]>> Pools<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn dev(number: u32) -> Device {
+        Device::new(number).unwrap()
+    }
     use crate::files::{open_or_create, Mapped};
     use memmap2::MmapMut;
 
@@ -435,32 +438,39 @@ mod tests {
         let (b, _) = join(&pools, "team-b").unwrap();
         assert_eq!(a, again);
         assert_ne!(a, b);
-        assert_eq!(pool.budget(0), None);
-        assert!(pool.try_reserve(0, u64::MAX / 2), "no budget: no limit");
-        pool.unreserve(0, u64::MAX / 2);
-        assert_eq!(pool.offer_budget(0, 100), 100);
-        assert_eq!(pool.offer_budget(0, 50), 100, "the running budget stays");
-        assert!(pool.try_reserve(0, 60));
-        assert!(!pool.try_reserve(0, 41));
-        assert!(pool.try_reserve(0, 40));
-        assert_eq!(pool.device_bytes(0), 100);
-        pool.unreserve(0, 1000);
-        assert_eq!(pool.device_bytes(0), 0, "never below zero");
-        assert_eq!(pool.set_budget(0, None), Some(100));
-        pool.set_budget(2, Some(800));
+        assert_eq!(pool.budget(dev(0)), None);
         assert!(
-            !pool.try_reserve_as(2, 701, true, 0),
+            pool.try_reserve(dev(0), u64::MAX / 2),
+            "no budget: no limit"
+        );
+        pool.unreserve(dev(0), u64::MAX / 2);
+        assert_eq!(pool.offer_budget(dev(0), 100), 100);
+        assert_eq!(
+            pool.offer_budget(dev(0), 50),
+            100,
+            "the running budget stays"
+        );
+        assert!(pool.try_reserve(dev(0), 60));
+        assert!(!pool.try_reserve(dev(0), 41));
+        assert!(pool.try_reserve(dev(0), 40));
+        assert_eq!(pool.device_bytes(dev(0)), 100);
+        pool.unreserve(dev(0), 1000);
+        assert_eq!(pool.device_bytes(dev(0)), 0, "never below zero");
+        assert_eq!(pool.set_budget(dev(0), None), Some(100));
+        pool.set_budget(dev(2), Some(800));
+        assert!(
+            !pool.try_reserve_as(dev(2), 701, true, 0),
             "low priority leaves 1/8"
         );
         assert!(
-            !pool.try_reserve_as(2, 601, true, 100),
+            !pool.try_reserve_as(dev(2), 601, true, 100),
             "and what high-priority members want"
         );
-        assert!(pool.try_reserve_as(2, 600, true, 100));
-        assert!(!pool.try_reserve_as(2, 101, false, 100));
-        assert!(pool.try_reserve_as(2, 100, false, 100));
+        assert!(pool.try_reserve_as(dev(2), 600, true, 100));
+        assert!(!pool.try_reserve_as(dev(2), 101, false, 100));
+        assert!(pool.try_reserve_as(dev(2), 100, false, 100));
         assert!(
-            pool.try_reserve_as(2, 100, false, 0),
+            pool.try_reserve_as(dev(2), 100, false, 0),
             "the others may take it"
         );
         assert_eq!(pools.in_use().len(), 2);
@@ -475,21 +485,21 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pools = table(dir.path());
         let (_, pool) = join(&pools, "p").unwrap();
-        pool.offer_budget(1, 1000);
+        pool.offer_budget(dev(1), 1000);
         std::thread::scope(|s| {
             for _ in 0..8 {
                 s.spawn(|| {
                     for i in 0..20_000u64 {
                         let size = 1 + i % 97;
-                        if pool.try_reserve(1, size) {
-                            assert!(pool.device_bytes(1) <= 1000);
-                            pool.unreserve(1, size);
+                        if pool.try_reserve(dev(1), size) {
+                            assert!(pool.device_bytes(dev(1)) <= 1000);
+                            pool.unreserve(dev(1), size);
                         }
                     }
                 });
             }
         });
-        assert_eq!(pool.device_bytes(1), 0);
+        assert_eq!(pool.device_bytes(dev(1)), 0);
     }
 
     #[test]
@@ -519,16 +529,16 @@ mod tests {
         let (index, pool) = join(&pools, "p").unwrap();
         join(&pools, "p").unwrap();
         assert_eq!(pool.members(), 2);
-        pool.offer_budget(0, 8 << 20);
-        pool.reserve(0, 4096);
+        pool.offer_budget(dev(0), 8 << 20);
+        pool.reserve(dev(0), 4096);
         leave(&pools, index);
         assert!(pool.in_use(), "one member left");
         leave(&pools, index);
         assert!(!pool.in_use() && pools.find("p").is_none(), "freed");
         let (again, pool) = join(&pools, "p").unwrap();
         assert_eq!(again, index);
-        assert_eq!(pool.budget(0), None, "its old budget is gone");
-        assert_eq!(pool.device_bytes(0), 0);
+        assert_eq!(pool.budget(dev(0)), None, "its old budget is gone");
+        assert_eq!(pool.device_bytes(dev(0)), 0);
         leave(&pools, index);
         assert!(!pool.leave());
         assert_eq!(pool.members(), 0, "never below zero");

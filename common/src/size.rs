@@ -5,6 +5,39 @@
 /// `CUDA_VISIBLE_DEVICES`).
 pub const MAX_DEVICES: usize = 16;
 
+/// A device number in the process's own numbering (after
+/// `CUDA_VISIBLE_DEVICES`), below [`MAX_DEVICES`]: an index into every
+/// per-device table that cannot be out of range, since it is checked once,
+/// where it is made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Device(u8);
+
+impl Device {
+    /// Device `number`, if it is below [`MAX_DEVICES`].
+    pub fn new(number: u32) -> Option<Device> {
+        (number < MAX_DEVICES as u32).then_some(Device(number as u8))
+    }
+
+    /// Every device number there can be, in order.
+    pub fn all() -> impl Iterator<Item = Device> {
+        (0..MAX_DEVICES as u8).map(Device)
+    }
+
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    pub fn number(self) -> u32 {
+        self.0 as u32
+    }
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Limit {
     Bytes(u64),

@@ -20,6 +20,16 @@ pub const cudaErrorInsufficientDriver: cudaError_t = 35;
 pub const cudaErrorNoDevice: cudaError_t = 100;
 pub const cudaErrorNotSupported: cudaError_t = 801;
 
+/// A CUDA status (runtime or driver: success is 0 in both) as a `Result`,
+/// in one place: `Err` carries the error code.
+pub fn check(rc: cudaError_t) -> Result<(), cudaError_t> {
+    if rc == cudaSuccess {
+        Ok(())
+    } else {
+        Err(rc)
+    }
+}
+
 /// Opaque handles.
 pub type cudaStream_t = *mut c_void;
 pub type cudaMemPool_t = *mut c_void;

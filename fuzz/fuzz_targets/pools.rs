@@ -4,7 +4,6 @@
 
 use libfuzzer_sys::fuzz_target;
 use vramshare_common::pool::{check_name, Pools, HEADER_LEN, MAGIC, SLOT_SIZE, VERSION};
-use vramshare_common::size::MAX_DEVICES;
 use vramshare_fuzz::{file, Aligned};
 
 const CLAIMING: u32 = 1;
@@ -22,9 +21,9 @@ fuzz_target!(|data: &[u8]| {
         let name = slot.name();
         let (found, same) = pools.find(&name).unwrap();
         assert!(found <= index && same.name() == name);
-        for device in 0..MAX_DEVICES as u32 {
+        for device in vramshare_common::size::Device::all() {
             let _ = (slot.budget(device), slot.device_bytes(device));
-            if slot.try_reserve_as(device, 1 << 20, device % 2 == 0, 4096) {
+            if slot.try_reserve_as(device, 1 << 20, device.index() % 2 == 0, 4096) {
                 slot.unreserve(device, 1 << 20);
             }
         }

@@ -7,7 +7,7 @@
 use std::fmt;
 
 use vramshare_common::size::parse_quota;
-pub use vramshare_common::size::{human_bytes, Limit, Quota, MAX_DEVICES, QUOTA_FORMS};
+pub use vramshare_common::size::{human_bytes, Device, Limit, Quota, MAX_DEVICES, QUOTA_FORMS};
 
 use vramshare_common::settings::forms;
 pub use vramshare_common::settings::{Level, Priority, Spill};

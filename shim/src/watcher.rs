@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use vramshare_common::registry::NO_QUOTA;
 
-use crate::config::{Priority, MAX_DEVICES};
+use crate::config::{Device, Priority, MAX_DEVICES};
 use crate::cuda::backend::Backend;
 use crate::cuda::real;
 use crate::policy;
@@ -43,7 +43,7 @@ pub fn watch() {
     let state = state();
     let high = config().priority == Priority::High;
     // The pool's budgets as this process last acted on them.
-    let mut pool_seen: Vec<Option<u64>> = (0..MAX_DEVICES as u32)
+    let mut pool_seen: Vec<Option<u64>> = Device::all()
         .map(|d| state.pool.and_then(|(_, pool)| pool.budget(d)))
         .collect();
     // A high-priority member: the spilled bytes it now asks room for.
@@ -64,12 +64,12 @@ pub fn watch() {
             } else {
                 registry.wanted_in_pool(index, Priority::High)
             };
-            for device in 0..MAX_DEVICES as u32 {
+            for device in Device::all() {
                 if state.cached_quota(device) == QUOTA_UNRESOLVED {
                     continue;
                 }
                 let budget = pool.budget(device);
-                let before = std::mem::replace(&mut pool_seen[device as usize], budget);
+                let before = std::mem::replace(&mut pool_seen[device.index()], budget);
                 let cut = budget.unwrap_or(u64::MAX) < before.unwrap_or(u64::MAX);
                 let usage = state.ledger.device(device);
                 let spilled = usage.spilled_bytes.load(Ordering::Acquire);
@@ -81,14 +81,14 @@ pub fn watch() {
                         .load(Ordering::Acquire)
                         .saturating_sub(usage.device_bytes.load(Ordering::Acquire));
                     let ask = spilled.min(room);
-                    let asked = std::mem::replace(&mut asked_for_spilled[device as usize], ask);
+                    let asked = std::mem::replace(&mut asked_for_spilled[device.index()], ask);
                     if ask > asked {
                         usage.wanted.fetch_add(ask - asked, Ordering::AcqRel);
                     } else {
                         usage.wanted.fetch_sub(asked - ask, Ordering::AcqRel);
                     }
                 }
-                let wanted = wanted_by_high[device as usize];
+                let wanted = wanted_by_high[device.index()];
                 // New allocations and promotions leave that room too.
                 state.ledger.leave_for_high(device, wanted);
                 let give_way = wanted > policy::pool_room(state, device);
@@ -111,7 +111,7 @@ pub fn watch() {
                 }));
             }
         }
-        for device in 0..MAX_DEVICES as u32 {
+        for device in Device::all() {
             if state.cached_quota(device) == QUOTA_UNRESOLVED {
                 continue;
             }
@@ -120,7 +120,7 @@ pub fn watch() {
                 // Read from a page that was just lost, not set by anyone.
                 continue;
             }
-            let before = state.applied_quota[device as usize].swap(now, Ordering::AcqRel);
+            let before = state.applied_quota[device.index()].swap(now, Ordering::AcqRel);
             if before == now {
                 continue;
             }
@@ -156,8 +156,8 @@ pub fn watch() {
 
 /// Makes `device` current for this thread, through the runtime if the
 /// program has it loaded (never loading it into a driver-only program).
-fn use_device(device: u32) -> bool {
+fn use_device(device: Device) -> bool {
     cudart_sys::loaded_object_named("libcudart.so").is_some()
         // SAFETY: plain runtime call.
-        && unsafe { real::cudaSetDevice(device as i32) } == 0
+        && unsafe { real::cudaSetDevice(device.number() as i32) } == 0
 }

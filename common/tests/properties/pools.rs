@@ -9,7 +9,7 @@ use vramshare_common::pool::{
     check_name, Pools, HEADER_LEN, MAGIC, NAME_BYTES, SLOT_SIZE, VERSION,
 };
 use vramshare_common::registry::NO_QUOTA;
-use vramshare_common::size::MAX_DEVICES;
+use vramshare_common::size::{Device, MAX_DEVICES};
 
 use super::buffer::{
     counter, get_u32, get_u64, header, put_u32, put_u64, slot_index, small, Buffer,
@@ -119,11 +119,11 @@ proptest! {
         }
         for (i, slot) in pools.slots().iter().enumerate() {
             let raw = &slots[i];
-            for d in 0..MAX_DEVICES as u32 {
-                let budget = get_u64(raw, BUDGET + 8 * d as usize);
+            for d in Device::all() {
+                let budget = get_u64(raw, BUDGET + 8 * d.index());
                 prop_assert_eq!(slot.budget(d), (budget != NO_QUOTA).then_some(budget));
                 let before = slot.device_bytes(d);
-                prop_assert_eq!(before, get_u64(raw, DEVICE_BYTES + 8 * d as usize));
+                prop_assert_eq!(before, get_u64(raw, DEVICE_BYTES + 8 * d.index()));
                 // Reserving on corrupt counters: refused or within the cap.
                 if slot.try_reserve_as(d, size, low, leave) {
                     prop_assert_eq!(slot.device_bytes(d), before + size);

@@ -17,24 +17,24 @@ use cudart_sys::*;
 use vramshare_common::event::Api;
 
 use super::real::{self, missing};
-use crate::config::MAX_DEVICES;
+use crate::config::{Device, MAX_DEVICES};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Location {
-    Device(u32),
+    Device(Device),
     Host,
 }
 
 impl Location {
     fn as_mem_location(self) -> cudaMemLocation {
         match self {
-            Location::Device(d) => cudaMemLocation::device(d as c_int),
+            Location::Device(d) => cudaMemLocation::device(d.number() as c_int),
             Location::Host => cudaMemLocation::host(),
         }
     }
     fn as_device_id(self) -> c_int {
         match self {
-            Location::Device(d) => d as c_int,
+            Location::Device(d) => d.number() as c_int,
             Location::Host => cudaCpuDeviceId,
         }
     }
@@ -154,7 +154,7 @@ impl Backend {
 
     /// The calling thread's current device (the runtime's, or the current
     /// context's).
-    pub fn current_device(self) -> Result<u32, c_int> {
+    pub fn current_device(self) -> Result<Device, c_int> {
         let mut device: c_int = -1;
         // SAFETY: writes the int we own.
         let rc = unsafe {
@@ -163,12 +163,10 @@ impl Backend {
                 Backend::Driver => real::cuCtxGetDevice(&mut device),
             }
         };
-        if rc != cudaSuccess {
-            return Err(rc);
-        }
+        check(rc)?;
         u32::try_from(device)
             .ok()
-            .filter(|d| (*d as usize) < MAX_DEVICES)
+            .and_then(Device::new)
             .ok_or(cudaErrorInvalidValue)
     }
 
@@ -182,11 +180,7 @@ impl Backend {
                 Backend::Driver => real::cuDeviceGetCount(&mut count),
             }
         };
-        if rc == cudaSuccess {
-            Ok(count.max(0) as u32)
-        } else {
-            Err(rc)
-        }
+        check(rc).map(|()| count.max(0) as u32)
     }
 
     /// The real (free, total) of the current device.
@@ -199,11 +193,7 @@ impl Backend {
                 Backend::Driver => real::cuMemGetInfo_v2(&mut free, &mut total),
             }
         };
-        if rc == cudaSuccess {
-            Ok((free, total))
-        } else {
-            Err(rc)
-        }
+        check(rc).map(|()| (free, total))
     }
 
     /// Managed memory for the shim's own placements; a success without a
@@ -221,11 +211,11 @@ impl Backend {
                 ),
             }
         };
-        match rc {
-            _ if rc != cudaSuccess => Err(rc),
-            _ if ptr.is_null() => Err(cudaErrorMemoryAllocation),
-            _ => Ok(ptr),
+        check(rc)?;
+        if ptr.is_null() {
+            return Err(cudaErrorMemoryAllocation);
         }
+        Ok(ptr)
     }
 
     /// Frees managed memory (which the stream-ordered frees refuse).
@@ -257,7 +247,7 @@ impl Backend {
     }
 
     /// Prefetches to `to` on the shim's stream of `device` (the block's).
-    fn prefetch(self, ptr: *mut c_void, size: usize, to: Location, device: u32) -> c_int {
+    fn prefetch(self, ptr: *mut c_void, size: usize, to: Location, device: Device) -> c_int {
         let stream = self.stream(device);
         match self {
             Backend::Runtime => prefetch(ptr, size, to, stream),
@@ -284,7 +274,7 @@ impl Backend {
         ptr: *mut c_void,
         size: usize,
         device_part: usize,
-        device: u32,
+        device: Device,
     ) -> c_int {
         let mut rc = cudaSuccess;
         if device_part > 0 {
@@ -314,7 +304,7 @@ impl Backend {
     /// A promoted block: it prefers its device, and its pages are moved
     /// there asynchronously on the shim's own stream. Nothing waits for the
     /// move: managed memory is coherent wherever it sits.
-    pub fn move_to_device(self, ptr: *mut c_void, size: usize, device: u32) -> c_int {
+    pub fn move_to_device(self, ptr: *mut c_void, size: usize, device: Device) -> c_int {
         let rc = self.advise(
             ptr,
             size,
@@ -327,7 +317,7 @@ impl Backend {
 
     /// A demoted block: it prefers the host, stays mapped for the device,
     /// and its pages are moved to the host on the shim's own stream.
-    pub fn move_to_host(self, ptr: *mut c_void, size: usize, device: u32) -> c_int {
+    pub fn move_to_host(self, ptr: *mut c_void, size: usize, device: Device) -> c_int {
         let rc = self.place_split(ptr, size, 0, device);
         let rc2 = self.prefetch(ptr, size, Location::Host, device);
         first_error(rc, rc2)
@@ -337,10 +327,10 @@ impl Backend {
     /// default stream) if it cannot be made. The driver's is made in the
     /// calling thread's current context, which is the block's when its own
     /// free triggers the promotion.
-    fn stream(self, device: u32) -> *mut c_void {
+    fn stream(self, device: Device) -> *mut c_void {
         let slot = match self {
-            Backend::Runtime => &STREAMS[device as usize],
-            Backend::Driver => &DRIVER_STREAMS[device as usize],
+            Backend::Runtime => &STREAMS[device.index()],
+            Backend::Driver => &DRIVER_STREAMS[device.index()],
         };
         let known = slot.load(Ordering::Acquire);
         if !known.is_null() {
@@ -385,19 +375,19 @@ fn first_error(a: c_int, b: c_int) -> c_int {
 
 /// A non-blocking runtime stream on `device`; the caller's current device
 /// is put back afterwards.
-fn runtime_stream(device: u32) -> cudaStream_t {
+fn runtime_stream(device: Device) -> cudaStream_t {
     let previous = Backend::Runtime.current_device().ok();
     let mut stream: cudaStream_t = std::ptr::null_mut();
     // SAFETY: plain runtime calls with values we own.
     unsafe {
         if previous != Some(device) {
-            real::cudaSetDevice(device as c_int);
+            real::cudaSetDevice(device.number() as c_int);
         }
         if real::cudaStreamCreateWithFlags(&mut stream, cudaStreamNonBlocking) != cudaSuccess {
             stream = std::ptr::null_mut();
         }
         if let Some(previous) = previous.filter(|p| *p != device) {
-            real::cudaSetDevice(previous as c_int);
+            real::cudaSetDevice(previous.number() as c_int);
         }
     }
     stream

@@ -235,7 +235,7 @@ pub unsafe fn free(
     state.record(
         Op::Free,
         api,
-        block.device as i32,
+        block.device.number() as i32,
         ptr as usize,
         block.size,
         block.placement,

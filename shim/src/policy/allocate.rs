@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use cudart_sys::*;
 use vramshare_common::event::{Api, Op, Placement};
 
-use crate::config::{human_bytes, Priority, Spill};
+use crate::config::{human_bytes, Device, Priority, Spill};
 use crate::cuda::backend::Backend;
 use crate::state::ledger::Block;
 use crate::state::{config, state, State};
@@ -143,7 +143,7 @@ const SPLIT_HEADROOM_DIVISOR: u64 = 4;
 /// Bytes of a `size`-byte block that does not fit to keep on the device,
 /// reserved here: the room under the quota less its headroom, in whole
 /// large pages; 0 when there is none.
-fn split_head(state: &State, device: u32, size: u64, quota: u64) -> u64 {
+fn split_head(state: &State, device: Device, size: u64, quota: u64) -> u64 {
     let used = state
         .ledger
         .device(device)
@@ -182,7 +182,7 @@ fn movable(state: &State, api: Api) -> bool {
 fn place_movable(
     state: &State,
     api: Api,
-    device: u32,
+    device: Device,
     size: u64,
     on_host: impl FnOnce(*mut c_void),
 ) -> cudaError_t {
@@ -225,7 +225,7 @@ fn place_movable(
 fn spill(
     state: &State,
     api: Api,
-    device: u32,
+    device: Device,
     size: u64,
     quota: u64,
     flags: c_uint,
@@ -283,7 +283,7 @@ fn spill(
 pub(super) fn record_rejection(
     state: &State,
     api: Api,
-    device: u32,
+    device: Device,
     size: u64,
     placement: Placement,
     rc: cudaError_t,
@@ -293,7 +293,15 @@ pub(super) fn record_rejection(
         .device(device)
         .rejections
         .fetch_add(1, Ordering::Relaxed);
-    state.record(Op::Reject, api, device as i32, 0, size, placement, rc);
+    state.record(
+        Op::Reject,
+        api,
+        device.number() as i32,
+        0,
+        size,
+        placement,
+        rc,
+    );
     rc
 }
 
@@ -315,7 +323,7 @@ pub(super) fn record_allocation(state: &State, ptr: *mut c_void, block: Block) {
             .event(
                 Op::Alloc,
                 block.api,
-                block.device as i32,
+                block.device.number() as i32,
                 ptr as usize,
                 block.size,
                 block.placement,

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use vramshare_common::event::{Op, Placement};
 
-use crate::config::human_bytes;
+use crate::config::{human_bytes, Device};
 use crate::cuda::backend::Backend;
 use crate::state::State;
 
@@ -15,13 +15,13 @@ use super::quota::device_quota;
 
 /// Brings spilled blocks back onto `device`, largest first, while they fit
 /// under its quota.
-pub fn promote(state: &State, device: u32, backend: Backend) {
+pub fn promote(state: &State, device: Device, backend: Backend) {
     promote_leaving(state, device, backend, 0);
 }
 
 /// The same, leaving `keep_free` bytes of the pool's room to others (the
 /// spilled bytes of its high-priority members, which come back first).
-pub fn promote_leaving(state: &State, device: u32, backend: Backend, keep_free: u64) {
+pub fn promote_leaving(state: &State, device: Device, backend: Backend, keep_free: u64) {
     let usage = state.ledger.device(device);
     if usage.spilled_bytes.load(Ordering::Acquire) == 0 {
         return;
@@ -47,7 +47,7 @@ pub fn promote_leaving(state: &State, device: u32, backend: Backend, keep_free: 
         state.record(
             Op::Promote,
             block_backend.prefetch_api(),
-            device as i32,
+            device.number() as i32,
             ptr,
             size,
             Placement::Device,
@@ -62,7 +62,7 @@ pub fn promote_leaving(state: &State, device: u32, backend: Backend, keep_free: 
 
 /// What the pool's budget has left on `device` (no pool, or no budget: no
 /// limit).
-pub fn pool_room(state: &State, device: u32) -> u64 {
+pub fn pool_room(state: &State, device: Device) -> u64 {
     state
         .pool
         .and_then(|(_, pool)| {
@@ -78,7 +78,7 @@ pub fn pool_room(state: &State, device: u32) -> u64 {
 /// managed blocks (the caller's own, or promoted ones) to the host, largest
 /// first, until the process and its pool are back under their limits or
 /// nothing more can move.
-pub fn demote_to_quota(state: &State, device: u32, backend: Backend) {
+pub fn demote_to_quota(state: &State, device: Device, backend: Backend) {
     let quota = device_quota(state, device, backend).unwrap_or(u64::MAX);
     let usage = state.ledger.device(device);
     demote_while(state, device, |_| {
@@ -94,12 +94,12 @@ pub fn demote_to_quota(state: &State, device: u32, backend: Backend) {
 /// on `device`: moves managed blocks to the host, largest first, until the
 /// pool has that much room (each block's bytes leave the pool before it
 /// moves, so members giving way at once stop as soon as there is room).
-pub fn demote_for(state: &State, device: u32, wanted: u64) {
+pub fn demote_for(state: &State, device: Device, wanted: u64) {
     demote_while(state, device, |_| pool_room(state, device) < wanted);
 }
 
 /// Demotes the device's managed blocks, largest first, while `more(freed)`.
-fn demote_while(state: &State, device: u32, mut more: impl FnMut(u64) -> bool) -> u64 {
+fn demote_while(state: &State, device: Device, mut more: impl FnMut(u64) -> bool) -> u64 {
     let mut freed = 0;
     for (size, ptr) in state.ledger.demotion_candidates(device) {
         if !more(freed) {
@@ -114,7 +114,7 @@ fn demote_while(state: &State, device: u32, mut more: impl FnMut(u64) -> bool) -
         state.record(
             Op::Demote,
             block_backend.prefetch_api(),
-            device as i32,
+            device.number() as i32,
             ptr,
             size,
             Placement::Host,
@@ -137,7 +137,7 @@ const HIGH_PRIORITY_WAIT: std::time::Duration = std::time::Duration::from_millis
 /// its registry slot that it wants `size` bytes (the others' shims look
 /// every 50 ms and demote managed blocks), and takes the room if it comes
 /// in time.
-pub(super) fn wait_for_room(state: &State, device: u32, size: u64, limit: u64) -> bool {
+pub(super) fn wait_for_room(state: &State, device: Device, size: u64, limit: u64) -> bool {
     let Some((_, pool)) = state.pool else {
         return false;
     };

@@ -7,14 +7,14 @@ use std::sync::atomic::Ordering;
 use cudart_sys::*;
 use vramshare_common::registry::NO_QUOTA;
 
-use crate::config::{human_bytes, Limit};
+use crate::config::{human_bytes, Device, Limit};
 use crate::cuda::backend::{self, Backend};
 use crate::state::{config, state, State, QUOTA_RESOLVED, QUOTA_UNRESOLVED};
 
 /// The device's quota in bytes, `None` for no limit. A percentage is resolved
 /// against the device's total on first use (asked through `backend`);
 /// `device` must be current.
-pub fn device_quota(state: &State, device: u32, backend: Backend) -> Option<u64> {
+pub fn device_quota(state: &State, device: Device, backend: Backend) -> Option<u64> {
     if state.cached_quota(device) == QUOTA_UNRESOLVED && !resolve_quota(state, device, backend) {
         return None;
     }
@@ -27,7 +27,7 @@ pub fn device_quota(state: &State, device: u32, backend: Backend) -> Option<u64>
 
 /// A limit in bytes: a percentage is of the device's total (asked through
 /// `backend`; `None` if it cannot be).
-fn limit_bytes(limit: Limit, device: u32, backend: Backend) -> Option<u64> {
+fn limit_bytes(limit: Limit, device: Device, backend: Backend) -> Option<u64> {
     match limit {
         Limit::Bytes(bytes) => Some(bytes),
         Limit::Percent(share) => match backend.mem_get_info() {
@@ -52,14 +52,14 @@ fn limit_bytes(limit: Limit, device: u32, backend: Backend) -> Option<u64> {
 /// percentage against the device's total) into the registry slot, unless
 /// `vramshare quota set` has already put one there. False if it cannot be
 /// resolved yet.
-fn resolve_quota(state: &State, device: u32, backend: Backend) -> bool {
+fn resolve_quota(state: &State, device: Device, backend: Backend) -> bool {
     // Learn the runtime's version now, with the runtime surely up, for the
     // advise calls and the trace.
     if backend == Backend::Runtime {
         backend::runtime_major();
     }
     state.learn_device_count(|| backend.device_count().ok());
-    let mut quota = match config().quota.for_device(device) {
+    let mut quota = match config().quota.for_device(device.number()) {
         None => NO_QUOTA,
         Some(limit) => match limit_bytes(limit, device, backend) {
             Some(bytes) => bytes.min(NO_QUOTA - 1),
@@ -71,14 +71,16 @@ fn resolve_quota(state: &State, device: u32, backend: Backend) -> bool {
     if let (None, Some(_), Some(limit)) = (
         state.pool,
         &config().pool,
-        config().pool_quota.for_device(device),
+        config().pool_quota.for_device(device.number()),
     ) {
         match limit_bytes(limit, device, backend) {
             Some(bytes) => quota = quota.min(bytes.min(NO_QUOTA - 1)),
             None => return false,
         }
     }
-    if let (Some((_, pool)), Some(limit)) = (state.pool, config().pool_quota.for_device(device)) {
+    if let (Some((_, pool)), Some(limit)) =
+        (state.pool, config().pool_quota.for_device(device.number()))
+    {
         if let Some(offered) = limit_bytes(limit, device, backend) {
             let running = pool.offer_budget(device, offered.min(NO_QUOTA - 1));
             if running != offered {
@@ -93,7 +95,7 @@ fn resolve_quota(state: &State, device: u32, backend: Backend) -> bool {
     }
     let slot = &state.ledger.device(device).quota;
     let _ = slot.compare_exchange(NO_QUOTA, quota, Ordering::AcqRel, Ordering::Acquire);
-    state.applied_quota[device as usize].store(slot.load(Ordering::Acquire), Ordering::Release);
+    state.applied_quota[device.index()].store(slot.load(Ordering::Acquire), Ordering::Release);
     state.cache_quota(device, QUOTA_RESOLVED);
     true
 }

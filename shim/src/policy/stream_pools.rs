@@ -10,6 +10,7 @@
 //! first trimmed to what it uses (`cudaMemPoolTrimTo`), and only what still
 //! does not fit spills.
 
+use crate::config::Device;
 use std::ffi::{c_int, c_void};
 
 use cudart_sys::*;
@@ -25,7 +26,7 @@ const USED_MEM_CURRENT: c_int = 7;
 
 /// The pool an allocation comes from: the one given, or the device's
 /// current pool; `None` if CUDA cannot say.
-pub fn resolve(backend: Backend, given: *mut c_void, device: u32) -> Option<usize> {
+pub fn resolve(backend: Backend, given: *mut c_void, device: Device) -> Option<usize> {
     if !given.is_null() {
         return Some(given as usize);
     }
@@ -33,11 +34,14 @@ pub fn resolve(backend: Backend, given: *mut c_void, device: u32) -> Option<usiz
     // SAFETY: writes a handle we own.
     let rc = unsafe {
         match backend {
-            Backend::Runtime => real::cudaDeviceGetMemPool(&mut pool, device as c_int),
-            Backend::Driver => real::cuDeviceGetMemPool(&mut pool, device as CUdevice),
+            Backend::Runtime => real::cudaDeviceGetMemPool(&mut pool, device.number() as c_int),
+            Backend::Driver => real::cuDeviceGetMemPool(&mut pool, device.number() as CUdevice),
         }
     };
-    (rc == cudaSuccess && !pool.is_null()).then_some(pool as usize)
+    check(rc)
+        .ok()
+        .filter(|()| !pool.is_null())
+        .map(|()| pool as usize)
 }
 
 fn attribute(backend: Backend, pool: usize, attribute: c_int) -> Option<u64> {
@@ -52,7 +56,7 @@ fn attribute(backend: Backend, pool: usize, attribute: c_int) -> Option<u64> {
             Backend::Driver => real::cuMemPoolGetAttribute(pool as CUmemoryPool, attribute, out),
         }
     };
-    (rc == cudaSuccess).then_some(value)
+    check(rc).ok().map(|()| value)
 }
 
 /// The pool's reserve beyond its live allocations, as CUDA reports it.
@@ -67,7 +71,7 @@ fn slack(backend: Backend, pool: usize) -> Option<u64> {
 /// returned. The reading and the counting are done under one lock, so that
 /// two threads never count their readings out of order; the pool queries
 /// under it never call back into the shim or allocate.
-fn count(state: &State, backend: Backend, pool: usize, device: u32, quota: Option<u64>) -> bool {
+fn count(state: &State, backend: Backend, pool: usize, device: Device, quota: Option<u64>) -> bool {
     let mut counted = state
         .pool_slack
         .lock()
@@ -100,7 +104,7 @@ fn count(state: &State, backend: Backend, pool: usize, device: u32, quota: Optio
 /// After an allocation from or a free to `pool`: recounts its slack. If its
 /// growth would take the device over `quota`, the pool is trimmed first (its
 /// unused reserve given back to the device) and what remains is counted.
-pub fn recount(state: &State, backend: Backend, pool: usize, device: u32, quota: Option<u64>) {
+pub fn recount(state: &State, backend: Backend, pool: usize, device: Device, quota: Option<u64>) {
     if !count(state, backend, pool, device, quota) {
         trim_and_recount(state, backend, pool, device);
     }
@@ -108,7 +112,7 @@ pub fn recount(state: &State, backend: Backend, pool: usize, device: u32, quota:
 
 /// Before anything on `device` spills: trims every pool whose slack counts
 /// there. Returns whether there was any.
-pub fn trim_device(state: &State, device: u32) -> bool {
+pub fn trim_device(state: &State, device: Device) -> bool {
     let holding: Vec<(usize, Backend)> = state
         .pool_slack
         .lock()
@@ -124,7 +128,7 @@ pub fn trim_device(state: &State, device: u32) -> bool {
 }
 
 /// Gives the pool's unused reserve back to the device, and recounts it.
-fn trim_and_recount(state: &State, backend: Backend, pool: usize, device: u32) {
+fn trim_and_recount(state: &State, backend: Backend, pool: usize, device: Device) {
     trim(backend, pool);
     count(state, backend, pool, device, None);
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use cudart_sys::*;
 use vramshare_common::event::{Api, Op, Placement};
 
-use crate::config::{human_bytes, Spill, MAX_DEVICES};
+use crate::config::{human_bytes, Device, Spill};
 use crate::cuda::backend::Backend;
 use crate::cuda::real;
 use crate::state::ledger::{Block, Released};
@@ -38,14 +38,11 @@ pub unsafe fn mem_create(
         // SAFETY: `prop` is the caller's, not null.
         Some(unsafe { *prop })
     };
-    let (asked, device) = match asked {
-        Some(p)
-            if p.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE
-                && (0..MAX_DEVICES as i32).contains(&p.location.id) =>
-        {
-            (p, p.location.id as u32)
-        }
-        _ => return real_create(prop),
+    let on_device = asked
+        .filter(|p| p.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE)
+        .and_then(|p| Some((p, Device::new(u32::try_from(p.location.id).ok()?)?)));
+    let Some((asked, device)) = on_device else {
+        return real_create(prop);
     };
     let state = state();
     let api = Api::cuMemCreate;
@@ -121,7 +118,7 @@ pub unsafe fn mem_create(
     state.record(
         Op::Alloc,
         api,
-        device as i32,
+        device.number() as i32,
         made as usize,
         size,
         placement,
@@ -136,7 +133,7 @@ pub unsafe fn mem_create(
 /// which host memory may not offer); anywhere on the host, not shareable
 /// with other processes (the driver allows no handle type there).
 fn create_on_host(
-    device: u32,
+    device: Device,
     asked: &CUmemAllocationProp,
     real_create: &impl Fn(*const CUmemAllocationProp) -> CUresult,
 ) -> Result<CUresult, CUresult> {
@@ -146,7 +143,7 @@ fn create_on_host(
         real::cuDeviceGetAttribute(
             &mut numa,
             CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID,
-            device as CUdevice,
+            device.number() as CUdevice,
         )
     };
     let numa = if rc == CUDA_SUCCESS && numa >= 0 {
@@ -260,7 +257,7 @@ fn physical_freed(
     state.record(
         Op::Free,
         api,
-        block.device as i32,
+        block.device.number() as i32,
         handle as usize,
         block.size,
         block.placement,

@@ -8,6 +8,7 @@
 //! [`Ledger::take`] releases whichever the block held. No lock here is ever
 //! held across a call into CUDA.
 
+use crate::config::Device;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -24,7 +25,7 @@ use vramshare_common::size::MAX_DEVICES;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Block {
     pub size: u64,
-    pub device: u32,
+    pub device: Device,
     /// `Device`: all of it counts on the device. `Host`: a spilled block,
     /// of which the first `device_part` bytes may still prefer the device.
     pub placement: Placement,
@@ -146,19 +147,19 @@ impl Ledger {
         }
     }
 
-    pub fn device(&self, device: u32) -> &DeviceCounters {
-        &self.counters[device as usize]
+    pub fn device(&self, device: Device) -> &DeviceCounters {
+        &self.counters[device.index()]
     }
 
     /// Reserves `size` device bytes if they fit under `quota` and under the
     /// pool's budget (each atomically against every other thread, and the
     /// pool's against every other member process).
-    pub fn try_reserve(&self, device: u32, size: u64, quota: u64) -> bool {
+    pub fn try_reserve(&self, device: Device, size: u64, quota: u64) -> bool {
         // The pool first: a reservation the process's quota then refuses
         // is given back, so the process's own count (and its peak) only
         // ever holds bytes it got.
         if let Some(pool) = self.pool {
-            let leave = self.left_for_high[device as usize].load(Ordering::Relaxed);
+            let leave = self.left_for_high[device.index()].load(Ordering::Relaxed);
             if !pool.try_reserve_as(device, size, self.low_priority, leave) {
                 return false;
             }
@@ -186,12 +187,12 @@ impl Ledger {
 
     /// Sets the room this member leaves to the high-priority members on
     /// `device`.
-    pub fn leave_for_high(&self, device: u32, bytes: u64) {
-        self.left_for_high[device as usize].store(bytes, Ordering::Relaxed);
+    pub fn leave_for_high(&self, device: Device, bytes: u64) {
+        self.left_for_high[device.index()].store(bytes, Ordering::Relaxed);
     }
 
     /// Reserves `size` device bytes with no limit (memory already taken).
-    pub fn reserve(&self, device: u32, size: u64) {
+    pub fn reserve(&self, device: Device, size: u64) {
         let usage = self.device(device);
         let before = usage.device_bytes.fetch_add(size, Ordering::AcqRel);
         raise_peak(&usage.peak_device, before.saturating_add(size));
@@ -200,7 +201,7 @@ impl Ledger {
         }
     }
 
-    pub fn unreserve(&self, device: u32, size: u64) {
+    pub fn unreserve(&self, device: Device, size: u64) {
         subtract(&self.device(device).device_bytes, size);
         if let Some(pool) = self.pool {
             pool.unreserve(device, size);
@@ -325,27 +326,27 @@ impl Ledger {
 
     /// Counts `size` spilled bytes on `device`; a block at `ptr` (not
     /// physical memory by handle) becomes a promotion candidate.
-    fn count_spilled(&self, device: u32, size: u64, ptr: Option<usize>) {
+    fn count_spilled(&self, device: Device, size: u64, ptr: Option<usize>) {
         let usage = self.device(device);
         let before = usage.spilled_bytes.fetch_add(size, Ordering::AcqRel);
         raise_peak(&usage.peak_spilled, before + size);
         if let Some(ptr) = ptr {
-            lock(&self.spilled[device as usize]).insert((size, ptr));
+            lock(&self.spilled[device.index()]).insert((size, ptr));
         }
     }
 
     /// Undoes [`Ledger::count_spilled`].
-    fn uncount_spilled(&self, device: u32, size: u64, ptr: Option<usize>) {
+    fn uncount_spilled(&self, device: Device, size: u64, ptr: Option<usize>) {
         if let Some(ptr) = ptr {
-            lock(&self.spilled[device as usize]).remove(&(size, ptr));
+            lock(&self.spilled[device.index()]).remove(&(size, ptr));
         }
         subtract(&self.device(device).spilled_bytes, size);
     }
 
     /// Spilled blocks of `device` whose host parts would fit in `room` bytes
     /// together, largest first, as (host part, address).
-    pub fn promotion_candidates(&self, device: u32, mut room: u64) -> Vec<(u64, usize)> {
-        let spilled = lock(&self.spilled[device as usize]);
+    pub fn promotion_candidates(&self, device: Device, mut room: u64) -> Vec<(u64, usize)> {
+        let spilled = lock(&self.spilled[device.index()]);
         let mut picked = Vec::new();
         for &(size, ptr) in spilled.range(..=(room, usize::MAX)).rev() {
             if size <= room {
@@ -380,7 +381,7 @@ impl Ledger {
 
     /// Managed blocks wholly on `device`, largest first, as (size, address):
     /// what a quota cut can move to the host.
-    pub fn demotion_candidates(&self, device: u32) -> Vec<(u64, usize)> {
+    pub fn demotion_candidates(&self, device: Device) -> Vec<(u64, usize)> {
         let mut found: Vec<(u64, usize)> = self
             .blocks
             .iter()
@@ -452,10 +453,14 @@ impl Ledger {
 mod tests {
     use super::*;
 
+    fn dev(number: u32) -> Device {
+        Device::new(number).unwrap()
+    }
+
     fn block(size: u64, placement: Placement) -> Block {
         Block {
             size,
-            device: 0,
+            device: dev(0),
             placement,
             device_part: 0,
             api: Api::cudaMalloc,
@@ -476,32 +481,44 @@ mod tests {
     #[test]
     fn reservations_never_pass_the_quota() {
         let ledger = ledger();
-        assert!(ledger.try_reserve(0, 60, 100));
-        assert!(!ledger.try_reserve(0, 41, 100));
-        assert!(ledger.try_reserve(0, 40, 100));
-        assert!(!ledger.try_reserve(0, u64::MAX, u64::MAX));
-        ledger.unreserve(0, 1000);
+        assert!(ledger.try_reserve(dev(0), 60, 100));
+        assert!(!ledger.try_reserve(dev(0), 41, 100));
+        assert!(ledger.try_reserve(dev(0), 40, 100));
+        assert!(!ledger.try_reserve(dev(0), u64::MAX, u64::MAX));
+        ledger.unreserve(dev(0), 1000);
         assert_eq!(
-            ledger.device(0).device_bytes.load(Ordering::Relaxed),
+            ledger.device(dev(0)).device_bytes.load(Ordering::Relaxed),
             0,
             "saturates at zero"
         );
-        assert_eq!(ledger.device(0).peak_device.load(Ordering::Relaxed), 100);
+        assert_eq!(
+            ledger.device(dev(0)).peak_device.load(Ordering::Relaxed),
+            100
+        );
     }
 
     #[test]
     fn take_releases_what_was_recorded() {
         let ledger = ledger();
-        ledger.reserve(0, 10);
+        ledger.reserve(dev(0), 10);
         ledger.insert(0x1000, block(10, Placement::Device));
         ledger.insert(0x2000, block(30, Placement::Host));
-        assert_eq!(ledger.device(0).spilled_bytes.load(Ordering::Relaxed), 30);
+        assert_eq!(
+            ledger.device(dev(0)).spilled_bytes.load(Ordering::Relaxed),
+            30
+        );
         assert!(matches!(ledger.take(0x1000), Taken::Block(b) if b.size == 10));
         assert!(matches!(ledger.take(0x1000), Taken::Unknown));
         assert!(matches!(ledger.take(0x2000), Taken::Block(b) if b.placement == Placement::Host));
-        assert_eq!(ledger.device(0).device_bytes.load(Ordering::Relaxed), 0);
-        assert_eq!(ledger.device(0).spilled_bytes.load(Ordering::Relaxed), 0);
-        assert!(ledger.promotion_candidates(0, u64::MAX).is_empty());
+        assert_eq!(
+            ledger.device(dev(0)).device_bytes.load(Ordering::Relaxed),
+            0
+        );
+        assert_eq!(
+            ledger.device(dev(0)).spilled_bytes.load(Ordering::Relaxed),
+            0
+        );
+        assert!(ledger.promotion_candidates(dev(0), u64::MAX).is_empty());
     }
 
     #[test]
@@ -511,7 +528,7 @@ mod tests {
             ledger.insert(ptr, block(size, Placement::Host));
         }
         assert_eq!(
-            ledger.promotion_candidates(0, 75),
+            ledger.promotion_candidates(dev(0), 75),
             vec![(50, 0x1), (20, 0x3)]
         );
         assert_eq!(
@@ -523,14 +540,17 @@ mod tests {
         assert_eq!(ledger.begin_promotion(0x1, 50), None, "already moving");
         assert!(matches!(ledger.take(0x1), Taken::Moving));
         ledger.end_move(0x1);
-        assert_eq!(ledger.device(0).spilled_bytes.load(Ordering::Relaxed), 130);
+        assert_eq!(
+            ledger.device(dev(0)).spilled_bytes.load(Ordering::Relaxed),
+            130
+        );
         assert!(matches!(ledger.take(0x1), Taken::Block(b) if b.placement == Placement::Device));
     }
 
     #[test]
     fn a_split_block_counts_its_head_on_the_device_and_its_tail_spilled() {
         let ledger = ledger();
-        assert!(ledger.try_reserve(0, 8, 100));
+        assert!(ledger.try_reserve(dev(0), 8, 100));
         ledger.insert(
             0x10,
             Block {
@@ -538,28 +558,40 @@ mod tests {
                 ..block(24, Placement::Host)
             },
         );
-        assert_eq!(ledger.device(0).device_bytes.load(Ordering::Relaxed), 8);
-        assert_eq!(ledger.device(0).spilled_bytes.load(Ordering::Relaxed), 16);
         assert_eq!(
-            ledger.promotion_candidates(0, 20),
+            ledger.device(dev(0)).device_bytes.load(Ordering::Relaxed),
+            8
+        );
+        assert_eq!(
+            ledger.device(dev(0)).spilled_bytes.load(Ordering::Relaxed),
+            16
+        );
+        assert_eq!(
+            ledger.promotion_candidates(dev(0), 20),
             vec![(16, 0x10)],
             "the tail is what moves"
         );
-        assert!(ledger.try_reserve(0, 16, 100));
+        assert!(ledger.try_reserve(dev(0), 16, 100));
         assert_eq!(
             ledger.begin_promotion(0x10, 16),
             Some((Api::cudaMalloc, 8)),
             "the tail starts 8 bytes in"
         );
         ledger.end_move(0x10);
-        assert_eq!(ledger.device(0).spilled_bytes.load(Ordering::Relaxed), 0);
+        assert_eq!(
+            ledger.device(dev(0)).spilled_bytes.load(Ordering::Relaxed),
+            0
+        );
         assert!(
             matches!(ledger.take(0x10), Taken::Block(b) if b.placement == Placement::Device && b.device_part == 24)
         );
-        assert_eq!(ledger.device(0).device_bytes.load(Ordering::Relaxed), 0);
+        assert_eq!(
+            ledger.device(dev(0)).device_bytes.load(Ordering::Relaxed),
+            0
+        );
 
         // Freed while still split: both parts come back.
-        assert!(ledger.try_reserve(0, 8, 100));
+        assert!(ledger.try_reserve(dev(0), 8, 100));
         ledger.insert(
             0x20,
             Block {
@@ -568,7 +600,13 @@ mod tests {
             },
         );
         assert!(matches!(ledger.take(0x20), Taken::Block(_)));
-        assert_eq!(ledger.device(0).device_bytes.load(Ordering::Relaxed), 0);
-        assert_eq!(ledger.device(0).spilled_bytes.load(Ordering::Relaxed), 0);
+        assert_eq!(
+            ledger.device(dev(0)).device_bytes.load(Ordering::Relaxed),
+            0
+        );
+        assert_eq!(
+            ledger.device(dev(0)).spilled_bytes.load(Ordering::Relaxed),
+            0
+        );
     }
 }

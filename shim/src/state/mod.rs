@@ -19,7 +19,7 @@ use vramshare_common::process::monotonic_ns;
 use vramshare_common::registry::{local_counters, ProcessSlot, Registry};
 use vramshare_common::ring::Ring;
 
-use crate::config::{Config, MAX_DEVICES};
+use crate::config::{Config, Device, MAX_DEVICES};
 pub mod ledger;
 pub mod report;
 mod shared;
@@ -62,7 +62,7 @@ pub struct State {
 /// What the shim counted for a stream-ordered pool at its last reading.
 #[derive(Clone, Copy, Debug)]
 pub struct Counted {
-    pub device: u32,
+    pub device: Device,
     pub backend: crate::cuda::backend::Backend,
     pub slack: u64,
 }
@@ -211,8 +211,8 @@ impl State {
         }
     }
 
-    pub fn cached_quota(&self, device: u32) -> u64 {
-        self.quotas[device as usize].load(Ordering::Acquire)
+    pub fn cached_quota(&self, device: Device) -> u64 {
+        self.quotas[device.index()].load(Ordering::Acquire)
     }
 
     /// Records an event in this process's trace and in the shared ring.
@@ -275,9 +275,9 @@ impl State {
         if !pages_lost() {
             return false;
         }
-        for device in 0..MAX_DEVICES as u32 {
+        for device in Device::all() {
             if self.cached_quota(device) == QUOTA_RESOLVED {
-                let applied = self.applied_quota[device as usize].load(Ordering::Acquire);
+                let applied = self.applied_quota[device.index()].load(Ordering::Acquire);
                 self.ledger
                     .device(device)
                     .quota
@@ -330,7 +330,7 @@ impl State {
         });
     }
 
-    pub fn cache_quota(&self, device: u32, quota: u64) {
-        self.quotas[device as usize].store(quota, Ordering::Release);
+    pub fn cache_quota(&self, device: Device, quota: u64) {
+        self.quotas[device.index()].store(quota, Ordering::Release);
     }
 }

@@ -75,7 +75,7 @@ pub fn process_summary(state: &State) -> ProcessJson {
         .map(|(ptr, block)| LeakJson {
             ptr: format!("{ptr:#x}"),
             size: block.size,
-            device: block.device,
+            device: block.device.number(),
             placement: block.placement.name().to_string(),
             api: block.api.name().to_string(),
         })
@@ -100,7 +100,11 @@ pub fn process_summary(state: &State) -> ProcessJson {
     // the counters already).
     if let Quota::PerDevice(list) = &config.quota {
         for (device, limit) in list {
-            if let (Limit::Bytes(bytes), QUOTA_UNRESOLVED) = (limit, state.cached_quota(*device)) {
+            // Parsing keeps device numbers below the devices supported.
+            let Some(known) = crate::config::Device::new(*device) else {
+                continue;
+            };
+            if let (Limit::Bytes(bytes), QUOTA_UNRESOLVED) = (limit, state.cached_quota(known)) {
                 summary.quota.insert(device.to_string(), *bytes);
             }
         }

@@ -14,7 +14,7 @@ use vramshare_common::registry::{ProcessSlot, Registry, RegistryFile};
 use vramshare_common::ring::{Ring, RingFile};
 
 use super::{config, State};
-use crate::config::MAX_DEVICES;
+use crate::config::Device;
 
 impl State {
     /// At exit: gives the registry slot back, once (a member that wrongly
@@ -124,7 +124,7 @@ pub(super) fn open_shared(pid: u32) -> Result<Shared, FileError> {
                 if clear_if_empty(registry, index, pool, Some(pid)) {
                     // Alone in a pool its members left by dying: it takes
                     // this process's budget, as a pool made anew would.
-                    for device in 0..MAX_DEVICES as u32 {
+                    for device in Device::all() {
                         pool.set_budget(device, None);
                     }
                 }
@@ -165,8 +165,8 @@ pub fn reap(gone: &ProcessSlot, pool: Option<(u32, &PoolSlot)>) {
 }
 
 fn take_bytes_out(gone: &ProcessSlot, pool: &PoolSlot) {
-    for (device, counters) in gone.devices().iter().enumerate() {
-        pool.unreserve(device as u32, counters.device_bytes.load(Ordering::Acquire));
+    for (device, counters) in Device::all().zip(gone.devices()) {
+        pool.unreserve(device, counters.device_bytes.load(Ordering::Acquire));
     }
 }
 
