@@ -4,6 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use vramshare_common::settings::Priority;
 use vramshare_common::registry::{Registry, HEADER_LEN, MAGIC, SLOT_SIZE, VERSION};
 use vramshare_common::size::MAX_DEVICES;
 use vramshare_fuzz::{file, put_u32, put_u64, Aligned};
@@ -35,7 +36,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = registry.live_slot(std::process::id());
     for pool in pools {
-        for priority in 0..3 {
+        for priority in [Priority::Low, Priority::Normal, Priority::High] {
             let _ = registry.wanted_in_pool(pool, priority);
         }
         registry.reap_dead(pool, |slot| {
