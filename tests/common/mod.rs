@@ -11,6 +11,9 @@ use serde_json::Value;
 
 pub const MIB: u64 = 1 << 20;
 
+/// The quota most tests run under: small enough to fill with a few blocks.
+pub const Q32: &str = "32MiB";
+
 /// The repository's `tests/` folder.
 pub fn tests_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests")
@@ -359,6 +362,12 @@ pub fn collect(output: std::process::Output, work: tempfile::TempDir, log: &Path
 /// Runs the test client on a fake runtime under the shim.
 pub fn client(runtime: Runtime, env: &[(&str, &str)], steps: &[&str]) -> Run {
     run_in(fake_dir(runtime), "client", steps, env, true)
+}
+
+/// Runs the driver API's test client (linked against libcuda.so.1) on the
+/// fake driver under the shim.
+pub fn driver_client(env: &[(&str, &str)], steps: &[&str]) -> Run {
+    run_in(fake_dir(Runtime::Fake13), "driver_client", steps, env, true)
 }
 
 /// The value of `key=value` in a line of the fake runtime's log.
