@@ -13,25 +13,6 @@ use common::*;
 use vramshare_common::files::open_existing;
 use vramshare_common::registry::{self, Registry, RegistryFile};
 
-/// The client under the shim with `shm` as its shared folder, as
-/// [`run_in`] runs it, to spawn or redirect.
-fn client_command(shm: &Path, env: &[(&str, &str)], steps: &[&str]) -> Command {
-    let mut command = Command::new(fake_dir(Runtime::Fake13).join("client"));
-    for (key, _) in std::env::vars() {
-        if key.starts_with("VRAMSHARE_") || key.starts_with("FAKE_CUDA_") {
-            command.env_remove(key);
-        }
-    }
-    command
-        .args(steps)
-        .env("LD_PRELOAD", shim_library())
-        .env("VRAMSHARE_DIR", shm)
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    command
-}
-
 /// Waits for `child` at most `limit`; kills it and fails if it takes longer.
 fn wait_within(mut child: std::process::Child, limit: Duration) -> std::process::Output {
     let start = Instant::now();

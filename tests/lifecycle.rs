@@ -6,7 +6,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -14,23 +14,8 @@ use vramshare_common::files::{open_existing, open_existing_mut};
 use vramshare_common::pool::{PoolFile, Pools};
 use vramshare_common::registry::{ProcessInfo, Registry, RegistryFile};
 
-/// The client under the shim with `shm` as its shared folder.
 fn spawn(shm: &Path, env: &[(&str, &str)], steps: &[&str]) -> Child {
-    let mut command = Command::new(fake_dir(Runtime::Fake13).join("client"));
-    for (key, _) in std::env::vars() {
-        if key.starts_with("VRAMSHARE_") || key.starts_with("FAKE_CUDA_") {
-            command.env_remove(key);
-        }
-    }
-    command
-        .args(steps)
-        .env("LD_PRELOAD", shim_library())
-        .env("VRAMSHARE_DIR", shm)
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    client_command(shm, env, steps).spawn().unwrap()
 }
 
 fn processes(shm: &Path, live: bool) -> Vec<ProcessInfo> {

@@ -359,6 +359,26 @@ pub fn collect(output: std::process::Output, work: tempfile::TempDir, log: &Path
     }
 }
 
+/// The test client on the fake runtime under the shim, with `shm` as its
+/// shared folder and the given variables (none inherited), its output
+/// piped: to spawn, or to redirect first.
+pub fn client_command(shm: &Path, env: &[(&str, &str)], steps: &[&str]) -> Command {
+    let mut command = Command::new(fake_dir(Runtime::Fake13).join("client"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("VRAMSHARE_") || key.starts_with("FAKE_CUDA_") {
+            command.env_remove(key);
+        }
+    }
+    command
+        .args(steps)
+        .env("LD_PRELOAD", shim_library())
+        .env("VRAMSHARE_DIR", shm)
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    command
+}
+
 /// Runs the test client on a fake runtime under the shim.
 pub fn client(runtime: Runtime, env: &[(&str, &str)], steps: &[&str]) -> Run {
     run_in(fake_dir(runtime), "client", steps, env, true)
