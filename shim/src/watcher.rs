@@ -100,7 +100,9 @@ pub fn watch() {
                 }
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     if give_way {
-                        policy::demote_for(state, device, wanted);
+                        policy::demote_for(state, device, || {
+                            registry.wanted_in_pool(index, Priority::High)[device.index()]
+                        });
                     } else if cut {
                         policy::demote_to_quota(state, device, Backend::Runtime);
                     } else {

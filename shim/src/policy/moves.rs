@@ -94,8 +94,11 @@ pub fn demote_to_quota(state: &State, device: Device, backend: Backend) {
 /// on `device`: moves managed blocks to the host, largest first, until the
 /// pool has that much room (each block's bytes leave the pool before it
 /// moves, so members giving way at once stop as soon as there is room).
-pub fn demote_for(state: &State, device: Device, wanted: u64) {
-    demote_while(state, device, |_| pool_room(state, device) < wanted);
+/// What they want is asked again before each block (`wanted`): a high
+/// member that has taken its room meanwhile wants nothing more, and a
+/// second block would move for nothing.
+pub fn demote_for(state: &State, device: Device, wanted: impl Fn() -> u64) {
+    demote_while(state, device, |_| pool_room(state, device) < wanted());
 }
 
 /// Demotes the device's managed blocks, largest first, while `more(freed)`.
