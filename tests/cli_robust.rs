@@ -546,3 +546,18 @@ fn a_fifo_in_place_of_a_shared_file_is_named_at_once() {
         );
     }
 }
+
+#[test]
+fn ps_json_shows_each_processs_kernel_launches_and_their_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    live_as_me(dir.path(), "train", |slot| {
+        slot.launches()
+            .store(5000, std::sync::atomic::Ordering::Relaxed)
+    });
+    let output = vramshare(&["ps", "--json", "--dir", dir.path().to_str().unwrap()]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let rows: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(rows[0]["launches"], 5000);
+    let rate = rows[0]["launches_per_second"].as_f64().unwrap();
+    assert!(rate > 0.0 && rate.is_finite(), "{rate}");
+}

@@ -64,13 +64,30 @@ struct ProcessRow {
     spill: &'static str,
     pool: Option<String>,
     priority: &'static str,
+    /// Kernel launches the shim has seen, and their rate since the process
+    /// registered.
+    launches: u64,
+    launches_per_second: f64,
     devices: std::collections::BTreeMap<String, DeviceInfo>,
 }
 
+/// Launches per second since the process registered.
+fn launch_rate(process: &ProcessInfo, now_ns: u64) -> f64 {
+    let seconds = now_ns.saturating_sub(process.registered_ns) as f64 / 1e9;
+    if seconds > 0.0 {
+        process.launches as f64 / seconds
+    } else {
+        0.0
+    }
+}
+
 fn json_rows(processes: &[ProcessInfo], pools: &[PoolInfo]) -> Vec<ProcessRow> {
+    let now = vramshare_common::process::monotonic_ns();
     processes
         .iter()
         .map(|p| ProcessRow {
+            launches: p.launches,
+            launches_per_second: launch_rate(p, now),
             pid: p.pid,
             cmdline: p.cmdline.clone(),
             spill: p.spill.name(),

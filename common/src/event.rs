@@ -61,8 +61,9 @@ impl Placement {
 }
 
 named_enum! {
-    /// The CUDA call behind an event. The shim's hook list (`shim/src/hooks.rs`)
-    /// names each hook's variant, so a hook missing here does not compile.
+    /// The CUDA call behind an event. The shim's hook list
+    /// (`shim/src/cuda/functions.rs`) names each hook's variant, so a hook
+    /// missing here does not compile.
     #[allow(non_camel_case_types)]
     pub enum Api {
         cudaMalloc = 0 => "cudaMalloc",
@@ -104,6 +105,25 @@ named_enum! {
         /// Unmapping the last mapping of released physical memory frees it.
         cuMemUnmap = 33 => "cuMemUnmap",
         cuMemMap = 34 => "cuMemMap",
+        // Kernel launches: counted, never recorded as events.
+        cudaLaunchKernel = 35 => "cudaLaunchKernel",
+        cudaLaunchKernel_ptsz = 36 => "cudaLaunchKernel_ptsz",
+        __cudaLaunchKernel = 37 => "__cudaLaunchKernel",
+        __cudaLaunchKernel_ptsz = 38 => "__cudaLaunchKernel_ptsz",
+        cudaLaunchKernelExC = 39 => "cudaLaunchKernelExC",
+        cudaLaunchKernelExC_ptsz = 40 => "cudaLaunchKernelExC_ptsz",
+        cudaLaunchCooperativeKernel = 41 => "cudaLaunchCooperativeKernel",
+        cudaLaunchCooperativeKernel_ptsz = 42 => "cudaLaunchCooperativeKernel_ptsz",
+        cudaGraphLaunch = 43 => "cudaGraphLaunch",
+        cudaGraphLaunch_ptsz = 44 => "cudaGraphLaunch_ptsz",
+        cuLaunchKernel = 45 => "cuLaunchKernel",
+        cuLaunchKernel_ptsz = 46 => "cuLaunchKernel_ptsz",
+        cuLaunchKernelEx = 47 => "cuLaunchKernelEx",
+        cuLaunchKernelEx_ptsz = 48 => "cuLaunchKernelEx_ptsz",
+        cuLaunchCooperativeKernel = 49 => "cuLaunchCooperativeKernel",
+        cuLaunchCooperativeKernel_ptsz = 50 => "cuLaunchCooperativeKernel_ptsz",
+        cuGraphLaunch = 51 => "cuGraphLaunch",
+        cuGraphLaunch_ptsz = 52 => "cuGraphLaunch_ptsz",
     }
 }
 
@@ -111,7 +131,8 @@ impl Api {
     /// Whether the call belongs to the driver API (`cu…`) rather than the
     /// runtime (`cuda…`).
     pub fn is_driver(self) -> bool {
-        !self.name().starts_with("cuda")
+        // `__cudaLaunchKernel`: the runtime's, for its host stubs.
+        !self.name().trim_start_matches('_').starts_with("cuda")
     }
 }
 

@@ -4,7 +4,7 @@
 //! nothing extra) and read by `vramshare ps` and `top`.
 //!
 //! Layout (native byte order; `registry` in `VRAMSHARE_DIR`): a 64-byte
-//! header (magic `VSHREG01`, version 4, slot size, slot count, as in the
+//! header (magic `VSHREG01`, version 5, slot size, slot count, as in the
 //! ring), then the slots. A slot is free, being claimed, live, or exited
 //! (kept, with the process's numbers at exit, until a new process needs
 //! the slot: `vramshare dump` names the processes of the events it finds
@@ -22,7 +22,7 @@ use crate::settings::{Priority, Spill};
 use crate::size::MAX_DEVICES;
 
 pub const MAGIC: u64 = u64::from_ne_bytes(*b"VSHREG01");
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 pub const HEADER_LEN: usize = 64;
 /// Room for the processes of a big node: 1,024 slots of 1.5 KiB.
 pub const DEFAULT_SLOTS: u64 = 1024;
@@ -133,6 +133,8 @@ pub struct ProcessSlot {
     /// until its shim has asked.
     device_count: AtomicU32,
     _pad: AtomicU32,
+    /// Kernel launches the shim has seen.
+    launches: AtomicU64,
     cmdline: [AtomicU64; CMDLINE_BYTES / 8],
     devices: [DeviceCounters; MAX_DEVICES],
 }
@@ -152,6 +154,8 @@ pub struct ProcessInfo {
     pub registered_ns: u64,
     /// The devices it sees, 0 if not known yet.
     pub device_count: u32,
+    /// Kernel launches the shim has seen.
+    pub launches: u64,
     /// Its slot was given back: at exit, or by a pool member that found it
     /// dead (its bytes then taken out of the pool). False for a process
     /// that died and was not noticed yet.
@@ -190,6 +194,11 @@ impl ProcessSlot {
     /// Records how many devices the process sees.
     pub fn set_device_count(&self, count: u32) {
         self.device_count.store(count, Ordering::Relaxed);
+    }
+
+    /// The count of kernel launches, which the shim adds to.
+    pub fn launches(&self) -> &AtomicU64 {
+        &self.launches
     }
 
     /// How many devices the process sees; 0 until its shim has asked.
@@ -240,6 +249,7 @@ impl ProcessSlot {
             spill: Spill::from_code(self.spill.load(Ordering::Relaxed)),
             registered_ns: self.registered_ns.load(Ordering::Relaxed),
             device_count: self.device_count.load(Ordering::Relaxed),
+            launches: self.launches.load(Ordering::Relaxed),
             exited: state == EXITED,
             devices: self
                 .devices
@@ -432,6 +442,7 @@ impl<M: AsRef<[u8]> + AsMut<[u8]>> Registry<M> {
             slot.priority
                 .store(Priority::Normal.code(), Ordering::Relaxed);
             slot.device_count.store(0, Ordering::Relaxed);
+            slot.launches.store(0, Ordering::Relaxed);
             for device in &slot.devices {
                 device.reset();
             }

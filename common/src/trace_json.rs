@@ -129,6 +129,10 @@ pub struct ProcessJson {
     /// the driver), and the runtime's version (0 if it was never asked).
     pub runtime: String,
     pub runtime_version: i32,
+    /// Kernel launches the shim saw, by the call that made them (absent
+    /// where there were none, and in a dump).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub launches: BTreeMap<String, u64>,
 }
 
 impl ProcessJson {

@@ -33,6 +33,18 @@ pub fn check(rc: cudaError_t) -> Result<(), cudaError_t> {
 /// Opaque handles.
 pub type cudaStream_t = *mut c_void;
 pub type cudaMemPool_t = *mut c_void;
+/// A kernel as CUDA 13's host stubs name it (`__cudaLaunchKernel`'s first argument).
+pub type cudaKernel_t = *mut c_void;
+pub type cudaGraphExec_t = *mut c_void;
+
+/// `dim3`, passed by value to the launch calls.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct dim3 {
+    pub x: c_uint,
+    pub y: c_uint,
+    pub z: c_uint,
+}
 
 /// `enum cudaMemoryAdvise`.
 pub type cudaMemoryAdvise = c_int;
@@ -129,6 +141,8 @@ pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
 pub type CUdeviceptr = u64;
 pub type CUdevice = c_int;
 pub type CUstream = *mut c_void;
+pub type CUfunction = *mut c_void;
+pub type CUgraphExec = *mut c_void;
 pub type CUmemoryPool = *mut c_void;
 
 /// `CUmem_advise`.

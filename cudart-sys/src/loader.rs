@@ -98,7 +98,9 @@ pub fn lookup(name: &CStr) -> Option<*mut c_void> {
 }
 
 fn resolve(name: &CStr) -> Option<*mut c_void> {
-    let is_driver = !name.to_bytes().starts_with(b"cuda");
+    // The runtime's names start with `cuda` (or `__cuda`, for its host stubs).
+    let bytes = name.to_bytes();
+    let is_driver = !(bytes.starts_with(b"cuda") || bytes.starts_with(b"__cuda"));
     let library = if is_driver {
         driver_library()
     } else {

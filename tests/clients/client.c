@@ -6,6 +6,8 @@
  *   meminfo  device:N  touch:NAME (write its first and last byte)  fork  sleep:MS
  *   forkrest (a child runs the steps after it; the parent waits for it and ends)
  *   atexit_free:NAME (at exit, cudaFree NAME; registered now, so best first)
+ *   launch:HOW (one kernel launch: rt, rt_ptsz, stub, stub_ptsz, exc, exc_ptsz,
+ *   coop, coop_ptsz, graph, graph_ptsz)
  * SIZE is bytes, or with K, M or G (binary). Each step prints one line.
  */
 #include <stdio.h>
@@ -144,6 +146,23 @@ static int run(char *step) {
         exit_free_name = name;
         atexit(free_at_exit);
         printf("atexit_free %s\n", name);
+    } else if (!strcmp(op, "launch")) {
+        static char kernel;
+        const char *how = fields[1];
+        dim3 grid = {4, 1, 1}, block = {128, 1, 1};
+        void *args[1] = {NULL};
+        if (!strcmp(how, "rt")) rc = cudaLaunchKernel(&kernel, grid, block, args, 0, 0);
+        else if (!strcmp(how, "rt_ptsz")) rc = cudaLaunchKernel_ptsz(&kernel, grid, block, args, 0, 0);
+        else if (!strcmp(how, "stub")) rc = __cudaLaunchKernel(&kernel, grid, block, args, 0, 0);
+        else if (!strcmp(how, "stub_ptsz")) rc = __cudaLaunchKernel_ptsz(&kernel, grid, block, args, 0, 0);
+        else if (!strcmp(how, "exc")) rc = cudaLaunchKernelExC(NULL, &kernel, args);
+        else if (!strcmp(how, "exc_ptsz")) rc = cudaLaunchKernelExC_ptsz(NULL, &kernel, args);
+        else if (!strcmp(how, "coop")) rc = cudaLaunchCooperativeKernel(&kernel, grid, block, args, 0, 0);
+        else if (!strcmp(how, "coop_ptsz")) rc = cudaLaunchCooperativeKernel_ptsz(&kernel, grid, block, args, 0, 0);
+        else if (!strcmp(how, "graph")) rc = cudaGraphLaunch(&kernel, 0);
+        else if (!strcmp(how, "graph_ptsz")) rc = cudaGraphLaunch_ptsz(&kernel, 0);
+        else { fprintf(stderr, "client: unknown launch %s\n", how); return 3; }
+        printf("launch %s rc=%d\n", how, rc);
     } else if (!strcmp(op, "sleep")) {
         usleep(atoi(fields[1]) * 1000);
     } else {

@@ -22,3 +22,15 @@ cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
 cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total);
 cudaError_t cudaSetDevice(int device);
+
+typedef struct { unsigned x, y, z; } dim3;
+cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shared, cudaStream_t s);
+cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 grid, dim3 block, void **args, size_t shared, cudaStream_t s);
+cudaError_t __cudaLaunchKernel(const void *kernel, dim3 grid, dim3 block, void **args, size_t shared, cudaStream_t s);
+cudaError_t __cudaLaunchKernel_ptsz(const void *kernel, dim3 grid, dim3 block, void **args, size_t shared, cudaStream_t s);
+cudaError_t cudaLaunchKernelExC(const void *config, const void *func, void **args);
+cudaError_t cudaLaunchKernelExC_ptsz(const void *config, const void *func, void **args);
+cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shared, cudaStream_t s);
+cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *func, dim3 grid, dim3 block, void **args, size_t shared, cudaStream_t s);
+cudaError_t cudaGraphLaunch(void *graph, cudaStream_t s);
+cudaError_t cudaGraphLaunch_ptsz(void *graph, cudaStream_t s);

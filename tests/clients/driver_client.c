@@ -11,6 +11,8 @@
  *   the start of reserved NAME)  unmap:NAME:SIZE  meminfo
  *   fetch:HOW (proc, proc_v2, entry, entry_version), then fmalloc:NAME:SIZE,
  *   ffree:NAME, fmeminfo through the fetched cuMemAlloc, cuMemFree, cuMemGetInfo
+ *   launch:HOW (one kernel launch: cu, cu_ptsz, ex, ex_ptsz, coop, coop_ptsz,
+ *   graph, graph_ptsz, and fetched: cuLaunchKernelEx fetched with fetch:HOW)
  * SIZE is bytes, or with K, M or G (binary). Each step prints one line.
  */
 #include <stdio.h>
@@ -42,11 +44,24 @@ CUresult cuMemRelease(unsigned long long handle);
 CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags);
 CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, unsigned long long handle, unsigned long long flags);
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, void *stream, void **params, void **extra);
+CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                             unsigned shared, void *stream, void **params, void **extra);
+CUresult cuLaunchKernelEx(const void *config, void *f, void **params, void **extra);
+CUresult cuLaunchKernelEx_ptsz(const void *config, void *f, void **params, void **extra);
+CUresult cuLaunchCooperativeKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                   unsigned bz, unsigned shared, void *stream, void **params);
+CUresult cuLaunchCooperativeKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                        unsigned bz, unsigned shared, void *stream, void **params);
+CUresult cuGraphLaunch(void *graph, void *stream);
+CUresult cuGraphLaunch_ptsz(void *graph, void *stream);
 
 /* cuMemAlloc, cuMemFree and cuMemGetInfo as fetched by name (fetch:HOW). */
 static CUresult (*fetched_alloc)(CUdeviceptr *, size_t);
 static CUresult (*fetched_free)(CUdeviceptr);
 static CUresult (*fetched_info)(size_t *, size_t *);
+static CUresult (*fetched_launch)(const void *, void *, void **, void **);
 
 static void *fetch(const char *how, const char *symbol) {
     void *f = NULL;
@@ -131,7 +146,23 @@ int main(int argc, char **argv) {
         } else if (!strcmp(op, "release")) {
             rc = cuMemRelease(names[slot(fields[1])].ptr);
             printf("release %s rc=%d\n", fields[1], rc);
+        } else if (!strcmp(op, "launch")) {
+            static char function;
+            const char *how = fields[1];
+            void *params[1] = {NULL};
+            if (!strcmp(how, "cu")) rc = cuLaunchKernel(&function, 4, 1, 1, 128, 1, 1, 0, NULL, params, NULL);
+            else if (!strcmp(how, "cu_ptsz")) rc = cuLaunchKernel_ptsz(&function, 4, 1, 1, 128, 1, 1, 0, NULL, params, NULL);
+            else if (!strcmp(how, "ex")) rc = cuLaunchKernelEx(NULL, &function, params, NULL);
+            else if (!strcmp(how, "ex_ptsz")) rc = cuLaunchKernelEx_ptsz(NULL, &function, params, NULL);
+            else if (!strcmp(how, "coop")) rc = cuLaunchCooperativeKernel(&function, 4, 1, 1, 128, 1, 1, 0, NULL, params);
+            else if (!strcmp(how, "coop_ptsz")) rc = cuLaunchCooperativeKernel_ptsz(&function, 4, 1, 1, 128, 1, 1, 0, NULL, params);
+            else if (!strcmp(how, "graph")) rc = cuGraphLaunch(&function, NULL);
+            else if (!strcmp(how, "graph_ptsz")) rc = cuGraphLaunch_ptsz(&function, NULL);
+            else if (!strcmp(how, "fetched") && fetched_launch) rc = fetched_launch(NULL, &function, params, NULL);
+            else { fprintf(stderr, "driver_client: unknown launch %s\n", how); return 3; }
+            printf("launch %s rc=%d\n", how, rc);
         } else if (!strcmp(op, "fetch")) {
+            fetched_launch = fetch(fields[1], "cuLaunchKernelEx");
             fetched_alloc = fetch(fields[1], "cuMemAlloc");
             fetched_free = fetch(fields[1], "cuMemFree");
             fetched_info = fetch(fields[1], "cuMemGetInfo");

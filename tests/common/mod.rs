@@ -110,7 +110,7 @@ pub fn fake_dir(runtime: Runtime) -> &'static Path {
             let script = dir.join("cudart.map");
             std::fs::write(
                 &script,
-                format!("{soname} {{ global: cuda*; local: *; }};\n"),
+                format!("{soname} {{ global: cuda*; __cuda*; local: *; }};\n"),
             )
             .unwrap();
             let library = dir.join(&soname);

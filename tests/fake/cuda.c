@@ -215,6 +215,35 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     return rc;
 }
 
+/* Kernel launches: logged with the path they came by, nothing else. */
+#define CU_LAUNCH(name, ...)                                                                   \
+    CUresult name(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,     \
+                  unsigned bz, unsigned shared, CUstream stream, void **params __VA_ARGS__) {   \
+        if (no_device()) return NO_DEVICE;                                                      \
+        trace(#name " function=%p grid=%u block=%u", f, gx, bx);                                \
+        return OK;                                                                              \
+    }
+CU_LAUNCH(cuLaunchKernel, , void **extra)
+CU_LAUNCH(cuLaunchKernel_ptsz, , void **extra)
+CU_LAUNCH(cuLaunchCooperativeKernel)
+CU_LAUNCH(cuLaunchCooperativeKernel_ptsz)
+CUresult cuLaunchKernelEx(const void *config, void *f, void **params, void **extra) {
+    trace("cuLaunchKernelEx function=%p", f);
+    return no_device() ? NO_DEVICE : OK;
+}
+CUresult cuLaunchKernelEx_ptsz(const void *config, void *f, void **params, void **extra) {
+    trace("cuLaunchKernelEx_ptsz function=%p", f);
+    return no_device() ? NO_DEVICE : OK;
+}
+CUresult cuGraphLaunch(void *graph, CUstream stream) {
+    trace("cuGraphLaunch graph=%p", graph);
+    return no_device() ? NO_DEVICE : OK;
+}
+CUresult cuGraphLaunch_ptsz(void *graph, CUstream stream) {
+    trace("cuGraphLaunch_ptsz graph=%p", graph);
+    return no_device() ? NO_DEVICE : OK;
+}
+
 /* What a lookup may hand out instead of the exported functions: a driver's
  * table of its own, or another interposer's functions in front of it, at
  * addresses no exported symbol has (FAKE_CUDA_PRIVATE_LOOKUP=1). */
@@ -255,6 +284,8 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsign
     else if (!strcmp(symbol, "cuMemRelease")) found = (void *)cuMemRelease;
     else if (!strcmp(symbol, "cuMemMap")) found = (void *)cuMemMap;
     else if (!strcmp(symbol, "cuMemUnmap")) found = (void *)cuMemUnmap;
+    else if (!strcmp(symbol, "cuLaunchKernel")) found = ptsz ? (void *)cuLaunchKernel_ptsz : (void *)cuLaunchKernel;
+    else if (!strcmp(symbol, "cuLaunchKernelEx")) found = ptsz ? (void *)cuLaunchKernelEx_ptsz : (void *)cuLaunchKernelEx;
     trace("cuGetProcAddress symbol=%s version=%d flags=%llu found=%s", symbol, version, flags, found ? "yes" : "no");
     if (status) *status = found ? 0 : 1;
     *pfn = found;

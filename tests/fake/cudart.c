@@ -165,3 +165,36 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **pfn, uns
 cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **pfn, unsigned version, unsigned long long flags, int *status) {
     return entry_point(symbol, pfn, (int)version, flags | 2, status);
 }
+
+/* Kernel launches: a fake kernel is any host address; each launch is logged
+ * with the path it came by, and does nothing else. */
+typedef struct { unsigned x, y, z; } dim3;
+#define LAUNCH(name, first)                                                              \
+    cudaError_t name(const void *first, dim3 grid, dim3 block, void **args, size_t shared, \
+                     cudaStream_t stream) {                                              \
+        if (no_device()) return NO_DEVICE;                                               \
+        trace(#name " kernel=%p grid=%u block=%u", first, grid.x, block.x);              \
+        return OK;                                                                       \
+    }
+LAUNCH(cudaLaunchKernel, func)
+LAUNCH(cudaLaunchKernel_ptsz, func)
+LAUNCH(__cudaLaunchKernel, kernel)
+LAUNCH(__cudaLaunchKernel_ptsz, kernel)
+LAUNCH(cudaLaunchCooperativeKernel, func)
+LAUNCH(cudaLaunchCooperativeKernel_ptsz, func)
+cudaError_t cudaLaunchKernelExC(const void *config, const void *func, void **args) {
+    trace("cudaLaunchKernelExC kernel=%p", func);
+    return no_device() ? NO_DEVICE : OK;
+}
+cudaError_t cudaLaunchKernelExC_ptsz(const void *config, const void *func, void **args) {
+    trace("cudaLaunchKernelExC_ptsz kernel=%p", func);
+    return no_device() ? NO_DEVICE : OK;
+}
+cudaError_t cudaGraphLaunch(void *graph, cudaStream_t stream) {
+    trace("cudaGraphLaunch graph=%p", graph);
+    return no_device() ? NO_DEVICE : OK;
+}
+cudaError_t cudaGraphLaunch_ptsz(void *graph, cudaStream_t stream) {
+    trace("cudaGraphLaunch_ptsz graph=%p", graph);
+    return no_device() ? NO_DEVICE : OK;
+}

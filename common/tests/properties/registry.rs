@@ -18,8 +18,8 @@ const START: usize = 8;
 const CMDLINE_LEN: usize = 20;
 const POOL: usize = 32;
 const PRIORITY: usize = 36;
-/// After the device count and its padding.
-const DEVICES: usize = 48 + CMDLINE_BYTES;
+/// After the device count, its padding and the launch count.
+const DEVICES: usize = 56 + CMDLINE_BYTES;
 const DEVICE_SIZE: usize = 80;
 const WANTED: usize = 72;
 const LIVE: u32 = 2;

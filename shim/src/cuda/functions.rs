@@ -46,6 +46,26 @@ macro_rules! cuda_functions {
                 fn cuMemRelease(handle: CUmemGenericAllocationHandle);
                 fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: u64);
                 fn cuMemUnmap(ptr: CUdeviceptr, size: usize);
+                // Kernel launches, by every path a job takes: counted (the
+                // launch itself goes to CUDA unchanged).
+                fn cudaLaunchKernel(func: *const c_void, grid: dim3, block: dim3, args: *mut *mut c_void, shared: usize, stream: cudaStream_t);
+                fn cudaLaunchKernel_ptsz(func: *const c_void, grid: dim3, block: dim3, args: *mut *mut c_void, shared: usize, stream: cudaStream_t);
+                fn __cudaLaunchKernel(kernel: cudaKernel_t, grid: dim3, block: dim3, args: *mut *mut c_void, shared: usize, stream: cudaStream_t);
+                fn __cudaLaunchKernel_ptsz(kernel: cudaKernel_t, grid: dim3, block: dim3, args: *mut *mut c_void, shared: usize, stream: cudaStream_t);
+                fn cudaLaunchKernelExC(config: *const c_void, func: *const c_void, args: *mut *mut c_void);
+                fn cudaLaunchKernelExC_ptsz(config: *const c_void, func: *const c_void, args: *mut *mut c_void);
+                fn cudaLaunchCooperativeKernel(func: *const c_void, grid: dim3, block: dim3, args: *mut *mut c_void, shared: usize, stream: cudaStream_t);
+                fn cudaLaunchCooperativeKernel_ptsz(func: *const c_void, grid: dim3, block: dim3, args: *mut *mut c_void, shared: usize, stream: cudaStream_t);
+                fn cudaGraphLaunch(graph: cudaGraphExec_t, stream: cudaStream_t);
+                fn cudaGraphLaunch_ptsz(graph: cudaGraphExec_t, stream: cudaStream_t);
+                fn cuLaunchKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void);
+                fn cuLaunchKernel_ptsz(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void);
+                fn cuLaunchKernelEx(config: *const c_void, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void);
+                fn cuLaunchKernelEx_ptsz(config: *const c_void, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void);
+                fn cuLaunchCooperativeKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void);
+                fn cuLaunchCooperativeKernel_ptsz(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void);
+                fn cuGraphLaunch(graph: CUgraphExec, stream: CUstream);
+                fn cuGraphLaunch_ptsz(graph: CUgraphExec, stream: CUstream);
             }
             lookups {
                 // Every way a program fetches driver functions by name: the

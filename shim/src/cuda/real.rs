@@ -6,7 +6,7 @@
 //! that is running ([`begin_hook`], [`twin_result`]): a hook whose body
 //! fails after the real call was made must hand back that call's result,
 //! never make it a second time (a second allocation, or a double free).
-#![allow(non_snake_case, clippy::missing_safety_doc)]
+#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void};

@@ -33,6 +33,10 @@ const PER_THREAD_FORMS: &[&str] = &[
     "cuMemAllocAsync",
     "cuMemAllocFromPoolAsync",
     "cuMemFreeAsync",
+    "cuLaunchKernel",
+    "cuLaunchKernelEx",
+    "cuLaunchCooperativeKernel",
+    "cuGraphLaunch",
 ];
 
 /// The name of the form of `symbol` that a lookup at CUDA `version` (None:

@@ -4,7 +4,8 @@
 //! ([`crate::policy::handlers`]) inside the [`guard`]; and the lookups
 //! (`cuGetProcAddress`, the runtime's driver entry points, and `dlsym` on
 //! x86-64) that hand the same hooks out by name.
-#![allow(non_snake_case, clippy::missing_safety_doc)]
+// CUDA's signatures are as they are: some take eleven arguments.
+#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
@@ -52,7 +53,7 @@ macro_rules! exports {
             // load it into a program that uses the driver alone.
             let runtime_loaded = cudart_sys::loaded_object_named("libcudart.so").is_some();
             let real = |name: &'static str| {
-                let is_runtime = name.starts_with("cuda");
+                let is_runtime = name.trim_start_matches('_').starts_with("cuda");
                 let name = std::ffi::CString::new(name).ok()?;
                 (runtime_loaded || !is_runtime)
                     .then(|| cudart_sys::lookup(&name))

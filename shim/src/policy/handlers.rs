@@ -1,7 +1,7 @@
 //! The handler of each hooked function, by its name: what the exported hook
 //! runs inside the guard (see [`crate::cuda::functions`]). Each one hands
 //! the call to the policy with the real function to make it.
-#![allow(non_snake_case, clippy::missing_safety_doc)]
+#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
 use std::ffi::{c_uint, c_void};
 
@@ -322,4 +322,238 @@ pub unsafe fn cuMemMap(
 pub unsafe fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> cudaError_t {
     // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe { super::mem_unmap(ptr, size, || real::cuMemUnmap(ptr, size)) }
+}
+
+// Kernel launches.
+
+pub unsafe fn cudaLaunchKernel(
+    func: *const c_void,
+    grid: dim3,
+    block: dim3,
+    args: *mut *mut c_void,
+    shared: usize,
+    stream: cudaStream_t,
+) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    super::launch(Api::cudaLaunchKernel, || unsafe {
+        real::cudaLaunchKernel(func, grid, block, args, shared, stream)
+    })
+}
+
+pub unsafe fn cudaLaunchKernel_ptsz(
+    func: *const c_void,
+    grid: dim3,
+    block: dim3,
+    args: *mut *mut c_void,
+    shared: usize,
+    stream: cudaStream_t,
+) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    super::launch(Api::cudaLaunchKernel_ptsz, || unsafe {
+        real::cudaLaunchKernel_ptsz(func, grid, block, args, shared, stream)
+    })
+}
+
+pub unsafe fn __cudaLaunchKernel(
+    kernel: cudaKernel_t,
+    grid: dim3,
+    block: dim3,
+    args: *mut *mut c_void,
+    shared: usize,
+    stream: cudaStream_t,
+) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    super::launch(Api::__cudaLaunchKernel, || unsafe {
+        real::__cudaLaunchKernel(kernel, grid, block, args, shared, stream)
+    })
+}
+
+pub unsafe fn __cudaLaunchKernel_ptsz(
+    kernel: cudaKernel_t,
+    grid: dim3,
+    block: dim3,
+    args: *mut *mut c_void,
+    shared: usize,
+    stream: cudaStream_t,
+) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    super::launch(Api::__cudaLaunchKernel_ptsz, || unsafe {
+        real::__cudaLaunchKernel_ptsz(kernel, grid, block, args, shared, stream)
+    })
+}
+
+pub unsafe fn cudaLaunchKernelExC(
+    config: *const c_void,
+    func: *const c_void,
+    args: *mut *mut c_void,
+) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    super::launch(Api::cudaLaunchKernelExC, || unsafe {
+        real::cudaLaunchKernelExC(config, func, args)
+    })
+}
+
+pub unsafe fn cudaLaunchKernelExC_ptsz(
+    config: *const c_void,
+    func: *const c_void,
+    args: *mut *mut c_void,
+) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    super::launch(Api::cudaLaunchKernelExC_ptsz, || unsafe {
+        real::cudaLaunchKernelExC_ptsz(config, func, args)
+    })
+}
+
+pub unsafe fn cudaLaunchCooperativeKernel(
+    func: *const c_void,
+    grid: dim3,
+    block: dim3,
+    args: *mut *mut c_void,
+    shared: usize,
+    stream: cudaStream_t,
+) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    super::launch(Api::cudaLaunchCooperativeKernel, || unsafe {
+        real::cudaLaunchCooperativeKernel(func, grid, block, args, shared, stream)
+    })
+}
+
+pub unsafe fn cudaLaunchCooperativeKernel_ptsz(
+    func: *const c_void,
+    grid: dim3,
+    block: dim3,
+    args: *mut *mut c_void,
+    shared: usize,
+    stream: cudaStream_t,
+) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    super::launch(Api::cudaLaunchCooperativeKernel_ptsz, || unsafe {
+        real::cudaLaunchCooperativeKernel_ptsz(func, grid, block, args, shared, stream)
+    })
+}
+
+pub unsafe fn cudaGraphLaunch(graph: cudaGraphExec_t, stream: cudaStream_t) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    super::launch(Api::cudaGraphLaunch, || unsafe {
+        real::cudaGraphLaunch(graph, stream)
+    })
+}
+
+pub unsafe fn cudaGraphLaunch_ptsz(graph: cudaGraphExec_t, stream: cudaStream_t) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    super::launch(Api::cudaGraphLaunch_ptsz, || unsafe {
+        real::cudaGraphLaunch_ptsz(graph, stream)
+    })
+}
+
+pub unsafe fn cuLaunchKernel(
+    f: CUfunction,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: CUstream,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    super::launch(Api::cuLaunchKernel, || unsafe {
+        real::cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
+    })
+}
+
+pub unsafe fn cuLaunchKernel_ptsz(
+    f: CUfunction,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: CUstream,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    super::launch(Api::cuLaunchKernel_ptsz, || unsafe {
+        real::cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
+    })
+}
+
+pub unsafe fn cuLaunchKernelEx(
+    config: *const c_void,
+    f: CUfunction,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    super::launch(Api::cuLaunchKernelEx, || unsafe {
+        real::cuLaunchKernelEx(config, f, params, extra)
+    })
+}
+
+pub unsafe fn cuLaunchKernelEx_ptsz(
+    config: *const c_void,
+    f: CUfunction,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    super::launch(Api::cuLaunchKernelEx_ptsz, || unsafe {
+        real::cuLaunchKernelEx_ptsz(config, f, params, extra)
+    })
+}
+
+pub unsafe fn cuLaunchCooperativeKernel(
+    f: CUfunction,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: CUstream,
+    params: *mut *mut c_void,
+) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    super::launch(Api::cuLaunchCooperativeKernel, || unsafe {
+        real::cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params)
+    })
+}
+
+pub unsafe fn cuLaunchCooperativeKernel_ptsz(
+    f: CUfunction,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: CUstream,
+    params: *mut *mut c_void,
+) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    super::launch(Api::cuLaunchCooperativeKernel_ptsz, || unsafe {
+        real::cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, stream, params)
+    })
+}
+
+pub unsafe fn cuGraphLaunch(graph: CUgraphExec, stream: CUstream) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    super::launch(Api::cuGraphLaunch, || unsafe {
+        real::cuGraphLaunch(graph, stream)
+    })
+}
+
+pub unsafe fn cuGraphLaunch_ptsz(graph: CUgraphExec, stream: CUstream) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    super::launch(Api::cuGraphLaunch_ptsz, || unsafe {
+        real::cuGraphLaunch_ptsz(graph, stream)
+    })
 }

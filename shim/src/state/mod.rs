@@ -57,6 +57,10 @@ pub struct State {
     pub pool_slack: std::sync::Mutex<std::collections::HashMap<usize, Counted>>,
     /// Set once the process's device count is known ([`State::learn_device_count`]).
     devices_learned: std::sync::Once,
+    /// Kernel launches: the total (in the registry slot, for `vramshare ps`)
+    /// and, for the trace, by the call that made them (by `Api` code).
+    launches: &'static AtomicU64,
+    launches_by_api: Vec<AtomicU64>,
 }
 
 /// What the shim counted for a stream-ordered pool at its last reading.
@@ -184,9 +188,12 @@ impl State {
                 (None, None, None)
             }
         };
-        let counters = match slot {
-            Some(slot) => slot.devices(),
-            None => Vec::leak(local_counters()),
+        let (counters, launches) = match slot {
+            Some(slot) => (slot.devices(), slot.launches()),
+            None => (
+                &*Vec::leak(local_counters()),
+                &*Box::leak(Box::new(AtomicU64::new(0))),
+            ),
         };
         State {
             pid,
@@ -208,6 +215,8 @@ impl State {
                 .collect(),
             pool_slack: Default::default(),
             devices_learned: std::sync::Once::new(),
+            launches,
+            launches_by_api: Api::ALL.iter().map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
@@ -298,6 +307,23 @@ impl State {
         if let Some(ring) = &self.ring {
             ring.push(&event);
         }
+    }
+
+    /// Counts a kernel launch made through `api`.
+    pub fn count_launch(&self, api: Api) {
+        self.launches.fetch_add(1, Ordering::Relaxed);
+        if let Some(count) = self.launches_by_api.get(api as usize) {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The launches counted so far, by the call that made them.
+    pub fn launches_by_api(&self) -> impl Iterator<Item = (Api, u64)> + '_ {
+        Api::ALL
+            .iter()
+            .zip(&self.launches_by_api)
+            .map(|(api, count)| (*api, count.load(Ordering::Relaxed)))
+            .filter(|(_, count)| *count > 0)
     }
 
     /// Whether this process has a registry slot (and so can have its quota

@@ -93,6 +93,10 @@ pub fn process_summary(state: &State) -> ProcessJson {
         // Asked on first use of each device; never asked here, at exit, when
         // the runtime may already be shutting down.
         runtime_version: crate::cuda::backend::runtime_version(),
+        launches: state
+            .launches_by_api()
+            .map(|(api, count)| (api.name().to_string(), count))
+            .collect(),
         ..ProcessJson::default()
     }
     .with_devices(&devices);

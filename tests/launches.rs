@@ -1,0 +1,107 @@
+//! Kernel launches through every path a job takes (the runtime's calls and
+//! host stubs, the driver's calls linked or fetched by name, graphs): each
+//! reaches CUDA once, unchanged, and is counted by the call that made it.
+
+mod common;
+
+use common::*;
+
+/// The launches the trace counted, by call.
+fn counted(run: &Run) -> Vec<(String, u64)> {
+    run.trace()["processes"][0]["launches"]
+        .as_object()
+        .map(|launches| {
+            launches
+                .iter()
+                .map(|(api, n)| (api.clone(), n.as_u64().unwrap()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn every_runtime_launch_path_reaches_cuda_once_and_is_counted() {
+    let paths = [
+        ("rt", "cudaLaunchKernel"),
+        ("rt_ptsz", "cudaLaunchKernel_ptsz"),
+        ("stub", "__cudaLaunchKernel"),
+        ("stub_ptsz", "__cudaLaunchKernel_ptsz"),
+        ("exc", "cudaLaunchKernelExC"),
+        ("exc_ptsz", "cudaLaunchKernelExC_ptsz"),
+        ("coop", "cudaLaunchCooperativeKernel"),
+        ("coop_ptsz", "cudaLaunchCooperativeKernel_ptsz"),
+        ("graph", "cudaGraphLaunch"),
+        ("graph_ptsz", "cudaGraphLaunch_ptsz"),
+    ];
+    let mut steps: Vec<String> = paths
+        .iter()
+        .map(|(how, _)| format!("launch:{how}"))
+        .collect();
+    steps.push("launch:stub".into());
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let run = client(Runtime::Fake13, &[("VRAMSHARE_QUOTA", "32MiB")], &steps);
+    run.assert_ok();
+    for (how, api) in paths {
+        assert_eq!(run.rc(&format!("launch {how}")), 0, "{how}");
+        let expected = if how == "stub" { 2 } else { 1 };
+        assert_eq!(
+            run.calls_with(&[api]).len(),
+            expected,
+            "{api} reached the fake {expected} time(s): {:?}",
+            run.calls
+        );
+    }
+    let mut expected: Vec<(String, u64)> = paths
+        .iter()
+        .map(|(how, api)| (api.to_string(), if *how == "stub" { 2 } else { 1 }))
+        .collect();
+    expected.sort();
+    assert_eq!(counted(&run), expected);
+}
+
+#[test]
+fn every_driver_launch_path_is_counted_also_when_fetched_by_name() {
+    let paths = [
+        ("cu", "cuLaunchKernel"),
+        ("cu_ptsz", "cuLaunchKernel_ptsz"),
+        ("ex", "cuLaunchKernelEx"),
+        ("ex_ptsz", "cuLaunchKernelEx_ptsz"),
+        ("coop", "cuLaunchCooperativeKernel"),
+        ("coop_ptsz", "cuLaunchCooperativeKernel_ptsz"),
+        ("graph", "cuGraphLaunch"),
+        ("graph_ptsz", "cuGraphLaunch_ptsz"),
+    ];
+    let mut steps: Vec<String> = paths
+        .iter()
+        .map(|(how, _)| format!("launch:{how}"))
+        .collect();
+    // cuLaunchKernelEx as cuBLAS gets it: fetched with cuGetProcAddress.
+    steps.push("fetch:proc".into());
+    steps.push("launch:fetched".into());
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let run = driver_client(&[("VRAMSHARE_QUOTA", "32MiB")], &steps);
+    run.assert_ok();
+    assert_eq!(run.rc("launch fetched"), 0);
+    let mut expected: Vec<(String, u64)> = paths
+        .iter()
+        .map(|(how, api)| (api.to_string(), if *how == "ex" { 2 } else { 1 }))
+        .collect();
+    expected.sort();
+    assert_eq!(counted(&run), expected, "{:?}", run.calls);
+    assert_eq!(
+        run.calls_with(&["cuLaunchKernelEx"]).len(),
+        2,
+        "{:?}",
+        run.calls
+    );
+}
+
+#[test]
+fn a_launch_without_a_device_gets_cudas_own_answer() {
+    let run = client(
+        Runtime::Fake13,
+        &[("FAKE_CUDA_NO_DEVICE", "1")],
+        &["launch:stub"],
+    );
+    assert_eq!(run.rc("launch stub"), 100, "cudaErrorNoDevice, unchanged");
+}
