@@ -105,3 +105,76 @@ fn a_launch_without_a_device_gets_cudas_own_answer() {
     );
     assert_eq!(run.rc("launch stub"), 100, "cudaErrorNoDevice, unchanged");
 }
+
+#[test]
+fn a_launch_of_an_extension_built_for_another_runtime_reaches_that_runtime() {
+    // Two fake runtimes in one process, each with its own module; each
+    // refuses the other's kernels, as the real ones do.
+    let dirs = [fake_dir(Runtime::Fake12), fake_dir(Runtime::Fake13)];
+    let modules: Vec<String> = dirs
+        .iter()
+        .map(|dir| {
+            let module = format!(
+                "launch_module_{}.so",
+                dir.file_name().unwrap().to_string_lossy()
+            );
+            program_as(
+                dir,
+                "two_runtimes",
+                &module,
+                &["-shared", "-fPIC", "-DMODULE"],
+                &["-lcudart"],
+            );
+            dir.join(module).to_string_lossy().into_owned()
+        })
+        .collect();
+    program_as(dirs[1], "two_runtimes", "two_runtimes", &[], &["-ldl"]);
+    let args: Vec<&str> = modules.iter().map(String::as_str).collect();
+    for preload in [false, true] {
+        let run = run_in(
+            dirs[1],
+            "two_runtimes",
+            &args,
+            &[("VRAMSHARE_QUOTA", "32MiB")],
+            preload,
+        );
+        run.assert_ok();
+        assert_eq!(run.rc("module 1"), 0, "preload {preload}: {:?}", run.calls);
+        assert_eq!(run.rc("module 2"), 0, "preload {preload}: {:?}", run.calls);
+        let took: Vec<String> = run
+            .calls_with(&["cudaLaunchKernel", "rc=0"])
+            .iter()
+            .map(|call| log_field(call, "runtime"))
+            .collect();
+        assert_eq!(
+            took,
+            ["12", "13"],
+            "each module's own runtime launched it: {:?}",
+            run.calls
+        );
+    }
+}
+
+#[test]
+fn a_function_the_driver_has_not_at_the_version_asked_stays_absent() {
+    let run = driver_client(
+        &[("VRAMSHARE_QUOTA", "32MiB")],
+        &[
+            "probe:cuLaunchKernelEx:11000",
+            "probe:cuLaunchKernelEx:13000",
+        ],
+    );
+    run.assert_ok();
+    assert_eq!(
+        run.line("probe cuLaunchKernelEx rc=0 found=0"),
+        "probe cuLaunchKernelEx rc=0 found=0 status=2",
+        "no hook where the driver has no function: {}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("probe cuLaunchKernelEx rc=0 found=1 status=0"),
+        "{}",
+        run.stdout
+    );
+}

@@ -9,11 +9,15 @@
 use std::os::raw::{c_int, c_uint, c_void};
 
 mod loader;
-pub use loader::{driver_library, loaded_object_named, lookup, runtime_library, Function, Symbol};
+pub use loader::{
+    driver_library, in_other_runtimes, loaded_object_named, lookup, runtime_library, Function,
+    Symbol,
+};
 
 pub type cudaError_t = c_int;
 pub const cudaSuccess: cudaError_t = 0;
 pub const cudaErrorInvalidValue: cudaError_t = 1;
+pub const cudaErrorInvalidDeviceFunction: cudaError_t = 98;
 pub const cudaErrorMemoryAllocation: cudaError_t = 2;
 pub const cudaErrorInitializationError: cudaError_t = 3;
 pub const cudaErrorInsufficientDriver: cudaError_t = 35;

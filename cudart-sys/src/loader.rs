@@ -79,6 +79,23 @@ impl<F: Copy> Function<F> {
         }
     }
 
+    /// Its name.
+    pub fn name(&self) -> &'static str {
+        self.symbol.name()
+    }
+
+    /// The function of this signature at `address` (another library's
+    /// definition of the same name); `None` for a null address.
+    pub fn at(address: *mut c_void) -> Option<F> {
+        const {
+            assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>());
+        }
+        // SAFETY: as in `get`: `F` is the function pointer type of this
+        // name's signature, and the address is that name's definition.
+        (!address.is_null())
+            .then(|| unsafe { std::mem::transmute_copy::<*mut c_void, F>(&address) })
+    }
+
     /// The function, or `None` when the library does not have it.
     pub fn get(&self) -> Option<F> {
         const {
@@ -180,6 +197,66 @@ fn find_runtime() -> RuntimeLibrary {
         name: String::new(),
         library: None,
     }
+}
+
+/// `name` in each loaded runtime other than the one [`runtime_library`]
+/// found (a process can load two: a framework's, and an extension's of
+/// another CUDA version), for a call the first one does not know.
+pub fn in_other_runtimes(name: &CStr) -> Vec<*mut c_void> {
+    let primary = runtime_library().name.clone();
+    loaded_objects_named("libcudart.so")
+        .into_iter()
+        .filter(|path| *path != primary)
+        .filter_map(|path| {
+            // SAFETY: RTLD_NOLOAD only takes a reference to a loaded object.
+            let library =
+                unsafe { Library::open(Some(&path), RTLD_LAZY | libc::RTLD_NOLOAD) }.ok()?;
+            // SAFETY: looking up an address; nothing is called here.
+            let address = *unsafe { library.get::<*mut c_void>(name.to_bytes_with_nul()) }.ok()?;
+            // The object stays loaded: it was before, and the reference is leaked.
+            std::mem::forget(library);
+            (!address.is_null()).then_some(address)
+        })
+        .collect()
+}
+
+/// The paths of every loaded object whose file name starts with `prefix`.
+fn loaded_objects_named(prefix: &str) -> Vec<String> {
+    struct Search<'a> {
+        prefix: &'a str,
+        found: Vec<String>,
+    }
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: `data` is the `Search` passed below; `info` is valid for the call.
+        let search = unsafe { &mut *(data as *mut Search) };
+        // SAFETY: as above.
+        let name: *const c_char = unsafe { (*info).dlpi_name };
+        if name.is_null() {
+            return 0;
+        }
+        // SAFETY: a NUL-terminated name the dynamic linker keeps.
+        let path = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+        if path
+            .rsplit('/')
+            .next()
+            .unwrap_or("")
+            .starts_with(search.prefix)
+        {
+            search.found.push(path.into_owned());
+        }
+        0
+    }
+    let mut search = Search {
+        prefix,
+        found: Vec::new(),
+    };
+    // SAFETY: the callback only reads the entries and writes into `search`.
+    unsafe { libc::dl_iterate_phdr(Some(visit), &mut search as *mut Search as *mut c_void) };
+    search.found
 }
 
 /// The path of the first loaded object whose file name starts with `prefix`.

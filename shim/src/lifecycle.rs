@@ -24,7 +24,7 @@ static PROCESS_HOOKS: Once = Once::new();
 
 /// Runs when the library is loaded, before the program's `main`: reads and
 /// checks the variables (a malformed one stops the job here, with status 2),
-/// and nothing else.
+/// and registers the fork handler; nothing of CUDA.
 #[cfg_attr(test, allow(dead_code))]
 extern "C" fn on_load() {
     let _ = std::panic::catch_unwind(|| {
@@ -34,6 +34,10 @@ extern "C" fn on_load() {
         let config = state::load_config();
         log::set_level(config.log);
         mark_job(config);
+        // From the start, so that a fork at any moment (even while the
+        // first state is being made) leaves the child its own.
+        // SAFETY: registering a plain extern "C" function that never unwinds.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
     });
 }
 
@@ -90,16 +94,13 @@ pub fn after_call() {
     }
 }
 
-/// With the first state: the exit and fork handlers, and the panic hook.
+/// With the first state: the exit handler, and the panic hook.
 /// The exit handler is registered once a hooked call has reached CUDA,
 /// after the runtime's own, so that it runs (and stops the shim's thread)
 /// before the runtime is torn down.
 fn install_process_hooks() {
     // SAFETY: registering plain extern "C" functions that never unwind.
-    unsafe {
-        libc::pthread_atfork(None, None, Some(after_fork_in_child));
-        libc::atexit(at_exit);
-    }
+    unsafe { libc::atexit(at_exit) };
     // A panic inside the shim is reported through the shim's log, once, in
     // one line; the guard then hands the call to CUDA.
     std::panic::set_hook(Box::new(|info| error!("{info}")));
@@ -114,6 +115,9 @@ extern "C" fn after_fork_in_child() {
 
 extern "C" fn at_exit() {
     watcher::EXITING.store(true, Ordering::Release);
+    // Before the slot is given back: another thread's call from now on
+    // passes straight through, touching neither the slot nor the pool.
+    EXITED.store(true, Ordering::Release);
     // Nothing here may take the job down: a panic is logged and dropped.
     let _ = std::panic::catch_unwind(|| {
         if config::panics_at("exit") {
@@ -124,5 +128,4 @@ extern "C" fn at_exit() {
             state.give_back();
         }
     });
-    EXITED.store(true, Ordering::Release);
 }

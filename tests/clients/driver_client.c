@@ -13,6 +13,7 @@
  *   ffree:NAME, fmeminfo through the fetched cuMemAlloc, cuMemFree, cuMemGetInfo
  *   launch:HOW (one kernel launch: cu, cu_ptsz, ex, ex_ptsz, coop, coop_ptsz,
  *   graph, graph_ptsz, and fetched: cuLaunchKernelEx fetched with fetch:HOW)
+ *   probe:SYMBOL:VERSION (cuGetProcAddress_v2 at that CUDA version: found or not)
  * SIZE is bytes, or with K, M or G (binary). Each step prints one line.
  */
 #include <stdio.h>
@@ -161,6 +162,11 @@ int main(int argc, char **argv) {
             else if (!strcmp(how, "fetched") && fetched_launch) rc = fetched_launch(NULL, &function, params, NULL);
             else { fprintf(stderr, "driver_client: unknown launch %s\n", how); return 3; }
             printf("launch %s rc=%d\n", how, rc);
+        } else if (!strcmp(op, "probe")) {
+            void *f = NULL;
+            int status = -1;
+            rc = cuGetProcAddress_v2(fields[1], &f, atoi(fields[2]), 0, &status);
+            printf("probe %s rc=%d found=%d status=%d\n", fields[1], rc, f != NULL, status);
         } else if (!strcmp(op, "fetch")) {
             fetched_launch = fetch(fields[1], "cuLaunchKernelEx");
             fetched_alloc = fetch(fields[1], "cuMemAlloc");

@@ -268,6 +268,14 @@ static CUresult private_info(size_t *free_bytes, size_t *total) {
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags, int *status) {
     int ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
     void *found = NULL;
+    /* As the driver answers for a function newer than the version asked:
+     * success, no function, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT. */
+    if (!strcmp(symbol, "cuLaunchKernelEx") && version < 11060) {
+        *pfn = NULL;
+        if (status) *status = 2;
+        trace("cuGetProcAddress symbol=%s version=%d flags=%llu found=no", symbol, version, flags);
+        return OK;
+    }
     const char *private_table = getenv("FAKE_CUDA_PRIVATE_LOOKUP");
     int private = private_table && !strcmp(private_table, "1");
     if (private && !strcmp(symbol, "cuMemAlloc")) found = (void *)private_alloc;

@@ -167,14 +167,31 @@ cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **pfn
 }
 
 /* Kernel launches: a fake kernel is any host address; each launch is logged
- * with the path it came by, and does nothing else. */
+ * with the path it came by, and does nothing else. A program that registers
+ * its kernels with this runtime (cudaFakeRegisterKernel, as a real program's
+ * module constructor does) has every other kernel refused, as the real
+ * runtime refuses another runtime's: cudaErrorInvalidDeviceFunction. */
+#define INVALID_DEVICE_FUNCTION 98
+static const void *registered[64];
+static int registered_count;
+void cudaFakeRegisterKernel(const void *kernel) {
+    if (registered_count < 64) registered[registered_count++] = kernel;
+}
+static int known_kernel(const void *kernel) {
+    if (!registered_count) return 1;
+    for (int i = 0; i < registered_count; i++)
+        if (registered[i] == kernel) return 1;
+    return 0;
+}
 typedef struct { unsigned x, y, z; } dim3;
-#define LAUNCH(name, first)                                                              \
-    cudaError_t name(const void *first, dim3 grid, dim3 block, void **args, size_t shared, \
-                     cudaStream_t stream) {                                              \
-        if (no_device()) return NO_DEVICE;                                               \
-        trace(#name " kernel=%p grid=%u block=%u", first, grid.x, block.x);              \
-        return OK;                                                                       \
+#define LAUNCH(name, first)                                                                          \
+    cudaError_t name(const void *first, dim3 grid, dim3 block, void **args, size_t shared,             \
+                     cudaStream_t stream) {                                                          \
+        if (no_device()) return NO_DEVICE;                                                           \
+        int rc = known_kernel(first) ? OK : INVALID_DEVICE_FUNCTION;                                 \
+        trace(#name " kernel=%p grid=%u block=%u runtime=%d rc=%d", first, grid.x, block.x,           \
+              FAKE_CUDA_MAJOR, rc);                                                                  \
+        return rc;                                                                                   \
     }
 LAUNCH(cudaLaunchKernel, func)
 LAUNCH(cudaLaunchKernel_ptsz, func)

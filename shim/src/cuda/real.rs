@@ -47,6 +47,24 @@ fn note(name: &'static str, rc: c_int) -> bool {
         .unwrap_or(false)
 }
 
+/// A kernel launch (or any call naming a function) that the first runtime
+/// refused as not its own may belong to another runtime loaded in the
+/// process (an extension built for another CUDA version): the same call,
+/// made to each other runtime in turn, until one takes it. The first
+/// answer that is not `cudaErrorInvalidDeviceFunction`, if any.
+fn in_other_runtimes<F: Copy>(function: &Function<F>, call: impl Fn(F) -> c_int) -> Option<c_int> {
+    let name = function.name();
+    if !(name.starts_with("cuda") || name.starts_with("__cuda")) {
+        return None;
+    }
+    let name = std::ffi::CString::new(name).ok()?;
+    cudart_sys::in_other_runtimes(&name)
+        .into_iter()
+        .filter_map(|address| Function::<F>::at(address))
+        .map(call)
+        .find(|rc| *rc != cudaErrorInvalidDeviceFunction)
+}
+
 /// A function of the real runtime or driver, resolved on first use;
 /// `$twin`: it is a hook's real twin, whose result is noted.
 macro_rules! real_fn {
@@ -61,6 +79,14 @@ macro_rules! real_fn {
                 // called with the caller's arguments.
                 Some(f) => unsafe { f($($arg),*) },
                 None => missing(stringify!($name)),
+            };
+            let rc = if rc == cudaErrorInvalidDeviceFunction {
+                // SAFETY: the same function of another loaded runtime,
+                // with the same arguments (which the first one refused).
+                in_other_runtimes(&FUNCTION, |f: unsafe extern "C" fn($($ty),*) -> cudaError_t| unsafe { f($($arg),*) })
+                    .unwrap_or(rc)
+            } else {
+                rc
             };
             if $twin && note(stringify!($name), rc) && crate::config::panics_at("after-real") {
                 panic!("a panic after the real {}, as the tests ask", stringify!($name));

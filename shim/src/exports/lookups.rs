@@ -25,6 +25,18 @@ use crate::cuda::real;
 /// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`, and the runtime's
 /// `cudaEnablePerThreadDefaultStream` (the same bit).
 const PER_THREAD_DEFAULT_STREAM: u64 = 2;
+/// `CU_GET_PROC_ADDRESS_LEGACY_STREAM`, `cudaEnableLegacyStream`.
+const LEGACY_STREAM: u64 = 1;
+
+/// The `_ptsz` lookups (code built with per-thread default streams) ask
+/// for per-thread forms unless the flags name a stream mode themselves.
+fn per_thread_by_default(flags: u64) -> u64 {
+    if flags & (LEGACY_STREAM | PER_THREAD_DEFAULT_STREAM) == 0 {
+        flags | PER_THREAD_DEFAULT_STREAM
+    } else {
+        flags
+    }
+}
 
 /// Functions whose current form is `_v2`, from CUDA 3.2 (version 3020).
 const V2_SINCE_3020: &[&str] = &["cuMemAlloc", "cuMemFree", "cuMemGetInfo", "cuMemAllocPitch"];
@@ -66,10 +78,17 @@ unsafe fn swap_for_hook(
     rc: c_int,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
+    status: *const c_int,
     version: Option<c_int>,
     flags: u64,
 ) -> c_int {
     if rc != CUDA_SUCCESS || pfn.is_null() || symbol.is_null() {
+        return rc;
+    }
+    // No function at that version (a null pointer, or a status saying so):
+    // the caller checks for it, and a hook would say it exists.
+    // SAFETY: the caller's pointers, as the driver wrote them.
+    if unsafe { (*pfn).is_null() || (!status.is_null() && *status != 0) } {
         return rc;
     }
     // SAFETY: the driver just accepted this name.
@@ -106,7 +125,7 @@ pub unsafe fn cuGetProcAddress(
     // SAFETY: the caller's arguments, as the driver receives them.
     unsafe {
         let rc = real::cuGetProcAddress(symbol, pfn, version, flags);
-        swap_for_hook(rc, symbol, pfn, Some(version), flags)
+        swap_for_hook(rc, symbol, pfn, std::ptr::null(), Some(version), flags)
     }
 }
 
@@ -120,7 +139,7 @@ pub unsafe fn cuGetProcAddress_v2(
     // SAFETY: the caller's arguments, as the driver receives them.
     unsafe {
         let rc = real::cuGetProcAddress_v2(symbol, pfn, version, flags, status);
-        swap_for_hook(rc, symbol, pfn, Some(version), flags)
+        swap_for_hook(rc, symbol, pfn, status, Some(version), flags)
     }
 }
 
@@ -133,7 +152,7 @@ pub unsafe fn cudaGetDriverEntryPoint(
     // SAFETY: the caller's arguments, as the runtime receives them.
     unsafe {
         let rc = real::cudaGetDriverEntryPoint(symbol, pfn, flags, status);
-        swap_for_hook(rc, symbol, pfn, None, flags)
+        swap_for_hook(rc, symbol, pfn, status, None, flags)
     }
 }
 
@@ -146,7 +165,7 @@ pub unsafe fn cudaGetDriverEntryPoint_ptsz(
     // SAFETY: the caller's arguments, as the runtime receives them.
     unsafe {
         let rc = real::cudaGetDriverEntryPoint_ptsz(symbol, pfn, flags, status);
-        swap_for_hook(rc, symbol, pfn, None, flags | PER_THREAD_DEFAULT_STREAM)
+        swap_for_hook(rc, symbol, pfn, status, None, per_thread_by_default(flags))
     }
 }
 
@@ -160,7 +179,14 @@ pub unsafe fn cudaGetDriverEntryPointByVersion(
     // SAFETY: the caller's arguments, as the runtime receives them.
     unsafe {
         let rc = real::cudaGetDriverEntryPointByVersion(symbol, pfn, version, flags, status);
-        swap_for_hook(rc, symbol, pfn, c_int::try_from(version).ok(), flags)
+        swap_for_hook(
+            rc,
+            symbol,
+            pfn,
+            status,
+            c_int::try_from(version).ok(),
+            flags,
+        )
     }
 }
 
@@ -174,8 +200,15 @@ pub unsafe fn cudaGetDriverEntryPointByVersion_ptsz(
     // SAFETY: the caller's arguments, as the runtime receives them.
     unsafe {
         let rc = real::cudaGetDriverEntryPointByVersion_ptsz(symbol, pfn, version, flags, status);
-        let flags = flags | PER_THREAD_DEFAULT_STREAM;
-        swap_for_hook(rc, symbol, pfn, c_int::try_from(version).ok(), flags)
+        let flags = per_thread_by_default(flags);
+        swap_for_hook(
+            rc,
+            symbol,
+            pfn,
+            status,
+            c_int::try_from(version).ok(),
+            flags,
+        )
     }
 }
 
