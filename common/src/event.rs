@@ -240,6 +240,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn api_codes_are_their_places_in_the_list() {
+        // The shim counts launches in a table indexed by code, read back
+        // in the list's order.
+        for (place, api) in Api::ALL.iter().enumerate() {
+            assert_eq!(*api as usize, place, "{}", api.name());
+        }
+    }
+
+    #[test]
     fn names_round_trip() {
         for api in Api::ALL {
             assert_eq!(Api::from_u8(*api as u8), Some(*api));
