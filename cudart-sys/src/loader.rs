@@ -261,35 +261,5 @@ fn loaded_objects_named(prefix: &str) -> Vec<String> {
 
 /// The path of the first loaded object whose file name starts with `prefix`.
 pub fn loaded_object_named(prefix: &str) -> Option<String> {
-    struct Search<'a> {
-        prefix: &'a str,
-        found: Option<String>,
-    }
-    unsafe extern "C" fn visit(
-        info: *mut libc::dl_phdr_info,
-        _size: usize,
-        data: *mut c_void,
-    ) -> c_int {
-        // SAFETY: `data` is the `Search` passed below; `info` is valid for the call.
-        let search = unsafe { &mut *(data as *mut Search) };
-        let name: *const c_char = unsafe { (*info).dlpi_name };
-        if name.is_null() {
-            return 0;
-        }
-        // SAFETY: a NUL-terminated name the dynamic linker keeps.
-        let path = unsafe { CStr::from_ptr(name) }.to_string_lossy();
-        let file = path.rsplit('/').next().unwrap_or("");
-        if file.starts_with(search.prefix) {
-            search.found = Some(path.into_owned());
-            return 1;
-        }
-        0
-    }
-    let mut search = Search {
-        prefix,
-        found: None,
-    };
-    // SAFETY: the callback only reads the entries and writes into `search`.
-    unsafe { libc::dl_iterate_phdr(Some(visit), &mut search as *mut Search as *mut c_void) };
-    search.found
+    loaded_objects_named(prefix).into_iter().next()
 }
