@@ -178,3 +178,33 @@ fn a_function_the_driver_has_not_at_the_version_asked_stays_absent() {
         run.stdout
     );
 }
+
+#[test]
+fn a_running_processs_launches_reach_its_registry_slot() {
+    let work = tempfile::tempdir().unwrap();
+    let shm = work.path().join("shm");
+    let mut steps = vec!["malloc:a:1M"];
+    steps.extend(std::iter::repeat_n("launch:stub", 300));
+    steps.push("sleep:1500");
+    let child = client_command(&shm, &[("VRAMSHARE_QUOTA", "32MiB")], &steps)
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let launches = || {
+        vramshare_common::files::open_existing::<vramshare_common::registry::RegistryFile>(&shm)
+            .ok()
+            .and_then(|map| vramshare_common::registry::Registry::new(map).ok())
+            .and_then(|registry| registry.live().into_iter().find(|p| p.pid == pid))
+            .map(|p| p.launches)
+    };
+    let start = std::time::Instant::now();
+    while launches() != Some(300) {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(5),
+            "the registry never showed 300 launches: {:?}",
+            launches()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(child.wait_with_output().unwrap().status.success());
+}

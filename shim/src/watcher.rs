@@ -54,6 +54,7 @@ pub fn watch() {
             return;
         }
         let _ = state.repair_lost_pages();
+        state.publish_launches();
         if let (Some((index, pool)), Some(registry)) = (state.pool, state.registry) {
             // Members killed without leaving give their bytes back here.
             registry.reap_dead(index, |dead| crate::state::reap(dead, Some((index, pool))));

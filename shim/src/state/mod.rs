@@ -20,11 +20,13 @@ use vramshare_common::registry::{local_counters, ProcessSlot, Registry};
 use vramshare_common::ring::Ring;
 
 use crate::config::{Config, Device, MAX_DEVICES};
+mod launch_counts;
 pub mod ledger;
 pub mod report;
 mod shared;
 pub mod trace;
 
+use launch_counts::LaunchCounts;
 use ledger::Ledger;
 use trace::{thread_id, TraceLog};
 
@@ -57,10 +59,10 @@ pub struct State {
     pub pool_slack: std::sync::Mutex<std::collections::HashMap<usize, Counted>>,
     /// Set once the process's device count is known ([`State::learn_device_count`]).
     devices_learned: std::sync::Once,
-    /// Kernel launches: the total (in the registry slot, for `vramshare ps`)
-    /// and, for the trace, by the call that made them (by `Api` code).
-    launches: &'static AtomicU64,
-    launches_by_api: Vec<AtomicU64>,
+    /// Kernel launches, by the call that made them, and where their total
+    /// is published for `vramshare ps` (the registry slot).
+    launches: LaunchCounts,
+    launch_total: &'static AtomicU64,
 }
 
 /// What the shim counted for a stream-ordered pool at its last reading.
@@ -188,7 +190,7 @@ impl State {
                 (None, None, None)
             }
         };
-        let (counters, launches) = match slot {
+        let (counters, launch_total) = match slot {
             Some(slot) => (slot.devices(), slot.launches()),
             None => (
                 &*Vec::leak(local_counters()),
@@ -215,8 +217,8 @@ impl State {
                 .collect(),
             pool_slack: Default::default(),
             devices_learned: std::sync::Once::new(),
-            launches,
-            launches_by_api: Api::ALL.iter().map(|_| AtomicU64::new(0)).collect(),
+            launches: LaunchCounts::new(),
+            launch_total,
         }
     }
 
@@ -311,19 +313,19 @@ impl State {
 
     /// Counts a kernel launch made through `api`.
     pub fn count_launch(&self, api: Api) {
-        self.launches.fetch_add(1, Ordering::Relaxed);
-        if let Some(count) = self.launches_by_api.get(api as usize) {
-            count.fetch_add(1, Ordering::Relaxed);
-        }
+        self.launches.count(api);
     }
 
     /// The launches counted so far, by the call that made them.
-    pub fn launches_by_api(&self) -> impl Iterator<Item = (Api, u64)> + '_ {
-        Api::ALL
-            .iter()
-            .zip(&self.launches_by_api)
-            .map(|(api, count)| (*api, count.load(Ordering::Relaxed)))
-            .filter(|(_, count)| *count > 0)
+    pub fn launches_by_api(&self) -> Vec<(Api, u64)> {
+        self.launches.by_api()
+    }
+
+    /// Puts the launches' total where `vramshare ps` reads it (by the
+    /// shim's thread, every 50 ms, and at exit).
+    pub fn publish_launches(&self) {
+        self.launch_total
+            .store(self.launches.total(), Ordering::Relaxed);
     }
 
     /// Whether this process has a registry slot (and so can have its quota

@@ -95,6 +95,7 @@ pub fn process_summary(state: &State) -> ProcessJson {
         runtime_version: crate::cuda::backend::runtime_version(),
         launches: state
             .launches_by_api()
+            .into_iter()
             .map(|(api, count)| (api.name().to_string(), count))
             .collect(),
         ..ProcessJson::default()

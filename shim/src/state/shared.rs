@@ -25,6 +25,8 @@ impl State {
     /// that the last one out frees the slot only when nothing more is done
     /// to it.
     pub fn give_back(&self) {
+        // Kept with the slot's other numbers at exit.
+        self.publish_launches();
         let Some(slot) = self.slot.filter(|slot| slot.release()) else {
             return;
         };

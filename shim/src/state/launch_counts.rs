@@ -1,0 +1,124 @@
+//! Kernel launches, counted per thread: threads that launch at once never
+//! share a counter's cache line, so a launch costs one uncontended add.
+//! The counts are read back as sums over the threads.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use vramshare_common::event::Api;
+
+/// Tells one process state's counts from another's (a forked child's).
+static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
+
+thread_local! {
+    /// This thread's counts, and whose they are.
+    static MINE: Cell<(usize, *const AtomicU64)> = const { Cell::new((0, std::ptr::null())) };
+}
+
+pub struct LaunchCounts {
+    id: usize,
+    /// Every thread's counts, one per `Api` code; never freed (a thread's
+    /// counts outlive it, for the trace at exit).
+    shards: Mutex<Vec<&'static [AtomicU64]>>,
+    /// For a thread whose thread-locals are gone (it is exiting).
+    shared: &'static [AtomicU64],
+}
+
+fn new_shard() -> &'static [AtomicU64] {
+    Box::leak(Api::ALL.iter().map(|_| AtomicU64::new(0)).collect())
+}
+
+impl LaunchCounts {
+    pub fn new() -> LaunchCounts {
+        let shared = new_shard();
+        LaunchCounts {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            shards: Mutex::new(vec![shared]),
+            shared,
+        }
+    }
+
+    /// Counts one launch made through `api`.
+    pub fn count(&self, api: Api) {
+        let shard = MINE
+            .try_with(|mine| {
+                let (owner, shard) = mine.get();
+                if owner == self.id {
+                    return shard;
+                }
+                let fresh = new_shard();
+                self.shards
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .push(fresh);
+                mine.set((self.id, fresh.as_ptr()));
+                fresh.as_ptr()
+            })
+            .unwrap_or(self.shared.as_ptr());
+        // SAFETY: every shard has one counter per `Api` code (`Api::ALL`'s
+        // length, and codes are places in it), and shards are never freed.
+        let counter = unsafe { &*shard.add(api as usize) };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The launches so far, by the call that made them.
+    pub fn by_api(&self) -> Vec<(Api, u64)> {
+        let shards = self
+            .shards
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        Api::ALL
+            .iter()
+            .enumerate()
+            .map(|(code, api)| {
+                let count = shards
+                    .iter()
+                    .map(|shard| shard[code].load(Ordering::Relaxed))
+                    .fold(0u64, u64::saturating_add);
+                (*api, count)
+            })
+            .filter(|(_, count)| *count > 0)
+            .collect()
+    }
+
+    pub fn total(&self) -> u64 {
+        self.by_api()
+            .iter()
+            .map(|(_, count)| count)
+            .fold(0, |a, b| a.saturating_add(*b))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_count_apart_and_add_up() {
+        let counts = LaunchCounts::new();
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..10_000 {
+                        counts.count(Api::__cudaLaunchKernel);
+                    }
+                    counts.count(Api::cuLaunchKernelEx);
+                });
+            }
+        });
+        assert_eq!(
+            counts.by_api(),
+            [
+                (Api::__cudaLaunchKernel, 40_000),
+                (Api::cuLaunchKernelEx, 4)
+            ]
+        );
+        assert_eq!(counts.total(), 40_004);
+        // Another state's counts (a forked child's) start from nothing.
+        let other = LaunchCounts::new();
+        other.count(Api::cuLaunchKernel);
+        assert_eq!(other.total(), 1);
+        assert_eq!(counts.total(), 40_004);
+    }
+}
