@@ -2,12 +2,15 @@
 //! that cannot be written, numbers near the end of 64 bits, command lines
 //! that would drive the terminal, and shared files that are not there.
 
+#[path = "common/command.rs"]
+mod command;
 mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
+use command::*;
 use common::*;
 use serde_json::{json, Value};
 use vramshare_common::files::open_or_create;
@@ -15,23 +18,6 @@ use vramshare_common::pool::{PoolFile, Pools};
 use vramshare_common::process;
 use vramshare_common::registry::{ProcessSlot, Registry, RegistryFile, NO_QUOTA};
 use vramshare_common::ring::RingFile;
-
-fn command(args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_vramshare"));
-    command
-        .args(args)
-        .env("VRAMSHARE_LIB", shim_library())
-        .env_remove("VRAMSHARE_DIR");
-    command
-}
-
-fn vramshare(args: &[&str]) -> Output {
-    command(args).output().unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// Shared files in `dir` in which this test process is a live job with
 /// `cmdline`, its slot filled in by `fill`; and an empty trace ring.

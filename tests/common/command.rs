@@ -1,4 +1,5 @@
-//! The `vramshare` command's own harness, for its tests (cli.rs, cli_files.rs):
+//! The `vramshare` command's own harness, for its tests (cli.rs, cli_files.rs,
+//! cli_robust.rs):
 //! each includes it with `#[path = "common/command.rs"] mod command;` beside
 //! `mod common;`. It is not part of `common` because it runs the command's
 //! binary, which cargo names (`CARGO_BIN_EXE_vramshare`) only to the tests of
@@ -10,13 +11,19 @@ use std::process::{Command, Output};
 
 use crate::common::*;
 
-pub fn vramshare(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vramshare"))
+/// The command with `args`, the shim under test beside it and no
+/// `VRAMSHARE_DIR` inherited, to redirect or spawn.
+pub fn command(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_vramshare"));
+    command
         .args(args)
         .env("VRAMSHARE_LIB", shim_library())
-        .env_remove("VRAMSHARE_DIR")
-        .output()
-        .unwrap()
+        .env_remove("VRAMSHARE_DIR");
+    command
+}
+
+pub fn vramshare(args: &[&str]) -> Output {
+    command(args).output().unwrap()
 }
 
 /// `vramshare run [OPTIONS] --dir DIR -- client STEPS...`, waited for.

@@ -61,6 +61,22 @@ pub fn header(magic: u64, version: u32, slot_size: usize, count: u64, len: usize
     bytes
 }
 
+/// Arbitrary file contents given a valid header of this layout: cut to
+/// whole slots, with `count` slots said (or, with none, the count that fits).
+pub fn with_valid_header(
+    bytes: &mut Vec<u8>,
+    (magic, version, slot_size, header_len): (u64, u32, usize, usize),
+    count: Option<u64>,
+) {
+    if bytes.len() < header_len {
+        return;
+    }
+    let slots = (bytes.len() - header_len) / slot_size;
+    bytes.truncate(header_len + slots * slot_size);
+    let count = count.unwrap_or(slots as u64);
+    bytes[..24].copy_from_slice(&header(magic, version, slot_size, count, 24));
+}
+
 pub fn put_u32(bytes: &mut [u8], offset: usize, value: u32) {
     bytes[offset..offset + 4].copy_from_slice(&value.to_ne_bytes());
 }

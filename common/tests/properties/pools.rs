@@ -12,7 +12,8 @@ use vramshare_common::registry::NO_QUOTA;
 use vramshare_common::size::{Device, MAX_DEVICES};
 
 use super::buffer::{
-    counter, get_u32, get_u64, header, put_u32, put_u64, slot_index, small, Buffer,
+    counter, get_u32, get_u64, header, put_u32, put_u64, slot_index, small, with_valid_header,
+    Buffer,
 };
 
 // Where a slot keeps its fields (`PoolSlot`, repr(C)).
@@ -176,12 +177,8 @@ proptest! {
         offset in 0..8usize,
     ) {
         let mut bytes = bytes;
-        if valid_header && bytes.len() >= HEADER_LEN {
-            // No count: the one that fits (the bytes cut to whole slots).
-            let slots = (bytes.len() - HEADER_LEN) / SLOT_SIZE;
-            bytes.truncate(HEADER_LEN + slots * SLOT_SIZE);
-            let count = count.unwrap_or(slots as u64);
-            bytes[..24].copy_from_slice(&header(MAGIC, VERSION, SLOT_SIZE, count, 24));
+        if valid_header {
+            with_valid_header(&mut bytes, (MAGIC, VERSION, SLOT_SIZE, HEADER_LEN), count);
         }
         let pools = Pools::new(Buffer::at(&bytes, offset));
         if offset != 0 {

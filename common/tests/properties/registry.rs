@@ -8,7 +8,8 @@ use vramshare_common::settings::Priority;
 use vramshare_common::size::MAX_DEVICES;
 
 use super::buffer::{
-    counter, get_u32, get_u64, header, put_u32, put_u64, slot_index, small, Buffer,
+    counter, get_u32, get_u64, header, put_u32, put_u64, slot_index, small, with_valid_header,
+    Buffer,
 };
 
 // Where a slot keeps what the readers look at (`ProcessSlot`, repr(C)).
@@ -225,13 +226,8 @@ proptest! {
         offset in 0..8usize,
     ) {
         let mut bytes = bytes;
-        if valid_header && bytes.len() >= HEADER_LEN {
-            // No count: the one that fits (the bytes cut to whole slots).
-            let slots = (bytes.len() - HEADER_LEN) / SLOT_SIZE;
-            bytes.truncate(HEADER_LEN + slots * SLOT_SIZE);
-            let count = count.unwrap_or(slots as u64);
-            let head = header(MAGIC, VERSION, SLOT_SIZE, count, 24);
-            bytes[..24].copy_from_slice(&head);
+        if valid_header {
+            with_valid_header(&mut bytes, (MAGIC, VERSION, SLOT_SIZE, HEADER_LEN), count);
         }
         let registry = Registry::new(Buffer::at(&bytes, offset));
         let fits = bytes.len() >= HEADER_LEN
