@@ -124,6 +124,14 @@ named_enum! {
         cuLaunchCooperativeKernel_ptsz = 50 => "cuLaunchCooperativeKernel_ptsz",
         cuGraphLaunch = 51 => "cuGraphLaunch",
         cuGraphLaunch_ptsz = 52 => "cuGraphLaunch_ptsz",
+        // Library calls whose kernels hide their operands: counted, and
+        // their operands read, never recorded as events.
+        cublasLtMatmul = 53 => "cublasLtMatmul",
+        cublasGemmEx = 54 => "cublasGemmEx",
+        cublasGemmStridedBatchedEx = 55 => "cublasGemmStridedBatchedEx",
+        cublasSgemm_v2 = 56 => "cublasSgemm_v2",
+        cublasSgemmStridedBatched = 57 => "cublasSgemmStridedBatched",
+        cudnnBackendExecute = 58 => "cudnnBackendExecute",
     }
 }
 
@@ -132,7 +140,13 @@ impl Api {
     /// runtime (`cuda…`).
     pub fn is_driver(self) -> bool {
         // `__cudaLaunchKernel`: the runtime's, for its host stubs.
-        !self.name().trim_start_matches('_').starts_with("cuda")
+        !self.name().trim_start_matches('_').starts_with("cuda") && !self.is_library_call()
+    }
+
+    /// Whether the call is a math library's (cuBLAS, cuBLASLt, cuDNN)
+    /// rather than a kernel launch of CUDA's.
+    pub fn is_library_call(self) -> bool {
+        self.name().starts_with("cublas") || self.name().starts_with("cudnn")
     }
 }
 

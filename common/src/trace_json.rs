@@ -133,6 +133,108 @@ pub struct ProcessJson {
     /// where there were none, and in a dump).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub launches: BTreeMap<String, u64>,
+    /// The same launches, and the library calls read for operands, by what
+    /// their operands named (absent where there were none, and in a dump).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub coverage: BTreeMap<String, CoverageJson>,
+    /// Math library calls whose operands were read, by call.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub library_calls: BTreeMap<String, u64>,
+    /// What the launches touched, block by block (absent in a dump, and
+    /// where nothing was launched).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access: Option<AccessJson>,
+}
+
+/// Launches of one call by what their operands named.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct CoverageJson {
+    /// Their parameters named at least one live block.
+    pub named: u64,
+    /// Their parameters were read and named none.
+    pub unnamed: u64,
+    /// CUDA could not say where their parameters are.
+    pub undecoded: u64,
+    /// Made inside a library call whose operands were read instead.
+    pub in_library: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct AccessJson {
+    /// Steps begun: found from the repeating launch sequence, or marked by
+    /// the job (`marked`).
+    pub steps: u64,
+    pub marked: bool,
+    /// A step's length in launches, when found from the sequence.
+    pub step_launches: u64,
+    /// The latest complete step's bytes (absent before two steps began).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_step: Option<StepBytesJson>,
+    /// Functions launched, and of those, the ones CUDA described.
+    pub functions: u64,
+    pub functions_described: u64,
+    /// Every live block and the most used freed ones.
+    pub blocks: Vec<BlockAccessJson>,
+    /// Freed blocks' profiles not kept (past the bound).
+    pub blocks_forgotten: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct StepBytesJson {
+    pub step: u64,
+    /// Bytes of the blocks that lived through the step.
+    pub live_bytes: u64,
+    /// Of those, the bytes of blocks some launch named in it; by kernels'
+    /// parameters and by library calls' operands.
+    pub touched_bytes: u64,
+    pub touched_by_kernels: u64,
+    pub touched_by_libraries: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct BlockAccessJson {
+    pub ptr: String,
+    pub size: u64,
+    pub device: u32,
+    /// Where it lived at exit (`"device"`, `"host"`), or `"freed"`.
+    pub placement: String,
+    /// Launches that named it, in all.
+    pub uses: u64,
+    /// Steps in which some launch named it, and steps it lived through.
+    pub steps_used: u64,
+    pub steps_alive: u64,
+    /// Its uses in the latest complete step, if it was used in it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_step: Option<StepUseJson>,
+    /// The stream of its latest use.
+    pub stream: String,
+    /// `"kernel"`, `"library"`: which kinds of call named it.
+    pub via: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct StepUseJson {
+    pub uses: u64,
+    /// Launches into the step of its first and last use.
+    pub first: u64,
+    pub last: u64,
+}
+
+impl BlockAccessJson {
+    /// Uses per step: in the latest complete step when steps were found
+    /// (0 if it was not used in it), else all its uses.
+    pub fn uses_per_step(&self, steps_found: bool) -> u64 {
+        match (&self.last_step, steps_found) {
+            (Some(step), _) => step.uses,
+            (None, true) => 0,
+            (None, false) => self.uses,
+        }
+    }
 }
 
 impl ProcessJson {

@@ -10,8 +10,8 @@ use std::os::raw::{c_int, c_uint, c_void};
 
 mod loader;
 pub use loader::{
-    driver_library, in_other_runtimes, loaded_object_named, lookup, runtime_library, Function,
-    Symbol,
+    driver_library, in_other_runtimes, library_of, loaded_object_named, lookup, runtime_library,
+    Function, Symbol,
 };
 
 pub type cudaError_t = c_int;
@@ -146,6 +146,10 @@ pub type CUdeviceptr = u64;
 pub type CUdevice = c_int;
 pub type CUstream = *mut c_void;
 pub type CUfunction = *mut c_void;
+pub type CUkernel = *mut c_void;
+/// An opaque handle of cuBLAS, cuBLASLt or cuDNN (a handle, a descriptor,
+/// a layout): passed through, never looked into.
+pub type LibraryHandle = *mut c_void;
 pub type CUgraphExec = *mut c_void;
 pub type CUmemoryPool = *mut c_void;
 

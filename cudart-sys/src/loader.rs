@@ -114,7 +114,46 @@ pub fn lookup(name: &CStr) -> Option<*mut c_void> {
     resolve(name)
 }
 
+/// The libraries whose calls the shim reads for operands, by the prefix of
+/// their functions' names (longest first) and of their file names.
+const LIBRARIES: &[(&str, &str)] = &[
+    ("cublasLt", "libcublasLt.so"),
+    ("cublas", "libcublas.so"),
+    ("cudnn", "libcudnn.so"),
+];
+
+/// The file-name prefix of the library defining `name`, if it is one of
+/// [`LIBRARIES`] rather than the runtime or driver.
+pub fn library_of(name: &str) -> Option<&'static str> {
+    LIBRARIES
+        .iter()
+        .find(|(prefix, _)| name.starts_with(prefix))
+        .map(|(_, file)| *file)
+}
+
+/// `name` in the loaded library whose file name starts with `file`. Found
+/// among the loaded objects, since a framework may load it privately
+/// (`RTLD_LOCAL`), out of `RTLD_NEXT`'s reach.
+fn in_library(file: &str, name: &CStr) -> Option<*mut c_void> {
+    let path = loaded_object_named(file)?;
+    // SAFETY: RTLD_NOLOAD only takes a reference to a loaded object.
+    let library = unsafe { Library::open(Some(&path), RTLD_LAZY | libc::RTLD_NOLOAD) }.ok()?;
+    // SAFETY: looking up an address; nothing is called here.
+    let address = *unsafe { library.get::<*mut c_void>(name.to_bytes_with_nul()) }.ok()?;
+    // The object stays loaded: it was before, and the reference is leaked.
+    std::mem::forget(library);
+    (!address.is_null()).then_some(address)
+}
+
 fn resolve(name: &CStr) -> Option<*mut c_void> {
+    if let Some(file) = name.to_str().ok().and_then(library_of) {
+        if let Some(address) = in_library(file, name) {
+            return Some(address);
+        }
+        // SAFETY: dlsym with a NUL-terminated name.
+        let next = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+        return (!next.is_null()).then_some(next);
+    }
     // The runtime's names start with `cuda` (or `__cuda`, for its host stubs).
     let bytes = name.to_bytes();
     let is_driver = !(bytes.starts_with(b"cuda") || bytes.starts_with(b"__cuda"));

@@ -8,13 +8,22 @@
  *   atexit_free:NAME (at exit, cudaFree NAME; registered now, so best first)
  *   launch:HOW (one kernel launch: rt, rt_ptsz, stub, stub_ptsz, exc, exc_ptsz,
  *   coop, coop_ptsz, graph, graph_ptsz)
+ *   kernel:HOW:SRC:DST:EXTRA (a launch by HOW of a kernel with a parameter
+ *   layout: an int, a struct holding SRC and DST at offsets 8 and 24, and a
+ *   pointer EXTRA; "-" for none; on stream 0x51)
+ *   opaque:HOW:NAME (a launch of a kernel without layout, its one argument NAME)
+ *   matmul:A:B:D (cuBLASLt's cublasLtMatmul, on stream 0x52)
+ *   lasterror (the runtime's cudaGetLastError)  step (vramshare_step, if loaded)
+ *   repeat:N:K (the K steps after this one, N times over)
  * SIZE is bytes, or with K, M or G (binary). Each step prints one line.
  */
+#define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <dlfcn.h>
 
 #include "cuda_api.h"
 
@@ -48,10 +57,40 @@ static void *lookup(const char *name) {
 
 static int run(char *step);
 
+#ifdef NO_CUBLASLT
+#define cublasLtMatmul(...) (-1)
+#else
+int cublasLtMatmul(void *, void *, const void *, const void *, void *, const void *, void *, const void *,
+                   const void *, void *, void *, void *, const void *, void *, size_t, void *);
+#endif
+void cudaFakeSetParams(const void *kernel, int count, const size_t *sizes);
+
+/* One launch of `fn` by `how`; -1 for an unknown how. */
+static cudaError_t launch_by(const char *how, const void *fn, void **args, cudaStream_t stream) {
+    dim3 grid = {4, 1, 1}, block = {128, 1, 1};
+    struct { dim3 grid, block; size_t shared; cudaStream_t stream; void *attrs; unsigned count; } config = {
+        grid, block, 0, stream, NULL, 0};
+    if (!strcmp(how, "rt")) return cudaLaunchKernel(fn, grid, block, args, 0, stream);
+    if (!strcmp(how, "rt_ptsz")) return cudaLaunchKernel_ptsz(fn, grid, block, args, 0, stream);
+    if (!strcmp(how, "stub")) return __cudaLaunchKernel(fn, grid, block, args, 0, stream);
+    if (!strcmp(how, "stub_ptsz")) return __cudaLaunchKernel_ptsz(fn, grid, block, args, 0, stream);
+    if (!strcmp(how, "exc")) return cudaLaunchKernelExC(&config, fn, args);
+    if (!strcmp(how, "exc_ptsz")) return cudaLaunchKernelExC_ptsz(&config, fn, args);
+    if (!strcmp(how, "coop")) return cudaLaunchCooperativeKernel(fn, grid, block, args, 0, stream);
+    if (!strcmp(how, "coop_ptsz")) return cudaLaunchCooperativeKernel_ptsz(fn, grid, block, args, 0, stream);
+    if (!strcmp(how, "graph")) return cudaGraphLaunch((void *)fn, stream);
+    if (!strcmp(how, "graph_ptsz")) return cudaGraphLaunch_ptsz((void *)fn, stream);
+    return -1;
+}
+
+static void *named_or_null(const char *name) { return strcmp(name, "-") ? lookup(name) : NULL; }
+
 /* The steps after the current one, for forkrest. */
 static char **rest;
 static int rest_count;
 static int stop;
+/* Steps after the current one that a repeat already ran. */
+static int skip;
 
 static const char *exit_free_name;
 static void free_at_exit(void) {
@@ -148,21 +187,59 @@ static int run(char *step) {
         printf("atexit_free %s\n", name);
     } else if (!strcmp(op, "launch")) {
         static char kernel;
-        const char *how = fields[1];
-        dim3 grid = {4, 1, 1}, block = {128, 1, 1};
         void *args[1] = {NULL};
-        if (!strcmp(how, "rt")) rc = cudaLaunchKernel(&kernel, grid, block, args, 0, 0);
-        else if (!strcmp(how, "rt_ptsz")) rc = cudaLaunchKernel_ptsz(&kernel, grid, block, args, 0, 0);
-        else if (!strcmp(how, "stub")) rc = __cudaLaunchKernel(&kernel, grid, block, args, 0, 0);
-        else if (!strcmp(how, "stub_ptsz")) rc = __cudaLaunchKernel_ptsz(&kernel, grid, block, args, 0, 0);
-        else if (!strcmp(how, "exc")) rc = cudaLaunchKernelExC(NULL, &kernel, args);
-        else if (!strcmp(how, "exc_ptsz")) rc = cudaLaunchKernelExC_ptsz(NULL, &kernel, args);
-        else if (!strcmp(how, "coop")) rc = cudaLaunchCooperativeKernel(&kernel, grid, block, args, 0, 0);
-        else if (!strcmp(how, "coop_ptsz")) rc = cudaLaunchCooperativeKernel_ptsz(&kernel, grid, block, args, 0, 0);
-        else if (!strcmp(how, "graph")) rc = cudaGraphLaunch(&kernel, 0);
-        else if (!strcmp(how, "graph_ptsz")) rc = cudaGraphLaunch_ptsz(&kernel, 0);
-        else { fprintf(stderr, "client: unknown launch %s\n", how); return 3; }
-        printf("launch %s rc=%d\n", how, rc);
+        rc = launch_by(fields[1], &kernel, args, 0);
+        if (rc == -1) { fprintf(stderr, "client: unknown launch %s\n", fields[1]); return 3; }
+        printf("launch %s rc=%d\n", fields[1], rc);
+    } else if (!strcmp(op, "kernel")) {
+        static char copy_kernel;
+        static int described;
+        if (!described) {
+            size_t sizes[3] = {4, 32, 8};
+            cudaFakeSetParams(&copy_kernel, 3, sizes);
+            described = 1;
+        }
+        int n = 64;
+        struct { int tag, pad; void *src; int x, y; void *dst; } pair = {
+            7, 0, named_or_null(fields[2]), 1, 2, named_or_null(fields[3])};
+        void *extra = named_or_null(fields[4]);
+        void *args[3] = {&n, &pair, &extra};
+        rc = launch_by(fields[1], &copy_kernel, args, (cudaStream_t)0x51);
+        if (rc == -1) { fprintf(stderr, "client: unknown launch %s\n", fields[1]); return 3; }
+        printf("kernel %s rc=%d\n", fields[1], rc);
+    } else if (!strcmp(op, "opaque")) {
+        static char opaque_kernel;
+        void *target = lookup(fields[2]);
+        void *args[1] = {&target};
+        rc = launch_by(fields[1], &opaque_kernel, args, 0);
+        printf("opaque %s rc=%d\n", fields[1], rc);
+    } else if (!strcmp(op, "matmul")) {
+#ifdef NO_CUBLASLT
+        fprintf(stderr, "client: built without cuBLASLt\n");
+        return 3;
+#endif
+        rc = cublasLtMatmul(NULL, NULL, NULL, lookup(fields[1]), NULL, lookup(fields[2]), NULL, NULL, NULL,
+                            NULL, lookup(fields[3]), NULL, NULL, NULL, 0, (void *)0x52);
+        printf("matmul rc=%d\n", rc);
+    } else if (!strcmp(op, "lasterror")) {
+        printf("lasterror rc=%d\n", cudaGetLastError());
+    } else if (!strcmp(op, "step")) {
+        void (*mark)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "vramshare_step");
+        if (mark) mark();
+        printf("step found=%d\n", mark != NULL);
+    } else if (!strcmp(op, "repeat")) {
+        int times = atoi(fields[1]), count = atoi(fields[2]);
+        if (count > rest_count) count = rest_count;
+        char **body = rest;
+        for (int t = 0; t < times; t++) {
+            for (int i = 0; i < count; i++) {
+                char copy[256];
+                snprintf(copy, sizeof copy, "%s", body[i]);
+                if (run(copy)) return 3;
+            }
+        }
+        skip = count;
+        printf("repeat %d rc=0\n", times);
     } else if (!strcmp(op, "sleep")) {
         usleep(atoi(fields[1]) * 1000);
     } else {
@@ -183,6 +260,8 @@ int main(int argc, char **argv) {
         rest_count = argc - i - 1;
         if (run(step)) return 3;
         if (stop) break;
+        i += skip;
+        skip = 0;
     }
     return 0;
 }

@@ -21,6 +21,7 @@ cudaError_t cudaFree(void *p);
 cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
 cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total);
+cudaError_t cudaGetLastError(void);
 cudaError_t cudaSetDevice(int device);
 
 typedef struct { unsigned x, y, z; } dim3;

@@ -11,6 +11,9 @@
  *   the start of reserved NAME)  unmap:NAME:SIZE  meminfo
  *   fetch:HOW (proc, proc_v2, entry, entry_version), then fmalloc:NAME:SIZE,
  *   ffree:NAME, fmeminfo through the fetched cuMemAlloc, cuMemFree, cuMemGetInfo
+ *   kernel:HOW:SRC:DST:EXTRA (a launch of a function with a parameter layout,
+ *   by HOW as launch, or extra: cuLaunchKernel with a packed buffer)
+ *   opaque:HOW:NAME (a launch of a function without layout, naming NAME)
  *   launch:HOW (one kernel launch: cu, cu_ptsz, ex, ex_ptsz, coop, coop_ptsz,
  *   graph, graph_ptsz, and fetched: cuLaunchKernelEx fetched with fetch:HOW)
  *   probe:SYMBOL:VERSION (cuGetProcAddress_v2 at that CUDA version: found or not)
@@ -78,6 +81,25 @@ static void *fetch(const char *how, const char *symbol) {
 
 #define MAX_NAMES 64
 static struct { char name[32]; CUdeviceptr ptr; size_t size; } names[MAX_NAMES];
+
+void cuFakeSetParams(const void *function, int count, const size_t *sizes);
+
+/* One launch of `f` by `how` on `stream`; -1 for an unknown how. `packed`
+ * (`size` bytes) is the same arguments as one buffer, for extra. */
+static CUresult launch_by(const char *how, void *f, void **params, void *packed, size_t size, void *stream) {
+    struct { unsigned grid[3], block[3], shared; void *stream; void *attrs; unsigned count; } config = {
+        {4, 1, 1}, {128, 1, 1}, 0, stream, NULL, 0};
+    void *extra[] = {(void *)1, packed, (void *)2, &size, (void *)0};
+    if (!strcmp(how, "cu")) return cuLaunchKernel(f, 4, 1, 1, 128, 1, 1, 0, stream, params, NULL);
+    if (!strcmp(how, "cu_ptsz")) return cuLaunchKernel_ptsz(f, 4, 1, 1, 128, 1, 1, 0, stream, params, NULL);
+    if (!strcmp(how, "extra")) return cuLaunchKernel(f, 4, 1, 1, 128, 1, 1, 0, stream, NULL, extra);
+    if (!strcmp(how, "ex")) return cuLaunchKernelEx(&config, f, params, NULL);
+    if (!strcmp(how, "ex_ptsz")) return cuLaunchKernelEx_ptsz(&config, f, params, NULL);
+    if (!strcmp(how, "coop")) return cuLaunchCooperativeKernel(f, 4, 1, 1, 128, 1, 1, 0, stream, params);
+    if (!strcmp(how, "coop_ptsz")) return cuLaunchCooperativeKernel_ptsz(f, 4, 1, 1, 128, 1, 1, 0, stream, params);
+    if (!strcmp(how, "fetched") && fetched_launch) return fetched_launch(&config, f, params, NULL);
+    return -1;
+}
 
 static size_t parse_size(const char *s) {
     char *end;
@@ -162,6 +184,36 @@ int main(int argc, char **argv) {
             else if (!strcmp(how, "fetched") && fetched_launch) rc = fetched_launch(NULL, &function, params, NULL);
             else { fprintf(stderr, "driver_client: unknown launch %s\n", how); return 3; }
             printf("launch %s rc=%d\n", how, rc);
+        } else if (!strcmp(op, "kernel")) {
+            /* A function with a layout: an int, a struct holding SRC and DST
+             * at offsets 8 and 24, and EXTRA; "-" for none. */
+            static char function;
+            static int described;
+            if (!described) {
+                size_t sizes[3] = {4, 32, 8};
+                cuFakeSetParams(&function, 3, sizes);
+                described = 1;
+            }
+            int n = 64;
+            struct { int tag, pad; CUdeviceptr src; int x, y; CUdeviceptr dst; } pair = {7, 0, 0, 1, 2, 0};
+            CUdeviceptr extra_ptr = 0;
+            if (strcmp(fields[2], "-")) pair.src = names[slot(fields[2])].ptr;
+            if (strcmp(fields[3], "-")) pair.dst = names[slot(fields[3])].ptr;
+            if (strcmp(fields[4], "-")) extra_ptr = names[slot(fields[4])].ptr;
+            void *params[3] = {&n, &pair, &extra_ptr};
+            unsigned char packed[48] = {0};
+            memcpy(packed, &n, 4);
+            memcpy(packed + 8, &pair, 32);
+            memcpy(packed + 40, &extra_ptr, 8);
+            rc = launch_by(fields[1], &function, params, packed, sizeof packed, (void *)0x61);
+            if (rc == -1) { fprintf(stderr, "driver_client: unknown launch %s\n", fields[1]); return 3; }
+            printf("kernel %s rc=%d\n", fields[1], rc);
+        } else if (!strcmp(op, "opaque")) {
+            static char opaque;
+            CUdeviceptr target = names[slot(fields[2])].ptr;
+            void *params[1] = {&target};
+            rc = launch_by(fields[1], &opaque, params, &target, sizeof target, NULL);
+            printf("opaque %s rc=%d\n", fields[1], rc);
         } else if (!strcmp(op, "probe")) {
             void *f = NULL;
             int status = -1;

@@ -65,8 +65,14 @@ fn build_root() -> PathBuf {
 
 /// Builds the clients in `dir` against the `libcudart.so` found there.
 pub fn build_clients(dir: &Path) {
+    // The fake cuBLASLt beside a fake runtime; none beside a real one.
+    let (flags, libs): (&[&str], &[&str]) = if dir.join("libcublasLt.so").exists() {
+        (&[], &["-lcublasLt", "-lcudart", "-lpthread", "-ldl"])
+    } else {
+        (&["-DNO_CUBLASLT"], &["-lcudart", "-lpthread", "-ldl"])
+    };
     for client in ["client", "stress"] {
-        program(dir, client, &[], &["-lcudart", "-lpthread"]);
+        program(dir, client, flags, libs);
     }
 }
 
@@ -129,6 +135,22 @@ pub fn fake_dir(runtime: Runtime) -> &'static Path {
             let link = dir.join("libcudart.so");
             let _ = std::fs::remove_file(&link);
             std::os::unix::fs::symlink(&soname, &link).unwrap();
+            // A fake cuBLASLt over it.
+            let cublaslt = dir.join(format!("libcublasLt.so.{major}"));
+            cc(&[
+                "-O1",
+                "-shared",
+                "-fPIC",
+                "-o",
+                cublaslt.to_str().unwrap(),
+                tests_dir().join("fake/cublaslt.c").to_str().unwrap(),
+                &format!("-Wl,-soname,libcublasLt.so.{major}"),
+                &format!("-L{}", dir.display()),
+                "-lcudart",
+            ]);
+            let link = dir.join("libcublasLt.so");
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(cublaslt.file_name().unwrap(), &link).unwrap();
             // The fake driver beside it, and a client of the driver API.
             let driver = dir.join("libcuda.so.1");
             cc(&[

@@ -215,6 +215,11 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     return rc;
 }
 
+/* Parameter metadata of fake functions (see memory.h). */
+void cuFakeSetParams(const void *function, int count, const size_t *sizes) { set_params(function, count, sizes); }
+CUresult cuFuncGetParamInfo(void *f, size_t index, size_t *offset, size_t *size) { return param_info(f, index, offset, size); }
+CUresult cuKernelGetParamInfo(void *k, size_t index, size_t *offset, size_t *size) { return param_info(k, index, offset, size); }
+
 /* Kernel launches: logged with the path they came by, nothing else. */
 #define CU_LAUNCH(name, ...)                                                                   \
     CUresult name(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,     \

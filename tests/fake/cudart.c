@@ -183,6 +183,20 @@ static int known_kernel(const void *kernel) {
         if (registered[i] == kernel) return 1;
     return 0;
 }
+/* Parameter metadata (see memory.h), with the runtime's last error: a
+ * failed query leaves one behind, as the real runtime does, and the job's
+ * next cudaGetLastError would see it. */
+static int last_error;
+void cudaFakeSetParams(const void *kernel, int count, const size_t *sizes) { set_params(kernel, count, sizes); }
+cudaError_t cudaFuncGetParamInfo(const void *func, size_t index, size_t *offset, size_t *size) {
+    int rc = param_info(func, index, offset, size);
+    if (rc) last_error = rc;
+    return rc;
+}
+cudaError_t cudaGetFuncBySymbol(void **function, const void *symbol) { *function = (void *)symbol; return OK; }
+cudaError_t cudaPeekAtLastError(void) { return last_error; }
+cudaError_t cudaGetLastError(void) { int rc = last_error; last_error = OK; return rc; }
+
 typedef struct { unsigned x, y, z; } dim3;
 #define LAUNCH(name, first)                                                                          \
     cudaError_t name(const void *first, dim3 grid, dim3 block, void **args, size_t shared,             \

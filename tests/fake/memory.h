@@ -232,3 +232,37 @@ static int fake_mem_info(const char *name, size_t *free_bytes, size_t *total) {
     return OK;
 }
 
+
+/* Parameter layouts of fake kernels, as a module's metadata describes them
+ * (the runtime's and the driver's tables are separate, as registering a
+ * kernel with one says nothing to the other). Offsets follow C's rules:
+ * each parameter aligned to its size, up to 8. A kernel without a layout
+ * has no metadata, as cuBLAS's kernels have none. */
+#define MAX_LAYOUTS 64
+#define MAX_PARAMS 16
+static struct { const void *fn; int count; size_t offset[MAX_PARAMS], size[MAX_PARAMS]; } layouts[MAX_LAYOUTS];
+static int layout_count;
+static void set_params(const void *fn, int count, const size_t *sizes) {
+    if (layout_count >= MAX_LAYOUTS || count > MAX_PARAMS) return;
+    size_t at = 0;
+    layouts[layout_count].fn = fn;
+    layouts[layout_count].count = count;
+    for (int i = 0; i < count; i++) {
+        size_t align = sizes[i] < 8 ? sizes[i] : 8;
+        if (align) at = (at + align - 1) / align * align;
+        layouts[layout_count].offset[i] = at;
+        layouts[layout_count].size[i] = sizes[i];
+        at += sizes[i];
+    }
+    layout_count++;
+}
+static int param_info(const void *fn, size_t index, size_t *offset, size_t *size) {
+    for (int i = 0; i < layout_count; i++) {
+        if (layouts[i].fn != fn) continue;
+        if (index >= (size_t)layouts[i].count) return INVALID_VALUE;
+        *offset = layouts[i].offset[index];
+        if (size) *size = layouts[i].size[index];
+        return OK;
+    }
+    return INVALID_VALUE;
+}

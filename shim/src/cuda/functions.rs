@@ -66,11 +66,16 @@ macro_rules! cuda_functions {
                 fn cuLaunchCooperativeKernel_ptsz(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void);
                 fn cuGraphLaunch(graph: CUgraphExec, stream: CUstream);
                 fn cuGraphLaunch_ptsz(graph: CUgraphExec, stream: CUstream);
+                // Math library calls whose kernels hide their operands: the
+                // call's own operand pointers are read instead.
+                fn cublasLtMatmul(handle: LibraryHandle, desc: LibraryHandle, alpha: *const c_void, a: *const c_void, a_layout: LibraryHandle, b: *const c_void, b_layout: LibraryHandle, beta: *const c_void, c: *const c_void, c_layout: LibraryHandle, d: *mut c_void, d_layout: LibraryHandle, algo: *const c_void, workspace: *mut c_void, workspace_size: usize, stream: cudaStream_t);
+                fn cublasGemmEx(handle: LibraryHandle, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *const c_void, a: *const c_void, a_type: c_int, lda: c_int, b: *const c_void, b_type: c_int, ldb: c_int, beta: *const c_void, c: *mut c_void, c_type: c_int, ldc: c_int, compute: c_int, algo: c_int);
+                fn cublasGemmStridedBatchedEx(handle: LibraryHandle, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *const c_void, a: *const c_void, a_type: c_int, lda: c_int, stride_a: i64, b: *const c_void, b_type: c_int, ldb: c_int, stride_b: i64, beta: *const c_void, c: *mut c_void, c_type: c_int, ldc: c_int, stride_c: i64, batch: c_int, compute: c_int, algo: c_int);
+                fn cublasSgemm_v2(handle: LibraryHandle, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *const f32, a: *const f32, lda: c_int, b: *const f32, ldb: c_int, beta: *const f32, c: *mut f32, ldc: c_int);
+                fn cublasSgemmStridedBatched(handle: LibraryHandle, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *const f32, a: *const f32, lda: c_int, stride_a: i64, b: *const f32, ldb: c_int, stride_b: i64, beta: *const f32, c: *mut f32, ldc: c_int, stride_c: i64, batch: c_int);
+                fn cudnnBackendExecute(handle: LibraryHandle, plan: LibraryHandle, pack: LibraryHandle);
             }
             lookups {
-                // Every way a program fetches driver functions by name: the
-                // pointer handed back is swapped for the hook when it is a
-                // hooked function.
                 // Every way a program fetches driver functions by name: the pointer
                 // handed back is swapped for the hook when it is a hooked function.
                 fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64);
@@ -96,6 +101,14 @@ macro_rules! cuda_functions {
                 fn cuDeviceGetMemPool(pool: *mut CUmemoryPool, device: CUdevice);
                 fn cuMemPoolGetAttribute(pool: CUmemoryPool, attribute: c_int, value: *mut c_void);
                 fn cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize);
+                // Where a kernel's parameters lie, for reading its operands.
+                fn cudaFuncGetParamInfo(func: *const c_void, index: usize, offset: *mut usize, size: *mut usize);
+                fn cudaGetFuncBySymbol(function: *mut CUfunction, symbol: *const c_void);
+                fn cudaPeekAtLastError();
+                fn cudaGetLastError();
+                fn cuFuncGetParamInfo(f: CUfunction, index: usize, offset: *mut usize, size: *mut usize);
+                fn cuKernelGetParamInfo(kernel: CUkernel, index: usize, offset: *mut usize, size: *mut usize);
+                fn cudnnBackendGetAttribute(descriptor: LibraryHandle, name: c_int, kind: c_int, requested: i64, count: *mut i64, elements: *mut c_void);
             }
         }
     };

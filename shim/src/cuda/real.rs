@@ -13,15 +13,74 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use cudart_sys::*;
 
-/// A real function the loaded runtime does not have.
+/// A real function the loaded runtime does not have: "not supported", in
+/// the status codes of the library it belongs to.
 pub fn missing(name: &str) -> cudaError_t {
-    warn!("{name} is not available in the loaded CUDA runtime");
-    cudaErrorNotSupported
+    match cudart_sys::library_of(name) {
+        Some(library) => {
+            warn!("{name} is not available in the loaded {library}");
+            if name.starts_with("cudnn") {
+                CUDNN_STATUS_NOT_SUPPORTED
+            } else {
+                CUBLAS_STATUS_NOT_SUPPORTED
+            }
+        }
+        None => {
+            warn!("{name} is not available in the loaded CUDA runtime");
+            cudaErrorNotSupported
+        }
+    }
 }
+
+/// cuBLAS's and cuDNN's own "not supported".
+const CUBLAS_STATUS_NOT_SUPPORTED: c_int = 15;
+const CUDNN_STATUS_NOT_SUPPORTED: c_int = 3000;
 
 thread_local! {
     /// The hook running on this thread, and what its real twin returned.
     static RUNNING: Cell<(&'static str, Option<c_int>)> = const { Cell::new(("", None)) };
+    /// Whether this thread is inside a hook: calls that reach the exports
+    /// meanwhile (CUDA calling back into them, the shim's own calls) pass
+    /// straight through.
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Enters a hook: false if the thread is inside one already (or its
+/// thread-locals are gone, during its teardown), and then it must pass
+/// through.
+pub fn enter_hook() -> bool {
+    INSIDE
+        .try_with(|inside| !inside.replace(true))
+        .unwrap_or(false)
+}
+
+pub fn leave_hook() {
+    let _ = INSIDE.try_with(|inside| inside.set(false));
+}
+
+/// Runs `call` (a hook's real twin) as if outside the hook, so that the
+/// hooked calls it makes (a library's own kernel launches) are handled as
+/// the job's own; the hook's state is put back afterwards.
+pub fn outside_hook<R>(call: impl FnOnce() -> R) -> R {
+    let running = RUNNING.try_with(|running| running.get()).ok();
+    let was_inside = INSIDE
+        .try_with(|inside| inside.replace(false))
+        .unwrap_or(false);
+    let result = call();
+    let _ = INSIDE.try_with(|inside| inside.set(was_inside));
+    // The twin noted its answer under the hook's name only if no inner
+    // hook ran; keep whichever it left for this hook.
+    if let Some((name, _)) = running {
+        let _ = RUNNING.try_with(|now| {
+            let noted = if now.get().0 == name {
+                now.get().1
+            } else {
+                None
+            };
+            now.set((name, noted));
+        });
+    }
+    result
 }
 
 /// Called by the guard as hook `name` begins.
@@ -34,17 +93,16 @@ pub fn twin_result() -> Option<c_int> {
     RUNNING.try_with(|running| running.get().1).ok().flatten()
 }
 
-/// Notes `rc` if `name` is the running hook's twin; true if it was.
-fn note(name: &'static str, rc: c_int) -> bool {
+/// Whether `name` is the running hook's twin.
+fn is_twin(name: &'static str) -> bool {
     RUNNING
-        .try_with(|running| {
-            let twin = running.get().0 == name;
-            if twin {
-                running.set((name, Some(rc)));
-            }
-            twin
-        })
+        .try_with(|running| running.get().0 == name)
         .unwrap_or(false)
+}
+
+/// Notes `rc` as the running hook's twin's answer.
+fn note(name: &'static str, rc: c_int) {
+    let _ = RUNNING.try_with(|running| running.set((name, Some(rc))));
 }
 
 /// A kernel launch (or any call naming a function) that the first runtime
@@ -70,6 +128,8 @@ fn in_other_runtimes<F: Copy>(function: &Function<F>, call: impl Fn(F) -> c_int)
 macro_rules! real_fn {
     ($twin:literal $name:ident ( $($arg:ident : $ty:ty),* )) => {
         pub unsafe fn $name($($arg: $ty),*) -> cudaError_t {
+            // Asked before the call: a library's twin runs inner hooks.
+            let twin = $twin && is_twin(stringify!($name));
             static FUNCTION: Function<unsafe extern "C" fn($($ty),*) -> cudaError_t> =
                 Function::new(
                     // SAFETY: the literal ends in its only NUL.
@@ -88,8 +148,11 @@ macro_rules! real_fn {
             } else {
                 rc
             };
-            if $twin && note(stringify!($name), rc) && crate::config::panics_at("after-real") {
-                panic!("a panic after the real {}, as the tests ask", stringify!($name));
+            if twin {
+                note(stringify!($name), rc);
+                if crate::config::panics_at("after-real") {
+                    panic!("a panic after the real {}, as the tests ask", stringify!($name));
+                }
             }
             rc
         }

@@ -9,21 +9,16 @@
 //! then its result stands (made twice, it would allocate or free twice). The
 //! job never dies of it.
 
-use std::cell::Cell;
 use std::ffi::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::cuda::real;
 
-thread_local! {
-    static INSIDE: Cell<bool> = const { Cell::new(false) };
-}
-
 struct Leave;
 
 impl Drop for Leave {
     fn drop(&mut self) {
-        let _ = INSIDE.try_with(|inside| inside.set(false));
+        real::leave_hook();
     }
 }
 
@@ -55,11 +50,7 @@ pub fn wall<R>(
     if crate::lifecycle::exited() {
         return passthrough();
     }
-    // During thread teardown the thread-local may be gone: pass through then.
-    let entered = INSIDE
-        .try_with(|inside| !inside.replace(true))
-        .unwrap_or(false);
-    if !entered {
+    if !real::enter_hook() {
         return passthrough();
     }
     let _leave = Leave;

@@ -92,3 +92,18 @@ macro_rules! exports {
 }
 
 crate::cuda::functions::cuda_functions!(exports);
+
+/// Marks the beginning of a step of the job's loop, for the access profile
+/// (`ctypes.CDLL(None).vramshare_step()` from Python, before each step):
+/// from the first mark on, steps are the job's marks rather than found from
+/// the repeating launch sequence. Without the shim loaded the name is
+/// simply absent, so a job looks it up rather than links to it.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn vramshare_step() {
+    guard::wall(
+        "vramshare_step",
+        || crate::state::state().access.steps.mark(),
+        || None,
+        || (),
+    );
+}

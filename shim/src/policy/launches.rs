@@ -1,14 +1,342 @@
 //! Kernel launches, through every path a job takes (the runtime's calls and
-//! host stubs, the driver's, graphs): each is counted in the process's
-//! registry slot and goes to CUDA unchanged.
+//! host stubs, the driver's, graphs), and the math library calls whose
+//! kernels hide their operands. Each is counted in the process's registry
+//! slot; its parameters are read for pointers into live blocks (where they
+//! lie is asked of CUDA once per function), and the blocks named get the
+//! use in their profile ([`crate::state::access`]). The launch itself goes
+//! to CUDA unchanged: reading fails safe, a launch the shim cannot read is
+//! counted as such and made all the same.
 
-use cudart_sys::cudaError_t;
+use std::cell::Cell;
+use std::ffi::{c_int, c_void};
+
+use cudart_sys::{cudaError_t, CUfunction};
 use vramshare_common::event::Api;
 
-use crate::state::state;
+use crate::cuda::real;
+use crate::state::access::functions::Param;
+use crate::state::access::profile::{VIA_KERNEL, VIA_LIBRARY};
+use crate::state::access::Naming;
+use crate::state::{state, Attribution, State};
 
-/// A launch through `api`: counted, then made by `real`.
-pub fn launch(api: Api, real: impl FnOnce() -> cudaError_t) -> cudaError_t {
-    state().count_launch(api);
+/// What a launch names its function by, which says how to ask CUDA for the
+/// function's parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// The runtime's host stub address (`cudaLaunchKernel`'s `func`).
+    HostStub,
+    /// A `cudaKernel_t`, which is a driver `CUkernel` (`__cudaLaunchKernel`).
+    Kernel,
+    /// A driver `CUfunction` (or a `CUkernel` passed as one).
+    Function,
+    /// An executable graph: its kernels' operands are not read.
+    Graph,
+}
+
+/// Where a launch's arguments are.
+#[derive(Clone, Copy, Debug)]
+pub enum Params {
+    /// One pointer per parameter (`kernelParams`, `args`).
+    List(*mut *mut c_void),
+    /// The driver's `extra`: a packed buffer and its size.
+    Extra(*mut *mut c_void),
+    None,
+}
+
+pub struct Launched {
+    pub entry: Entry,
+    pub key: usize,
+    pub params: Params,
+    pub stream: usize,
+}
+
+/// Parameters asked of a function at most, and bytes read of one.
+const MAX_PARAMS: usize = 1024;
+const MAX_PARAM_BYTES: usize = 32 << 10;
+
+thread_local! {
+    /// Inside a library call on this thread: the stream its first kernel
+    /// launch used (0 until one did).
+    static IN_LIBRARY: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// The stream of a launch configuration (`cudaLaunchConfig_t` and
+/// `CUlaunchConfig` both hold it at byte 32, after the grid, the block and
+/// the shared memory size).
+///
+/// # Safety
+/// `config` is null or the caller's launch configuration.
+pub unsafe fn config_stream(config: *const c_void) -> usize {
+    if config.is_null() {
+        return 0;
+    }
+    // SAFETY: a launch configuration is at least 40 bytes, its stream at 32.
+    unsafe { std::ptr::read_unaligned((config as *const u8).add(32) as *const usize) }
+}
+
+/// A launch through `api`: counted, its operands read, then made by `real`.
+///
+/// # Safety
+/// `launched` describes the caller's own launch arguments.
+pub unsafe fn launch(
+    api: Api,
+    launched: Launched,
+    real: impl FnOnce() -> cudaError_t,
+) -> cudaError_t {
+    let state = state();
+    // SAFETY: as the caller promises.
+    let how = unsafe { attribute(state, &launched) };
+    let how = match IN_LIBRARY.try_with(|inside| inside.get()).ok().flatten() {
+        Some(stream) => {
+            if stream == 0 {
+                let _ = IN_LIBRARY.try_with(|inside| inside.set(Some(launched.stream.max(1))));
+            }
+            Attribution::InLibrary
+        }
+        None => how,
+    };
+    state.count_launch(api, how);
     real()
+}
+
+/// Reads the launch's parameters for blocks; what came of it.
+unsafe fn attribute(state: &State, launched: &Launched) -> Attribution {
+    let info = match launched.entry {
+        Entry::Graph => None,
+        entry => state
+            .access
+            .functions
+            .get(launched.key, || layout(entry, launched.key)),
+    };
+    let layout = info.and_then(|info| info.params.as_deref());
+    let readable = match launched.params {
+        Params::List(args) => args.is_null() || layout.is_some(),
+        Params::Extra(_) | Params::None => launched.entry != Entry::Graph,
+    };
+    let ledger = &state.ledger;
+    let named = state.access.launch(
+        ledger.generation(),
+        || ledger.ranges(),
+        launched.key,
+        info,
+        launched.stream as u64,
+        VIA_KERNEL,
+        |naming| match (launched.params, layout) {
+            // SAFETY: the caller's argument list, one entry per parameter
+            // of the function's layout.
+            (Params::List(args), Some(layout)) if !args.is_null() => unsafe {
+                read_list(args, layout, naming)
+            },
+            // SAFETY: the caller's `extra`, ended by CU_LAUNCH_PARAM_END.
+            (Params::Extra(extra), _) if !extra.is_null() => unsafe { read_extra(extra, naming) },
+            _ => {}
+        },
+    );
+    match (readable, named) {
+        (false, _) => Attribution::Undecoded,
+        (true, 0) => Attribution::Unnamed,
+        (true, _) => Attribution::Named,
+    }
+}
+
+/// # Safety
+/// `args` holds one readable pointer per parameter of `layout`.
+unsafe fn read_list(args: *mut *mut c_void, layout: &[Param], naming: &mut Naming) {
+    for (index, param) in layout.iter().enumerate() {
+        // SAFETY: one entry per parameter.
+        let arg = unsafe { *args.add(index) };
+        if !arg.is_null() {
+            let bytes = (param.size as usize).min(MAX_PARAM_BYTES);
+            // SAFETY: the parameter's value, `size` bytes, in the caller's memory.
+            unsafe { naming.words(arg as *const u8, bytes) };
+        }
+    }
+}
+
+/// # Safety
+/// `extra` is the driver's list of (key, value) pairs, ended by 0.
+unsafe fn read_extra(extra: *mut *mut c_void, naming: &mut Naming) {
+    const BUFFER_POINTER: usize = 1;
+    const BUFFER_SIZE: usize = 2;
+    let (mut buffer, mut size) = (std::ptr::null::<u8>(), 0usize);
+    for pair in 0..8 {
+        // SAFETY: pairs up to the end marker.
+        let key = unsafe { *extra.add(2 * pair) } as usize;
+        // SAFETY: as above; a key is followed by its value.
+        let value = unsafe { *extra.add(2 * pair + 1) };
+        match key {
+            BUFFER_POINTER => buffer = value as *const u8,
+            // SAFETY: the size's value points to a size_t.
+            BUFFER_SIZE if !value.is_null() => size = unsafe { *(value as *const usize) },
+            _ => break,
+        }
+    }
+    if !buffer.is_null() {
+        // SAFETY: the caller's packed parameters, `size` bytes.
+        unsafe { naming.words(buffer, size.min(MAX_PARAM_BYTES)) };
+    }
+}
+
+/// The parameters of a function, asked of CUDA: the driver first (its calls
+/// leave no error behind), the runtime where the driver cannot say.
+fn layout(entry: Entry, key: usize) -> Option<Box<[Param]>> {
+    let handle = key as *mut c_void;
+    // SAFETY: each asks CUDA about the caller's own function handle.
+    let driver_function =
+        |f: CUfunction| ask(|i, o, s| unsafe { real::cuFuncGetParamInfo(f, i, o, s) });
+    // SAFETY: as above.
+    let driver_kernel = || ask(|i, o, s| unsafe { real::cuKernelGetParamInfo(handle, i, o, s) });
+    match entry {
+        Entry::Function => driver_function(handle).or_else(driver_kernel),
+        Entry::Kernel => driver_kernel().or_else(|| runtime_layout(key)),
+        Entry::HostStub => {
+            let mut function: CUfunction = std::ptr::null_mut();
+            let found = leaving_no_error(|| {
+                // SAFETY: an out pointer we own, and the caller's stub.
+                unsafe { real::cudaGetFuncBySymbol(&mut function, handle) }
+            });
+            found
+                .and_then(|_| (!function.is_null()).then(|| driver_function(function)))
+                .flatten()
+                .or_else(|| runtime_layout(key))
+        }
+        Entry::Graph => None,
+    }
+}
+
+fn runtime_layout(key: usize) -> Option<Box<[Param]>> {
+    let mut layout = None;
+    leaving_no_error(|| {
+        // SAFETY: asks the runtime about the caller's function.
+        layout =
+            ask(|i, o, s| unsafe { real::cudaFuncGetParamInfo(key as *const c_void, i, o, s) });
+        if layout.is_some() {
+            0
+        } else {
+            1
+        }
+    });
+    layout
+}
+
+/// Runs a runtime query `call` only if the runtime holds no error of the
+/// job's (which the job has yet to read with `cudaGetLastError`), and
+/// clears the error a failed query leaves, so the job never sees it.
+/// `Some` if the query succeeded.
+fn leaving_no_error(call: impl FnOnce() -> c_int) -> Option<()> {
+    // SAFETY: no arguments; reads the runtime's last error without clearing it.
+    if unsafe { real::cudaPeekAtLastError() } != 0 {
+        return None;
+    }
+    if call() == 0 {
+        return Some(());
+    }
+    // SAFETY: no arguments; clears the error the query just left.
+    unsafe { real::cudaGetLastError() };
+    None
+}
+
+/// Asks a parameter-info call for each parameter in turn until it refuses.
+fn ask(info: impl Fn(usize, *mut usize, *mut usize) -> c_int) -> Option<Box<[Param]>> {
+    let mut params = Vec::new();
+    for index in 0..MAX_PARAMS {
+        let (mut offset, mut size) = (0usize, 0usize);
+        if info(index, &mut offset, &mut size) != 0 {
+            break;
+        }
+        params.push(Param {
+            offset: offset.min(u32::MAX as usize) as u32,
+            size: size.min(u32::MAX as usize) as u32,
+        });
+    }
+    (!params.is_empty()).then(|| params.into_boxed_slice())
+}
+
+/// A library call through `api` with these operand pointers (and stream,
+/// when the call names one): made by `real` as if from outside the shim, so
+/// that its own launches are handled as the job's; then its operands give
+/// the blocks it used.
+pub fn library_call(
+    api: Api,
+    operands: &[*const c_void],
+    stream: Option<usize>,
+    real: impl FnOnce() -> c_int,
+) -> c_int {
+    let outer = IN_LIBRARY.try_with(|inside| inside.get()).ok();
+    let Some(None) = outer else {
+        // Inside another library call (cuBLAS calling cuBLASLt): that call
+        // reads the operands.
+        return real::outside_hook(real);
+    };
+    let _ = IN_LIBRARY.try_with(|inside| inside.set(Some(0)));
+    let rc = real::outside_hook(real);
+    let inner = IN_LIBRARY
+        .try_with(|inside| inside.replace(None))
+        .ok()
+        .flatten()
+        .unwrap_or(0);
+    let state = state();
+    let stream = stream.unwrap_or(inner);
+    let ledger = &state.ledger;
+    let named = state.access.launch(
+        ledger.generation(),
+        || ledger.ranges(),
+        api as usize,
+        None,
+        stream as u64,
+        VIA_LIBRARY,
+        |naming| {
+            for operand in operands {
+                naming.word(*operand as u64);
+            }
+        },
+    );
+    let how = if named > 0 {
+        Attribution::Named
+    } else {
+        Attribution::Unnamed
+    };
+    state.count_launch(api, how);
+    rc
+}
+
+/// The data pointers and workspace of a cuDNN variant pack.
+pub fn variant_pack_pointers(pack: *mut c_void) -> Vec<*const c_void> {
+    const DATA_POINTERS: c_int = 1001;
+    const WORKSPACE: c_int = 1003;
+    const VOID_PTR: c_int = 6;
+    let mut pointers = vec![std::ptr::null::<c_void>(); 64];
+    let mut count = 0i64;
+    // SAFETY: asks for at most 64 pointers into a buffer of 64.
+    let rc = unsafe {
+        real::cudnnBackendGetAttribute(
+            pack,
+            DATA_POINTERS,
+            VOID_PTR,
+            64,
+            &mut count,
+            pointers.as_mut_ptr().cast(),
+        )
+    };
+    pointers.truncate(if rc == 0 {
+        count.clamp(0, 64) as usize
+    } else {
+        0
+    });
+    let mut workspace = std::ptr::null::<c_void>();
+    // SAFETY: one pointer into a place for one.
+    let rc = unsafe {
+        real::cudnnBackendGetAttribute(
+            pack,
+            WORKSPACE,
+            VOID_PTR,
+            1,
+            &mut count,
+            (&mut workspace as *mut *const c_void).cast(),
+        )
+    };
+    if rc == 0 && !workspace.is_null() {
+        pointers.push(workspace);
+    }
+    pointers
 }

@@ -1,6 +1,7 @@
-//! Kernel launches, counted per thread: threads that launch at once never
-//! share a counter's cache line, so a launch costs one uncontended add.
-//! The counts are read back as sums over the threads.
+//! Kernel launches (and library calls), counted per thread by the call that
+//! made them and by what the shim made of their operands: threads that
+//! launch at once never share a counter's cache line, so a launch costs one
+//! uncontended add. The counts are read back as sums over the threads.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -16,9 +17,24 @@ thread_local! {
     static MINE: Cell<(usize, *const AtomicU64)> = const { Cell::new((0, std::ptr::null())) };
 }
 
+/// What the shim made of a launch's operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attribution {
+    /// Its parameters named at least one live block.
+    Named = 0,
+    /// Its parameters were read and named no block.
+    Unnamed = 1,
+    /// CUDA could not say where its parameters are.
+    Undecoded = 2,
+    /// Launched inside a library call, whose operands were read instead.
+    InLibrary = 3,
+}
+
+pub const KINDS: usize = 4;
+
 pub struct LaunchCounts {
     id: usize,
-    /// Every thread's counts, one per `Api` code; never freed (a thread's
+    /// Every thread's counts, `KINDS` per `Api` code; never freed (a thread's
     /// counts outlive it, for the trace at exit).
     shards: Mutex<Vec<&'static [AtomicU64]>>,
     /// For a thread whose thread-locals are gone (it is exiting).
@@ -26,7 +42,11 @@ pub struct LaunchCounts {
 }
 
 fn new_shard() -> &'static [AtomicU64] {
-    Box::leak(Api::ALL.iter().map(|_| AtomicU64::new(0)).collect())
+    Box::leak(
+        (0..Api::ALL.len() * KINDS)
+            .map(|_| AtomicU64::new(0))
+            .collect(),
+    )
 }
 
 impl LaunchCounts {
@@ -40,7 +60,7 @@ impl LaunchCounts {
     }
 
     /// Counts one launch made through `api`.
-    pub fn count(&self, api: Api) {
+    pub fn count(&self, api: Api, how: Attribution) {
         let shard = MINE
             .try_with(|mine| {
                 let (owner, shard) = mine.get();
@@ -56,14 +76,16 @@ impl LaunchCounts {
                 fresh.as_ptr()
             })
             .unwrap_or(self.shared.as_ptr());
-        // SAFETY: every shard has one counter per `Api` code (`Api::ALL`'s
-        // length, and codes are places in it), and shards are never freed.
-        let counter = unsafe { &*shard.add(api as usize) };
+        // SAFETY: every shard has `KINDS` counters per `Api` code
+        // (`Api::ALL`'s length, and codes are places in it), and shards are
+        // never freed.
+        let counter = unsafe { &*shard.add(api as usize * KINDS + how as usize) };
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The launches so far, by the call that made them.
-    pub fn by_api(&self) -> Vec<(Api, u64)> {
+    /// The launches so far, by the call that made them and by what their
+    /// operands named (indexed by [`Attribution`]).
+    pub fn by_attribution(&self) -> Vec<(Api, [u64; KINDS])> {
         let shards = self
             .shards
             .lock()
@@ -72,13 +94,24 @@ impl LaunchCounts {
             .iter()
             .enumerate()
             .map(|(code, api)| {
-                let count = shards
-                    .iter()
-                    .map(|shard| shard[code].load(Ordering::Relaxed))
-                    .fold(0u64, u64::saturating_add);
-                (*api, count)
+                let mut counts = [0u64; KINDS];
+                for (kind, count) in counts.iter_mut().enumerate() {
+                    *count = shards
+                        .iter()
+                        .map(|shard| shard[code * KINDS + kind].load(Ordering::Relaxed))
+                        .fold(0u64, u64::saturating_add);
+                }
+                (*api, counts)
             })
-            .filter(|(_, count)| *count > 0)
+            .filter(|(_, counts)| counts.iter().any(|n| *n > 0))
+            .collect()
+    }
+
+    /// The launches so far, by the call that made them.
+    pub fn by_api(&self) -> Vec<(Api, u64)> {
+        self.by_attribution()
+            .into_iter()
+            .map(|(api, counts)| (api, counts.iter().fold(0u64, |a, b| a.saturating_add(*b))))
             .collect()
     }
 
@@ -101,9 +134,9 @@ mod tests {
             for _ in 0..4 {
                 s.spawn(|| {
                     for _ in 0..10_000 {
-                        counts.count(Api::__cudaLaunchKernel);
+                        counts.count(Api::__cudaLaunchKernel, Attribution::Named);
                     }
-                    counts.count(Api::cuLaunchKernelEx);
+                    counts.count(Api::cuLaunchKernelEx, Attribution::Undecoded);
                 });
             }
         });
@@ -115,9 +148,16 @@ mod tests {
             ]
         );
         assert_eq!(counts.total(), 40_004);
+        assert_eq!(
+            counts.by_attribution(),
+            [
+                (Api::__cudaLaunchKernel, [40_000, 0, 0, 0]),
+                (Api::cuLaunchKernelEx, [0, 0, 4, 0])
+            ]
+        );
         // Another state's counts (a forked child's) start from nothing.
         let other = LaunchCounts::new();
-        other.count(Api::cuLaunchKernel);
+        other.count(Api::cuLaunchKernel, Attribution::Unnamed);
         assert_eq!(other.total(), 1);
         assert_eq!(counts.total(), 40_004);
     }

@@ -20,13 +20,16 @@ use vramshare_common::registry::{local_counters, ProcessSlot, Registry};
 use vramshare_common::ring::Ring;
 
 use crate::config::{Config, Device, MAX_DEVICES};
+pub mod access;
 mod launch_counts;
 pub mod ledger;
 pub mod report;
 mod shared;
 pub mod trace;
 
+use access::Access;
 use launch_counts::LaunchCounts;
+pub use launch_counts::{Attribution, KINDS};
 use ledger::Ledger;
 use trace::{thread_id, TraceLog};
 
@@ -63,6 +66,8 @@ pub struct State {
     /// is published for `vramshare ps` (the registry slot).
     launches: LaunchCounts,
     launch_total: &'static AtomicU64,
+    /// What the launches touch: the blocks each names, profiled per step.
+    pub access: Access,
 }
 
 /// What the shim counted for a stream-ordered pool at its last reading.
@@ -219,6 +224,7 @@ impl State {
             devices_learned: std::sync::Once::new(),
             launches: LaunchCounts::new(),
             launch_total,
+            access: Access::default(),
         }
     }
 
@@ -311,14 +317,19 @@ impl State {
         }
     }
 
-    /// Counts a kernel launch made through `api`.
-    pub fn count_launch(&self, api: Api) {
-        self.launches.count(api);
+    /// Counts a kernel launch (or library call) made through `api`.
+    pub fn count_launch(&self, api: Api, how: Attribution) {
+        self.launches.count(api, how);
     }
 
     /// The launches counted so far, by the call that made them.
     pub fn launches_by_api(&self) -> Vec<(Api, u64)> {
         self.launches.by_api()
+    }
+
+    /// The same, by what their operands named.
+    pub fn launches_by_attribution(&self) -> Vec<(Api, [u64; KINDS])> {
+        self.launches.by_attribution()
     }
 
     /// Puts the launches' total where `vramshare ps` reads it (by the

@@ -19,7 +19,7 @@ use std::os::unix::fs::OpenOptionsExt;
 
 use crate::config::{Limit, Quota};
 use crate::state::{config, State, QUOTA_UNRESOLVED};
-use vramshare_common::trace_json::{EventJson, LeakJson, ProcessJson, TraceJson};
+use vramshare_common::trace_json::{CoverageJson, EventJson, LeakJson, ProcessJson, TraceJson};
 
 /// The variable that ties the processes of one job together.
 pub const JOB_VARIABLE: &str = "VRAMSHARE_JOB";
@@ -96,8 +96,29 @@ pub fn process_summary(state: &State) -> ProcessJson {
         launches: state
             .launches_by_api()
             .into_iter()
+            .filter(|(api, _)| !api.is_library_call())
             .map(|(api, count)| (api.name().to_string(), count))
             .collect(),
+        library_calls: state
+            .launches_by_api()
+            .into_iter()
+            .filter(|(api, _)| api.is_library_call())
+            .map(|(api, count)| (api.name().to_string(), count))
+            .collect(),
+        coverage: state
+            .launches_by_attribution()
+            .into_iter()
+            .map(|(api, [named, unnamed, undecoded, in_library])| {
+                let coverage = CoverageJson {
+                    named,
+                    unnamed,
+                    undecoded,
+                    in_library,
+                };
+                (api.name().to_string(), coverage)
+            })
+            .collect(),
+        access: super::access::report::access_json(state),
         ..ProcessJson::default()
     }
     .with_devices(&devices);

@@ -93,6 +93,9 @@ pub struct Ledger {
     counters: &'static [DeviceCounters],
     /// Spilled blocks per device by (size, address), so the largest come first.
     spilled: Vec<Mutex<BTreeSet<(u64, usize)>>>,
+    /// Bumped whenever a block or mapping comes or goes: the launches'
+    /// index of blocks is rebuilt when it changed ([`crate::state::access`]).
+    generation: AtomicU64,
 }
 
 /// Takes `amount` off a counter, never below zero.
@@ -144,6 +147,7 @@ impl Ledger {
             mappings: Mutex::default(),
             counters,
             spilled: (0..MAX_DEVICES).map(|_| Mutex::default()).collect(),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -214,6 +218,7 @@ impl Ledger {
     /// and returned.
     pub fn insert(&self, ptr: usize, block: Block) -> Option<Block> {
         let stale = self.blocks.insert(ptr, block);
+        self.changed();
         if let Some(old) = stale {
             self.release(ptr, &old);
         }
@@ -264,6 +269,7 @@ impl Ledger {
         if let Some(mut physical) = self.handles.get_mut(&handle) {
             physical.mappings += 1;
             mappings.insert(ptr, (handle, size));
+            self.changed();
         }
     }
 
@@ -279,6 +285,7 @@ impl Ledger {
         let mut freed = Vec::new();
         for (address, handle) in inside {
             mappings.remove(&address);
+            self.changed();
             let Entry::Occupied(mut entry) = self.handles.entry(handle) else {
                 continue;
             };
@@ -300,6 +307,49 @@ impl Ledger {
         }
     }
 
+    fn changed(&self) {
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Changes with every block or mapping that comes or goes.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Every live range: blocks and mapped physical memory, as (address,
+    /// size, device).
+    pub fn ranges(&self) -> Vec<(usize, u64, u32)> {
+        let mut ranges: Vec<(usize, u64, u32)> = self
+            .blocks
+            .iter()
+            .map(|e| (*e.key(), e.value().size, e.value().device.index() as u32))
+            .collect();
+        let mappings: Vec<(usize, u64, usize)> = lock(&self.mappings)
+            .iter()
+            .map(|(address, (handle, size))| (*address, *handle, *size))
+            .collect();
+        for (address, handle, size) in mappings {
+            let device = self
+                .handles
+                .get(&handle)
+                .map_or(0, |physical| physical.block.device.index() as u32);
+            ranges.push((address, size as u64, device));
+        }
+        ranges
+    }
+
+    /// Where the block at `ptr` lives, if the shim handed it out (mapped
+    /// physical memory: where its handle's memory is).
+    pub fn placement_at(&self, ptr: usize) -> Option<Placement> {
+        if let Some(block) = self.blocks.get(&ptr) {
+            return Some(block.placement);
+        }
+        let handle = lock(&self.mappings).get(&ptr).map(|(handle, _)| *handle)?;
+        self.handles
+            .get(&handle)
+            .map(|physical| physical.block.placement)
+    }
+
     /// Removes a block and releases the bytes it held.
     pub fn take(&self, ptr: usize) -> Taken {
         match self.blocks.entry(ptr) {
@@ -307,6 +357,7 @@ impl Ledger {
             Entry::Occupied(entry) if entry.get().moving => Taken::Moving,
             Entry::Occupied(entry) => {
                 let block = entry.remove();
+                self.changed();
                 self.release(ptr, &block);
                 Taken::Block(block)
             }

@@ -1,0 +1,602 @@
+//! The handlers of the kernel launches and of the library calls read for
+//! operands.
+#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
+
+use std::ffi::{c_int, c_uint, c_void};
+
+use cudart_sys::*;
+use vramshare_common::event::Api;
+
+use crate::cuda::real;
+use crate::policy::launches::{config_stream, variant_pack_pointers, Entry, Launched, Params};
+
+// Kernel launches.
+
+pub unsafe fn cudaLaunchKernel(
+    func: *const c_void,
+    grid: dim3,
+    block: dim3,
+    args: *mut *mut c_void,
+    shared: usize,
+    stream: cudaStream_t,
+) -> cudaError_t {
+    let launched = Launched {
+        entry: Entry::HostStub,
+        key: func as usize,
+        params: Params::List(args),
+        stream: stream as usize,
+    };
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe {
+        super::super::launch(Api::cudaLaunchKernel, launched, || {
+            real::cudaLaunchKernel(func, grid, block, args, shared, stream)
+        })
+    }
+}
+
+pub unsafe fn cudaLaunchKernel_ptsz(
+    func: *const c_void,
+    grid: dim3,
+    block: dim3,
+    args: *mut *mut c_void,
+    shared: usize,
+    stream: cudaStream_t,
+) -> cudaError_t {
+    let launched = Launched {
+        entry: Entry::HostStub,
+        key: func as usize,
+        params: Params::List(args),
+        stream: stream as usize,
+    };
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe {
+        super::super::launch(Api::cudaLaunchKernel_ptsz, launched, || {
+            real::cudaLaunchKernel_ptsz(func, grid, block, args, shared, stream)
+        })
+    }
+}
+
+pub unsafe fn __cudaLaunchKernel(
+    kernel: cudaKernel_t,
+    grid: dim3,
+    block: dim3,
+    args: *mut *mut c_void,
+    shared: usize,
+    stream: cudaStream_t,
+) -> cudaError_t {
+    let launched = Launched {
+        entry: Entry::Kernel,
+        key: kernel as usize,
+        params: Params::List(args),
+        stream: stream as usize,
+    };
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe {
+        super::super::launch(Api::__cudaLaunchKernel, launched, || {
+            real::__cudaLaunchKernel(kernel, grid, block, args, shared, stream)
+        })
+    }
+}
+
+pub unsafe fn __cudaLaunchKernel_ptsz(
+    kernel: cudaKernel_t,
+    grid: dim3,
+    block: dim3,
+    args: *mut *mut c_void,
+    shared: usize,
+    stream: cudaStream_t,
+) -> cudaError_t {
+    let launched = Launched {
+        entry: Entry::Kernel,
+        key: kernel as usize,
+        params: Params::List(args),
+        stream: stream as usize,
+    };
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe {
+        super::super::launch(Api::__cudaLaunchKernel_ptsz, launched, || {
+            real::__cudaLaunchKernel_ptsz(kernel, grid, block, args, shared, stream)
+        })
+    }
+}
+
+pub unsafe fn cudaLaunchCooperativeKernel(
+    func: *const c_void,
+    grid: dim3,
+    block: dim3,
+    args: *mut *mut c_void,
+    shared: usize,
+    stream: cudaStream_t,
+) -> cudaError_t {
+    let launched = Launched {
+        entry: Entry::HostStub,
+        key: func as usize,
+        params: Params::List(args),
+        stream: stream as usize,
+    };
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe {
+        super::super::launch(Api::cudaLaunchCooperativeKernel, launched, || {
+            real::cudaLaunchCooperativeKernel(func, grid, block, args, shared, stream)
+        })
+    }
+}
+
+pub unsafe fn cudaLaunchCooperativeKernel_ptsz(
+    func: *const c_void,
+    grid: dim3,
+    block: dim3,
+    args: *mut *mut c_void,
+    shared: usize,
+    stream: cudaStream_t,
+) -> cudaError_t {
+    let launched = Launched {
+        entry: Entry::HostStub,
+        key: func as usize,
+        params: Params::List(args),
+        stream: stream as usize,
+    };
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe {
+        super::super::launch(Api::cudaLaunchCooperativeKernel_ptsz, launched, || {
+            real::cudaLaunchCooperativeKernel_ptsz(func, grid, block, args, shared, stream)
+        })
+    }
+}
+
+pub unsafe fn cudaLaunchKernelExC(
+    config: *const c_void,
+    func: *const c_void,
+    args: *mut *mut c_void,
+) -> cudaError_t {
+    let launched = Launched {
+        entry: Entry::HostStub,
+        key: func as usize,
+        params: Params::List(args),
+        // SAFETY: the caller's launch configuration.
+        stream: unsafe { config_stream(config) },
+    };
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe {
+        super::super::launch(Api::cudaLaunchKernelExC, launched, || {
+            real::cudaLaunchKernelExC(config, func, args)
+        })
+    }
+}
+
+pub unsafe fn cudaLaunchKernelExC_ptsz(
+    config: *const c_void,
+    func: *const c_void,
+    args: *mut *mut c_void,
+) -> cudaError_t {
+    let launched = Launched {
+        entry: Entry::HostStub,
+        key: func as usize,
+        params: Params::List(args),
+        // SAFETY: the caller's launch configuration.
+        stream: unsafe { config_stream(config) },
+    };
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe {
+        super::super::launch(Api::cudaLaunchKernelExC_ptsz, launched, || {
+            real::cudaLaunchKernelExC_ptsz(config, func, args)
+        })
+    }
+}
+
+pub unsafe fn cudaGraphLaunch(graph: cudaGraphExec_t, stream: cudaStream_t) -> cudaError_t {
+    let launched = Launched {
+        entry: Entry::Graph,
+        key: graph as usize,
+        params: Params::None,
+        stream: stream as usize,
+    };
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe {
+        super::super::launch(Api::cudaGraphLaunch, launched, || {
+            real::cudaGraphLaunch(graph, stream)
+        })
+    }
+}
+
+pub unsafe fn cudaGraphLaunch_ptsz(graph: cudaGraphExec_t, stream: cudaStream_t) -> cudaError_t {
+    let launched = Launched {
+        entry: Entry::Graph,
+        key: graph as usize,
+        params: Params::None,
+        stream: stream as usize,
+    };
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe {
+        super::super::launch(Api::cudaGraphLaunch_ptsz, launched, || {
+            real::cudaGraphLaunch_ptsz(graph, stream)
+        })
+    }
+}
+
+pub unsafe fn cuGraphLaunch(graph: CUgraphExec, stream: CUstream) -> cudaError_t {
+    let launched = Launched {
+        entry: Entry::Graph,
+        key: graph as usize,
+        params: Params::None,
+        stream: stream as usize,
+    };
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe {
+        super::super::launch(Api::cuGraphLaunch, launched, || {
+            real::cuGraphLaunch(graph, stream)
+        })
+    }
+}
+
+pub unsafe fn cuGraphLaunch_ptsz(graph: CUgraphExec, stream: CUstream) -> cudaError_t {
+    let launched = Launched {
+        entry: Entry::Graph,
+        key: graph as usize,
+        params: Params::None,
+        stream: stream as usize,
+    };
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe {
+        super::super::launch(Api::cuGraphLaunch_ptsz, launched, || {
+            real::cuGraphLaunch_ptsz(graph, stream)
+        })
+    }
+}
+
+pub unsafe fn cuLaunchKernel(
+    f: CUfunction,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: CUstream,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> cudaError_t {
+    let launched = Launched {
+        entry: Entry::Function,
+        key: f as usize,
+        params: driver_params(params, extra),
+        stream: stream as usize,
+    };
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe {
+        super::super::launch(Api::cuLaunchKernel, launched, || {
+            real::cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
+        })
+    }
+}
+
+pub unsafe fn cuLaunchKernel_ptsz(
+    f: CUfunction,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: CUstream,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> cudaError_t {
+    let launched = Launched {
+        entry: Entry::Function,
+        key: f as usize,
+        params: driver_params(params, extra),
+        stream: stream as usize,
+    };
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe {
+        super::super::launch(Api::cuLaunchKernel_ptsz, launched, || {
+            real::cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
+        })
+    }
+}
+
+pub unsafe fn cuLaunchCooperativeKernel(
+    f: CUfunction,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: CUstream,
+    params: *mut *mut c_void,
+) -> cudaError_t {
+    let launched = Launched {
+        entry: Entry::Function,
+        key: f as usize,
+        params: Params::List(params),
+        stream: stream as usize,
+    };
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe {
+        super::super::launch(Api::cuLaunchCooperativeKernel, launched, || {
+            real::cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params)
+        })
+    }
+}
+
+pub unsafe fn cuLaunchCooperativeKernel_ptsz(
+    f: CUfunction,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: CUstream,
+    params: *mut *mut c_void,
+) -> cudaError_t {
+    let launched = Launched {
+        entry: Entry::Function,
+        key: f as usize,
+        params: Params::List(params),
+        stream: stream as usize,
+    };
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe {
+        super::super::launch(Api::cuLaunchCooperativeKernel_ptsz, launched, || {
+            real::cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, stream, params)
+        })
+    }
+}
+
+pub unsafe fn cuLaunchKernelEx(
+    config: *const c_void,
+    f: CUfunction,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> cudaError_t {
+    let launched = Launched {
+        entry: Entry::Function,
+        key: f as usize,
+        params: driver_params(params, extra),
+        // SAFETY: the caller's launch configuration.
+        stream: unsafe { config_stream(config) },
+    };
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe {
+        super::super::launch(Api::cuLaunchKernelEx, launched, || {
+            real::cuLaunchKernelEx(config, f, params, extra)
+        })
+    }
+}
+
+pub unsafe fn cuLaunchKernelEx_ptsz(
+    config: *const c_void,
+    f: CUfunction,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> cudaError_t {
+    let launched = Launched {
+        entry: Entry::Function,
+        key: f as usize,
+        params: driver_params(params, extra),
+        // SAFETY: the caller's launch configuration.
+        stream: unsafe { config_stream(config) },
+    };
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe {
+        super::super::launch(Api::cuLaunchKernelEx_ptsz, launched, || {
+            real::cuLaunchKernelEx_ptsz(config, f, params, extra)
+        })
+    }
+}
+
+/// The driver's arguments: the list if given, else the packed buffer.
+fn driver_params(params: *mut *mut c_void, extra: *mut *mut c_void) -> Params {
+    match (params.is_null(), extra.is_null()) {
+        (false, _) => Params::List(params),
+        (true, false) => Params::Extra(extra),
+        (true, true) => Params::None,
+    }
+}
+
+// Library calls: the operands are the call's own pointers.
+
+pub unsafe fn cublasLtMatmul(
+    handle: LibraryHandle,
+    desc: LibraryHandle,
+    alpha: *const c_void,
+    a: *const c_void,
+    a_layout: LibraryHandle,
+    b: *const c_void,
+    b_layout: LibraryHandle,
+    beta: *const c_void,
+    c: *const c_void,
+    c_layout: LibraryHandle,
+    d: *mut c_void,
+    d_layout: LibraryHandle,
+    algo: *const c_void,
+    workspace: *mut c_void,
+    workspace_size: usize,
+    stream: cudaStream_t,
+) -> cudaError_t {
+    let operands = [
+        a,
+        b,
+        c,
+        d as *const c_void,
+        workspace as *const c_void,
+        alpha,
+        beta,
+    ];
+    super::super::library_call(
+        Api::cublasLtMatmul,
+        &operands,
+        Some(stream as usize),
+        || {
+            // SAFETY: the caller's arguments, as cuBLASLt would receive them.
+            unsafe {
+                real::cublasLtMatmul(
+                    handle,
+                    desc,
+                    alpha,
+                    a,
+                    a_layout,
+                    b,
+                    b_layout,
+                    beta,
+                    c,
+                    c_layout,
+                    d,
+                    d_layout,
+                    algo,
+                    workspace,
+                    workspace_size,
+                    stream,
+                )
+            }
+        },
+    )
+}
+
+pub unsafe fn cublasGemmEx(
+    handle: LibraryHandle,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const c_void,
+    a: *const c_void,
+    a_type: c_int,
+    lda: c_int,
+    b: *const c_void,
+    b_type: c_int,
+    ldb: c_int,
+    beta: *const c_void,
+    c: *mut c_void,
+    c_type: c_int,
+    ldc: c_int,
+    compute: c_int,
+    algo: c_int,
+) -> cudaError_t {
+    let operands = [a, b, c as *const c_void, alpha, beta];
+    super::super::library_call(Api::cublasGemmEx, &operands, None, || {
+        // SAFETY: the caller's arguments, as cuBLAS would receive them.
+        unsafe {
+            real::cublasGemmEx(
+                handle, transa, transb, m, n, k, alpha, a, a_type, lda, b, b_type, ldb, beta, c,
+                c_type, ldc, compute, algo,
+            )
+        }
+    })
+}
+
+pub unsafe fn cublasGemmStridedBatchedEx(
+    handle: LibraryHandle,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const c_void,
+    a: *const c_void,
+    a_type: c_int,
+    lda: c_int,
+    stride_a: i64,
+    b: *const c_void,
+    b_type: c_int,
+    ldb: c_int,
+    stride_b: i64,
+    beta: *const c_void,
+    c: *mut c_void,
+    c_type: c_int,
+    ldc: c_int,
+    stride_c: i64,
+    batch: c_int,
+    compute: c_int,
+    algo: c_int,
+) -> cudaError_t {
+    let operands = [a, b, c as *const c_void, alpha, beta];
+    super::super::library_call(Api::cublasGemmStridedBatchedEx, &operands, None, || {
+        // SAFETY: the caller's arguments, as cuBLAS would receive them.
+        unsafe {
+            real::cublasGemmStridedBatchedEx(
+                handle, transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type, ldb,
+                stride_b, beta, c, c_type, ldc, stride_c, batch, compute, algo,
+            )
+        }
+    })
+}
+
+pub unsafe fn cublasSgemm_v2(
+    handle: LibraryHandle,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const f32,
+    a: *const f32,
+    lda: c_int,
+    b: *const f32,
+    ldb: c_int,
+    beta: *const f32,
+    c: *mut f32,
+    ldc: c_int,
+) -> cudaError_t {
+    let operands = [a, b, c as *const f32, alpha, beta].map(|p| p as *const c_void);
+    super::super::library_call(Api::cublasSgemm_v2, &operands, None, || {
+        // SAFETY: the caller's arguments, as cuBLAS would receive them.
+        unsafe {
+            real::cublasSgemm_v2(
+                handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+            )
+        }
+    })
+}
+
+pub unsafe fn cublasSgemmStridedBatched(
+    handle: LibraryHandle,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const f32,
+    a: *const f32,
+    lda: c_int,
+    stride_a: i64,
+    b: *const f32,
+    ldb: c_int,
+    stride_b: i64,
+    beta: *const f32,
+    c: *mut f32,
+    ldc: c_int,
+    stride_c: i64,
+    batch: c_int,
+) -> cudaError_t {
+    let operands = [a, b, c as *const f32, alpha, beta].map(|p| p as *const c_void);
+    super::super::library_call(Api::cublasSgemmStridedBatched, &operands, None, || {
+        // SAFETY: the caller's arguments, as cuBLAS would receive them.
+        unsafe {
+            real::cublasSgemmStridedBatched(
+                handle, transa, transb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta,
+                c, ldc, stride_c, batch,
+            )
+        }
+    })
+}
+
+pub unsafe fn cudnnBackendExecute(
+    handle: LibraryHandle,
+    plan: LibraryHandle,
+    pack: LibraryHandle,
+) -> cudaError_t {
+    let operands = variant_pack_pointers(pack);
+    super::super::library_call(Api::cudnnBackendExecute, &operands, None, || {
+        // SAFETY: the caller's arguments, as cuDNN would receive them.
+        unsafe { real::cudnnBackendExecute(handle, plan, pack) }
+    })
+}

@@ -1,0 +1,309 @@
+//! The live blocks by address, for finding which block a pointer falls in
+//! (a tensor is a sub-range of its caching allocator's segment, and maps to
+//! that segment). A launch reads a sorted snapshot; allocating and freeing
+//! only bump the ledger's generation, and the next launch that sees a new
+//! generation rebuilds the snapshot once for every thread. A thread keeps
+//! its own reference to the snapshot, so steady launching touches no shared
+//! cache line.
+//!
+//! Each block's [`BlockProfile`] survives rebuilds while its block lives;
+//! a freed block's profile is kept among the retired (a bounded number of
+//! the most used) for the report at exit.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use super::profile::BlockProfile;
+
+/// A live range: start, size, device.
+pub type Range = (usize, u64, u32);
+
+pub struct Snapshot {
+    generation: u64,
+    /// Lowest start and highest end of all blocks: most words of a
+    /// parameter list are not pointers, and fall outside at once.
+    low: u64,
+    high: u64,
+    starts: Vec<u64>,
+    ends: Vec<u64>,
+    pub profiles: Vec<Arc<BlockProfile>>,
+}
+
+impl Snapshot {
+    fn empty() -> Self {
+        Snapshot {
+            generation: u64::MAX,
+            low: u64::MAX,
+            high: 0,
+            starts: Vec::new(),
+            ends: Vec::new(),
+            profiles: Vec::new(),
+        }
+    }
+
+    /// The index of the block holding address `value`.
+    #[inline]
+    pub fn find(&self, value: u64) -> Option<usize> {
+        if value < self.low || value >= self.high {
+            return None;
+        }
+        let after = self.starts.partition_point(|start| *start <= value);
+        let index = after.checked_sub(1)?;
+        (value < self.ends[index]).then_some(index)
+    }
+}
+
+/// Retired profiles kept at most (the most used, by bytes times uses).
+const RETIRED: usize = 1024;
+
+static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
+
+thread_local! {
+    static MINE: RefCell<Option<(usize, Arc<Snapshot>)>> = const { RefCell::new(None) };
+}
+
+pub struct BlockIndex {
+    id: usize,
+    current: Mutex<Arc<Snapshot>>,
+    retired: Mutex<Vec<Arc<BlockProfile>>>,
+    /// Profiles retired beyond the bound, not kept.
+    pub forgotten: AtomicU64,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Default for BlockIndex {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl BlockIndex {
+    pub fn new() -> Self {
+        BlockIndex {
+            id: NEXT_ID.fetch_add(1, Relaxed),
+            current: Mutex::new(Arc::new(Snapshot::empty())),
+            retired: Mutex::new(Vec::new()),
+            forgotten: AtomicU64::new(0),
+        }
+    }
+
+    /// Calls `f` with the snapshot of `generation`, built from `live` (the
+    /// ledger's blocks; `step`, the steps begun, for new blocks) if no
+    /// thread has built it yet.
+    pub fn with<R>(
+        &self,
+        generation: u64,
+        live: impl FnOnce() -> Vec<Range>,
+        step: u64,
+        f: impl FnOnce(&Snapshot) -> R,
+    ) -> R {
+        let mut live = Some(live);
+        let mut fresh = |mine: &mut Option<(usize, Arc<Snapshot>)>| {
+            let current = self.current(generation, live.take().expect("built once"), step);
+            *mine = Some((self.id, current));
+        };
+        let mut f = Some(f);
+        let outcome = MINE.try_with(|mine| {
+            let mut mine = mine.borrow_mut();
+            let stale = match &*mine {
+                Some((id, snapshot)) => *id != self.id || snapshot.generation != generation,
+                None => true,
+            };
+            if stale {
+                fresh(&mut mine);
+            }
+            let (_, snapshot) = mine.as_ref().expect("just set");
+            (f.take().expect("called once"))(snapshot)
+        });
+        match outcome {
+            Ok(result) => result,
+            // The thread is exiting and its own reference is gone.
+            Err(_) => {
+                let current = match live.take() {
+                    Some(live) => self.current(generation, live, step),
+                    None => lock(&self.current).clone(),
+                };
+                (f.take().expect("called once"))(&current)
+            }
+        }
+    }
+
+    fn current(
+        &self,
+        generation: u64,
+        live: impl FnOnce() -> Vec<Range>,
+        step: u64,
+    ) -> Arc<Snapshot> {
+        let mut current = lock(&self.current);
+        if current.generation != generation {
+            let (snapshot, gone) = rebuild(&current, generation, live(), step);
+            *current = Arc::new(snapshot);
+            drop(current);
+            self.retire(gone, step);
+            return lock(&self.current).clone();
+        }
+        current.clone()
+    }
+
+    fn retire(&self, gone: Vec<Arc<BlockProfile>>, step: u64) {
+        let gone: Vec<_> = gone.into_iter().filter(|p| p.uses() > 0).collect();
+        if gone.is_empty() {
+            return;
+        }
+        for profile in &gone {
+            profile.retire(step);
+        }
+        let mut retired = lock(&self.retired);
+        retired.extend(gone);
+        if retired.len() > RETIRED * 2 {
+            retired.sort_by_key(|p| std::cmp::Reverse(p.weight()));
+            let dropped = retired.len() - RETIRED;
+            retired.truncate(RETIRED);
+            self.forgotten.fetch_add(dropped as u64, Relaxed);
+        }
+    }
+
+    /// Every profile: the live blocks' (as of the latest snapshot) and the
+    /// retired ones kept.
+    pub fn profiles(&self) -> Vec<Arc<BlockProfile>> {
+        let mut all = lock(&self.current).profiles.clone();
+        all.extend(lock(&self.retired).iter().cloned());
+        all
+    }
+}
+
+/// The snapshot of `live`, keeping the profiles of blocks still there (same
+/// start and size); the profiles of the others.
+fn rebuild(
+    old: &Snapshot,
+    generation: u64,
+    mut live: Vec<Range>,
+    step: u64,
+) -> (Snapshot, Vec<Arc<BlockProfile>>) {
+    live.sort_unstable_by_key(|(start, _, _)| *start);
+    // Overlapping ranges (not made by CUDA) keep the first.
+    live.dedup_by(|next, kept| (next.0 as u64) < kept.0 as u64 + kept.1);
+    let mut snapshot = Snapshot::empty();
+    snapshot.generation = generation;
+    let mut gone = Vec::new();
+    let mut old_index = 0;
+    for (start, size, device) in live {
+        while old_index < old.profiles.len() && old.profiles[old_index].start < start {
+            gone.push(old.profiles[old_index].clone());
+            old_index += 1;
+        }
+        let kept = old
+            .profiles
+            .get(old_index)
+            .filter(|p| p.start == start && p.size == size);
+        let profile = match kept {
+            Some(profile) => {
+                old_index += 1;
+                profile.clone()
+            }
+            None => Arc::new(BlockProfile::new(start, size, device, step)),
+        };
+        let end = (start as u64).saturating_add(size);
+        snapshot.low = snapshot.low.min(start as u64);
+        snapshot.high = snapshot.high.max(end);
+        snapshot.starts.push(start as u64);
+        snapshot.ends.push(end);
+        snapshot.profiles.push(profile);
+    }
+    gone.extend(old.profiles[old_index..].iter().cloned());
+    (snapshot, gone)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::access::steps::Place;
+
+    #[test]
+    fn a_pointer_inside_a_block_finds_it_and_profiles_survive_rebuilds() {
+        let index = BlockIndex::new();
+        let blocks = vec![(0x1000, 0x100, 0), (0x3000, 0x1000, 0), (0x2000, 0x10, 1)];
+        let found = index.with(
+            1,
+            || blocks.clone(),
+            0,
+            |s| {
+                [0xfff, 0x1000, 0x10ff, 0x1100, 0x2008, 0x3fff, 0x4000]
+                    .map(|v| s.find(v).map(|i| s.profiles[i].start))
+            },
+        );
+        assert_eq!(
+            found,
+            [
+                None,
+                Some(0x1000),
+                Some(0x1000),
+                None,
+                Some(0x2000),
+                Some(0x3000),
+                None
+            ]
+        );
+        // A use, then the middle block freed: the others keep their profile.
+        index.with(
+            1,
+            || unreachable!(),
+            0,
+            |s| {
+                let i = s.find(0x2000).unwrap();
+                s.profiles[i].touch(
+                    Place {
+                        step: 0,
+                        position: 0,
+                    },
+                    7,
+                    1,
+                );
+            },
+        );
+        let after = vec![(0x1000, 0x100, 0), (0x3000, 0x1000, 0)];
+        let uses = index.with(
+            2,
+            || after,
+            0,
+            |s| {
+                assert!(s.find(0x2008).is_none());
+                s.profiles.len()
+            },
+        );
+        assert_eq!(uses, 2);
+        let all = index.profiles();
+        assert_eq!(all.len(), 3, "the used block is kept among the retired");
+        assert!(all.iter().any(|p| p.start == 0x2000 && p.uses() == 1));
+    }
+
+    #[test]
+    fn threads_share_one_rebuild() {
+        let index = BlockIndex::new();
+        let builds = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..100 {
+                        index.with(
+                            5,
+                            || {
+                                builds.fetch_add(1, Relaxed);
+                                vec![(0x1000, 0x100, 0)]
+                            },
+                            0,
+                            |s| assert!(s.find(0x1010).is_some()),
+                        );
+                    }
+                });
+            }
+        });
+        assert_eq!(builds.load(Relaxed), 1);
+    }
+}

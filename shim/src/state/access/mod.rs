@@ -1,0 +1,135 @@
+//! What the job's kernels touch. Each launch's parameters (or a library
+//! call's operands) are read for pointers into live blocks; each block named
+//! gets the use in its profile, placed in the job's step. The cost is
+//! constant per launch: a thread-local lookup of the function, a sorted
+//! snapshot of the blocks, relaxed atomics. Nothing grows with the length of
+//! the run (functions, live blocks and a bounded number of freed ones).
+
+pub mod functions;
+pub mod index;
+pub mod profile;
+pub mod report;
+pub mod steps;
+
+use functions::{FunctionInfo, Functions};
+use index::{BlockIndex, Range, Snapshot};
+use steps::Steps;
+
+/// Distinct blocks one launch can name (more are rare: a launch names its
+/// few operands; a kernel over a list of tensors names at most this many).
+pub const MAX_NAMED: usize = 64;
+
+#[derive(Default)]
+pub struct Access {
+    pub functions: Functions,
+    pub index: BlockIndex,
+    pub steps: Steps,
+}
+
+/// The blocks one launch names, as its parameters are read.
+pub struct Naming<'a> {
+    snapshot: &'a Snapshot,
+    named: [u32; MAX_NAMED],
+    count: usize,
+}
+
+impl Naming<'_> {
+    /// A word of the launch's parameters, which may be a pointer.
+    #[inline]
+    pub fn word(&mut self, value: u64) {
+        let Some(index) = self.snapshot.find(value) else {
+            return;
+        };
+        let index = index as u32;
+        if self.count < MAX_NAMED && !self.named[..self.count].contains(&index) {
+            self.named[self.count] = index;
+            self.count += 1;
+        }
+    }
+
+    /// Every 8-byte word of `bytes` bytes at `start` (host memory the caller
+    /// vouches for), read at 8-byte steps from the start.
+    ///
+    /// # Safety
+    /// `start` must be readable for `bytes` bytes.
+    #[inline]
+    pub unsafe fn words(&mut self, start: *const u8, bytes: usize) {
+        let mut offset = 0;
+        while offset + 8 <= bytes {
+            // SAFETY: inside the caller's readable range; unaligned read,
+            // since an argument's host copy has no promised alignment.
+            let value = unsafe { std::ptr::read_unaligned(start.add(offset) as *const u64) };
+            self.word(value);
+            offset += 8;
+        }
+    }
+}
+
+impl Access {
+    /// One launch of function `key` (`function`: what is known of it; `None`
+    /// for a library call) on `stream`: `read` feeds its parameters to the
+    /// naming; each block named gets the use. The number of blocks named.
+    pub fn launch(
+        &self,
+        generation: u64,
+        live: impl FnOnce() -> Vec<Range>,
+        key: usize,
+        function: Option<&FunctionInfo>,
+        stream: u64,
+        via: u64,
+        read: impl FnOnce(&mut Naming),
+    ) -> usize {
+        let place = self.steps.launch(key, function.map(|f| &f.recurrence));
+        self.index.with(generation, live, place.step, |snapshot| {
+            let mut naming = Naming {
+                snapshot,
+                named: [0; MAX_NAMED],
+                count: 0,
+            };
+            read(&mut naming);
+            for index in &naming.named[..naming.count] {
+                snapshot.profiles[*index as usize].touch(place, stream, via);
+            }
+            naming.count
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_launch_names_each_block_once_and_places_its_use() {
+        let access = Access::default();
+        let live = || vec![(0x10000, 0x1000, 0), (0x20000, 0x1000, 0)];
+        let function = access.functions.get(0x99, || None).unwrap();
+        let params: [u64; 5] = [7, 0x10008, 0x10010, 0x20fff, 0x30000];
+        let named = access.launch(1, live, 0x99, Some(function), 5, profile::VIA_KERNEL, |n| {
+            // SAFETY: the array is 40 readable bytes.
+            unsafe { n.words(params.as_ptr().cast(), 40) }
+        });
+        assert_eq!(named, 2, "two pointers into the first block count once");
+        let profiles = access.index.profiles();
+        assert!(profiles.iter().all(|p| p.uses() == 1 && p.stream() == 5));
+        // A word at an odd offset of a struct: read only from 8-byte steps.
+        let bytes: [u8; 12] = {
+            let mut b = [0u8; 12];
+            b[4..12].copy_from_slice(&0x10000u64.to_le_bytes());
+            b
+        };
+        let named = access.launch(
+            1,
+            || unreachable!(),
+            0x99,
+            Some(function),
+            5,
+            1,
+            |n| {
+                // SAFETY: 12 readable bytes.
+                unsafe { n.words(bytes.as_ptr(), 12) }
+            },
+        );
+        assert_eq!(named, 0);
+    }
+}

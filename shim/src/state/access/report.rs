@@ -1,0 +1,104 @@
+//! The access profile as the exit trace carries it (`access` of a process,
+//! `docs/trace-format.md`).
+
+use vramshare_common::event::Placement;
+use vramshare_common::trace_json::{AccessJson, BlockAccessJson, StepBytesJson, StepUseJson};
+
+use super::profile::{BlockProfile, VIA_KERNEL, VIA_LIBRARY};
+use crate::state::State;
+
+/// The profile of every block, with the latest complete step's bytes;
+/// `None` if nothing was launched.
+pub fn access_json(state: &State) -> Option<AccessJson> {
+    let access = &state.access;
+    let steps = access.steps.steps();
+    if access.steps.launches() == 0 {
+        return None;
+    }
+    let profiles = access.index.profiles();
+    // Step 0 is what ran before the first boundary; the step under way at
+    // exit is not complete.
+    let last = (steps >= 2).then_some(steps - 1);
+    let last_step = last.map(|step| step_bytes(&profiles, step));
+    let (functions, described) = access.functions.described();
+    let blocks = profiles
+        .iter()
+        .map(|profile| block_json(state, profile, last, steps))
+        .collect();
+    Some(AccessJson {
+        steps,
+        marked: access.steps.marked(),
+        step_launches: access.steps.period(),
+        last_step,
+        functions: functions as u64,
+        functions_described: described as u64,
+        blocks,
+        blocks_forgotten: access
+            .index
+            .forgotten
+            .load(std::sync::atomic::Ordering::Relaxed),
+    })
+}
+
+fn step_bytes(profiles: &[std::sync::Arc<BlockProfile>], step: u64) -> StepBytesJson {
+    let mut bytes = StepBytesJson {
+        step,
+        ..StepBytesJson::default()
+    };
+    for profile in profiles.iter().filter(|p| p.lived_through(step)) {
+        bytes.live_bytes = bytes.live_bytes.saturating_add(profile.size);
+        if profile.in_step(step).is_some() {
+            bytes.touched_bytes = bytes.touched_bytes.saturating_add(profile.size);
+            if profile.via() & VIA_KERNEL != 0 {
+                bytes.touched_by_kernels = bytes.touched_by_kernels.saturating_add(profile.size);
+            }
+            if profile.via() & VIA_LIBRARY != 0 {
+                bytes.touched_by_libraries =
+                    bytes.touched_by_libraries.saturating_add(profile.size);
+            }
+        }
+    }
+    bytes
+}
+
+fn block_json(
+    state: &State,
+    profile: &BlockProfile,
+    last: Option<u64>,
+    steps: u64,
+) -> BlockAccessJson {
+    let placement = match profile.freed() {
+        Some(_) => "freed".to_string(),
+        None => state
+            .ledger
+            .placement_at(profile.start)
+            .unwrap_or(Placement::Unknown)
+            .name()
+            .to_string(),
+    };
+    let mut via = Vec::new();
+    if profile.via() & VIA_KERNEL != 0 {
+        via.push("kernel".to_string());
+    }
+    if profile.via() & VIA_LIBRARY != 0 {
+        via.push("library".to_string());
+    }
+    BlockAccessJson {
+        ptr: format!("{:#x}", profile.start),
+        size: profile.size,
+        device: profile.device,
+        placement,
+        uses: profile.uses(),
+        steps_used: profile.steps_used(),
+        steps_alive: profile.steps_alive(steps),
+        last_step: last
+            .and_then(|step| profile.in_step(step))
+            .map(|used| StepUseJson {
+                uses: used.uses,
+                first: used.first,
+                last: used.last,
+            }),
+        stream: format!("{:#x}", profile.stream()),
+        via,
+    }
+}

@@ -1,0 +1,260 @@
+//! Where a launch falls in the job's step: training and serving loops repeat
+//! one sequence of launches per step, so a function launched exactly once
+//! per step recurs at a constant distance (in launches) from itself. The
+//! function with the longest such distance, stable over three recurrences,
+//! marks where each step begins. A job may instead mark its steps itself
+//! (`vramshare_step()`), and then no guessing is done.
+//!
+//! Everything here is a handful of relaxed atomics per launch: a step
+//! boundary guessed a launch late by a racing thread costs precision in the
+//! profile, never correctness.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+/// Recurrences at one distance before a function can mark steps.
+const STABLE: u64 = 2;
+
+/// How a function recurs: the launch number of its latest launch, the
+/// distance to the one before, and how many times in a row that distance
+/// repeated.
+#[derive(Default)]
+pub struct Recurrence {
+    last: AtomicU64,
+    period: AtomicU64,
+    repeats: AtomicU64,
+}
+
+impl Recurrence {
+    /// Notes a launch numbered `seq`; the function's period if it is stable.
+    fn note(&self, seq: u64) -> Option<u64> {
+        let last = self.last.swap(seq + 1, Relaxed);
+        if last == 0 {
+            return None;
+        }
+        let gap = (seq + 1).saturating_sub(last);
+        if self.period.swap(gap, Relaxed) == gap {
+            let repeats = self.repeats.fetch_add(1, Relaxed) + 1;
+            (repeats >= STABLE).then_some(gap)
+        } else {
+            self.repeats.store(0, Relaxed);
+            None
+        }
+    }
+}
+
+pub struct Steps {
+    /// Launches so far, in the process's order.
+    seq: AtomicU64,
+    /// Steps begun (0 until the first boundary is known).
+    step: AtomicU64,
+    /// The launch number at which the current step began.
+    start: AtomicU64,
+    /// The function that marks steps (its key), and its period.
+    anchor: AtomicUsize,
+    period: AtomicU64,
+    /// The anchor recurred at another distance since it was chosen: a
+    /// longer stable period may then take its place, even a multiple of it.
+    broken: AtomicBool,
+    /// The job marks its steps itself.
+    marked: AtomicBool,
+}
+
+/// A launch's place: its step, and how many launches into the step it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Place {
+    pub step: u64,
+    pub position: u64,
+}
+
+impl Default for Steps {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Steps {
+    pub const fn new() -> Self {
+        Steps {
+            seq: AtomicU64::new(0),
+            step: AtomicU64::new(0),
+            start: AtomicU64::new(0),
+            anchor: AtomicUsize::new(0),
+            period: AtomicU64::new(0),
+            broken: AtomicBool::new(false),
+            marked: AtomicBool::new(false),
+        }
+    }
+
+    /// A launch of the function `key` (whose recurrence is `recurrence`;
+    /// `None` for a call that is not a kernel's launch): its place.
+    pub fn launch(&self, key: usize, recurrence: Option<&Recurrence>) -> Place {
+        let seq = self.seq.fetch_add(1, Relaxed);
+        if let Some(recurrence) = recurrence {
+            let stable = recurrence.note(seq);
+            if !self.marked.load(Relaxed) {
+                self.guess(key, seq, stable);
+            }
+        }
+        let start = self.start.load(Relaxed);
+        Place {
+            step: self.step.load(Relaxed),
+            position: seq.saturating_sub(start),
+        }
+    }
+
+    fn guess(&self, key: usize, seq: u64, stable: Option<u64>) {
+        let anchor = self.anchor.load(Relaxed);
+        let period = self.period.load(Relaxed);
+        if key == anchor {
+            if stable != Some(period) {
+                self.broken.store(true, Relaxed);
+            }
+            self.begin(seq);
+            return;
+        }
+        let Some(candidate) = stable else { return };
+        let longer = candidate > period;
+        // A function recurring every few steps (a checkpoint, an
+        // evaluation) has a multiple of the step's period: it takes over
+        // only from an anchor that has shown itself irregular.
+        let multiple = period > 0 && candidate % period == 0;
+        if longer && (!multiple || self.broken.load(Relaxed)) {
+            self.anchor.store(key, Relaxed);
+            self.period.store(candidate, Relaxed);
+            self.broken.store(false, Relaxed);
+            self.begin(seq);
+        }
+    }
+
+    fn begin(&self, seq: u64) {
+        self.start.store(seq, Relaxed);
+        self.step.fetch_add(1, Relaxed);
+    }
+
+    /// The job says a step begins now; from then on only its marks count.
+    pub fn mark(&self) {
+        self.marked.store(true, Relaxed);
+        self.begin(self.seq.load(Relaxed));
+    }
+
+    /// Steps begun so far.
+    pub fn steps(&self) -> u64 {
+        self.step.load(Relaxed)
+    }
+
+    /// The steps' period in launches, when found by recurrence (0 when the
+    /// job marks its steps or none was found).
+    pub fn period(&self) -> u64 {
+        if self.marked.load(Relaxed) {
+            0
+        } else {
+            self.period.load(Relaxed)
+        }
+    }
+
+    pub fn marked(&self) -> bool {
+        self.marked.load(Relaxed)
+    }
+
+    pub fn launches(&self) -> u64 {
+        self.seq.load(Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// Runs `sequence` (function keys) `times` times; the steps counted.
+    fn run(steps: &Steps, sequence: &[usize], times: usize, seen: &mut HashMap<usize, Recurrence>) {
+        for _ in 0..times {
+            for key in sequence {
+                let recurrence = seen.entry(*key).or_default() as *const Recurrence;
+                // SAFETY: the map is not touched while the reference lives.
+                steps.launch(*key, Some(unsafe { &*recurrence }));
+            }
+        }
+    }
+
+    #[test]
+    fn a_repeating_sequence_is_found_to_be_the_step() {
+        // A layer repeated four times inside the step: its kernels recur at
+        // the layer's distance too, but the step's once-per-step kernels
+        // recur at a longer one.
+        let layer = [10, 11, 12];
+        let mut step = vec![1, 2];
+        for _ in 0..4 {
+            step.extend(layer);
+        }
+        step.extend([3, 4, 5]);
+        let steps = Steps::new();
+        let mut seen = HashMap::new();
+        run(&steps, &step, 10, &mut seen);
+        assert_eq!(steps.period(), step.len() as u64);
+        let before = steps.steps();
+        // Found within the first steps, one boundary per step after.
+        assert!(before >= 6, "{before}");
+        run(&steps, &step, 5, &mut seen);
+        assert_eq!(steps.steps(), before + 5);
+        let place = steps.launch(1, seen.get(&1));
+        assert_eq!(place.position, 0, "the step begins at its first launch");
+        let place = steps.launch(2, seen.get(&2));
+        assert_eq!(place.position, 1);
+    }
+
+    #[test]
+    fn a_function_every_few_steps_does_not_stretch_the_step() {
+        let step = [1, 2, 3, 4];
+        let steps = Steps::new();
+        let mut seen = HashMap::new();
+        run(&steps, &step, 4, &mut seen);
+        for _ in 0..10 {
+            run(&steps, &step, 3, &mut seen);
+            run(&steps, &[99], 1, &mut seen);
+        }
+        // 99 recurs every 13 launches, not a multiple of 4: the step is now
+        // the three-step cycle, as a repeating sequence says it is.
+        assert_eq!(steps.period(), 13);
+
+        let steps = Steps::new();
+        let mut seen = HashMap::new();
+        let with_checkpoint = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 5, 6, 7, 8];
+        run(&steps, &with_checkpoint[..4], 4, &mut seen);
+        run(&steps, &with_checkpoint, 10, &mut seen);
+        // 5..8 recur every 16 launches, not a multiple of 4 since 1 sees
+        // 4, 4, 8 gaps: irregular, so the longer cycle wins.
+        assert_eq!(steps.period(), 16);
+    }
+
+    #[test]
+    fn a_regular_anchor_keeps_its_step_against_a_multiple() {
+        let steps = Steps::new();
+        let mut seen = HashMap::new();
+        run(&steps, &[1, 2, 3, 4], 5, &mut seen);
+        assert_eq!(steps.period(), 4);
+        // Another function launched on its own every third step would
+        // have to be launched *instead of* nothing: model it as 3's twin
+        // that recurs every 12 launches in place of 3.
+        for _ in 0..10 {
+            run(&steps, &[1, 2, 3, 4], 2, &mut seen);
+            run(&steps, &[1, 2, 30, 4], 1, &mut seen);
+        }
+        assert_eq!(steps.period(), 4, "1 stays the anchor: 30's 12 is 3 steps");
+    }
+
+    #[test]
+    fn marks_replace_the_guess() {
+        let steps = Steps::new();
+        let mut seen = HashMap::new();
+        run(&steps, &[1, 2, 3], 5, &mut seen);
+        let guessed = steps.steps();
+        assert!(guessed > 0);
+        steps.mark();
+        run(&steps, &[1, 2, 3], 5, &mut seen);
+        assert_eq!(steps.steps(), guessed + 1, "only the mark began a step");
+        assert_eq!(steps.period(), 0);
+        steps.mark();
+        assert_eq!(steps.steps(), guessed + 2);
+    }
+}
