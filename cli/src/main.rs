@@ -7,6 +7,7 @@ mod out;
 mod ps;
 mod quota;
 mod report;
+mod report_access;
 mod run;
 mod show;
 

@@ -214,5 +214,6 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
             size_list(&allocations)
         ));
     }
+    out.push_str(&crate::report_access::access_section(process));
     out
 }

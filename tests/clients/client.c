@@ -14,7 +14,7 @@
  *   opaque:HOW:NAME (a launch of a kernel without layout, its one argument NAME)
  *   matmul:A:B:D (cuBLASLt's cublasLtMatmul, on stream 0x52)
  *   lasterror (the runtime's cudaGetLastError)  step (vramshare_step, if loaded)
- *   repeat:N:K (the K steps after this one, N times over)
+ *   repeat:N:K (the K steps after this one, N times over)  rss (resident KiB)
  * SIZE is bytes, or with K, M or G (binary). Each step prints one line.
  */
 #define _GNU_SOURCE
@@ -50,8 +50,15 @@ static int slot(const char *name) {
     exit(3);
 }
 
+/* NAME, NAME+OFFSET (bytes into it) or a 0x address. */
 static void *lookup(const char *name) {
     if (!strncmp(name, "0x", 2)) return (void *)(size_t)strtoull(name, NULL, 16);
+    const char *plus = strchr(name, '+');
+    if (plus) {
+        char base[32];
+        snprintf(base, sizeof base, "%.*s", (int)(plus - name), name);
+        return (char *)names[slot(base)].ptr + strtoull(plus + 1, NULL, 0);
+    }
     return names[slot(name)].ptr;
 }
 
@@ -221,6 +228,14 @@ static int run(char *step) {
         rc = cublasLtMatmul(NULL, NULL, NULL, lookup(fields[1]), NULL, lookup(fields[2]), NULL, NULL, NULL,
                             NULL, lookup(fields[3]), NULL, NULL, NULL, 0, (void *)0x52);
         printf("matmul rc=%d\n", rc);
+    } else if (!strcmp(op, "rss")) {
+        FILE *status = fopen("/proc/self/status", "r");
+        char line[256];
+        long kib = -1;
+        while (status && fgets(line, sizeof line, status))
+            if (!strncmp(line, "VmRSS:", 6)) kib = atol(line + 6);
+        if (status) fclose(status);
+        printf("rss kib=%ld\n", kib);
     } else if (!strcmp(op, "lasterror")) {
         printf("lasterror rc=%d\n", cudaGetLastError());
     } else if (!strcmp(op, "step")) {

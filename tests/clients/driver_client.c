@@ -118,10 +118,10 @@ static int slot(const char *name) {
 int main(int argc, char **argv) {
     if (cuInit(0)) printf("cuInit failed\n");
     for (int a = 1; a < argc; a++) {
-        char step[256], *fields[4] = {0};
+        char step[256], *fields[6] = {0};
         int n = 0;
         snprintf(step, sizeof step, "%s", argv[a]);
-        for (char *tok = strtok(step, ":"); tok && n < 4; tok = strtok(NULL, ":")) fields[n++] = tok;
+        for (char *tok = strtok(step, ":"); tok && n < 6; tok = strtok(NULL, ":")) fields[n++] = tok;
         const char *op = fields[0];
         CUdeviceptr p = 0;
         CUresult rc;

@@ -113,10 +113,8 @@ unsafe fn attribute(state: &State, launched: &Launched) -> Attribution {
         Params::List(args) => args.is_null() || layout.is_some(),
         Params::Extra(_) | Params::None => launched.entry != Entry::Graph,
     };
-    let ledger = &state.ledger;
     let named = state.access.launch(
-        ledger.generation(),
-        || ledger.ranges(),
+        &state.ledger,
         launched.key,
         info,
         launched.stream as u64,
@@ -221,19 +219,20 @@ fn runtime_layout(key: usize) -> Option<Box<[Param]>> {
 
 /// Runs a runtime query `call` only if the runtime holds no error of the
 /// job's (which the job has yet to read with `cudaGetLastError`), and
-/// clears the error a failed query leaves, so the job never sees it.
-/// `Some` if the query succeeded.
+/// clears the error the query leaves (asking for parameters one by one ends
+/// with a refusal), so the job never sees it. `Some` if the query succeeded.
 fn leaving_no_error(call: impl FnOnce() -> c_int) -> Option<()> {
     // SAFETY: no arguments; reads the runtime's last error without clearing it.
     if unsafe { real::cudaPeekAtLastError() } != 0 {
         return None;
     }
-    if call() == 0 {
-        return Some(());
+    let rc = call();
+    // SAFETY: no arguments; reads, then clears, what the query left.
+    if unsafe { real::cudaPeekAtLastError() } != 0 {
+        // SAFETY: as above.
+        unsafe { real::cudaGetLastError() };
     }
-    // SAFETY: no arguments; clears the error the query just left.
-    unsafe { real::cudaGetLastError() };
-    None
+    (rc == 0).then_some(())
 }
 
 /// Asks a parameter-info call for each parameter in turn until it refuses.
@@ -277,10 +276,8 @@ pub fn library_call(
         .unwrap_or(0);
     let state = state();
     let stream = stream.unwrap_or(inner);
-    let ledger = &state.ledger;
     let named = state.access.launch(
-        ledger.generation(),
-        || ledger.ranges(),
+        &state.ledger,
         api as usize,
         None,
         stream as u64,

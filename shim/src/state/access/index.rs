@@ -284,6 +284,42 @@ mod tests {
     }
 
     #[test]
+    fn freed_profiles_are_bounded_keeping_the_most_used() {
+        let index = BlockIndex::new();
+        for round in 0..(RETIRED as u64 * 4) {
+            // A new block each round, the previous one freed.
+            let start = 0x10_0000 + round as usize * 0x1000;
+            index.with(
+                round + 1,
+                || vec![(start, 0x1000, 0)],
+                0,
+                |s| {
+                    let profile = &s.profiles[0];
+                    // The first block is used most of all.
+                    let uses = if round == 0 { 1000 } else { round % 7 + 1 };
+                    for _ in 0..uses {
+                        profile.touch(
+                            Place {
+                                step: 0,
+                                position: 0,
+                            },
+                            0,
+                            1,
+                        );
+                    }
+                },
+            );
+        }
+        let all = index.profiles();
+        assert!(all.len() <= 2 * RETIRED + 1, "{}", all.len());
+        assert!(index.forgotten.load(Relaxed) > 0);
+        assert!(
+            all.iter().any(|p| p.uses() == 1000),
+            "the most used is kept, however long ago it was freed"
+        );
+    }
+
+    #[test]
     fn threads_share_one_rebuild() {
         let index = BlockIndex::new();
         let builds = AtomicU64::new(0);

@@ -12,7 +12,9 @@ pub mod report;
 pub mod steps;
 
 use functions::{FunctionInfo, Functions};
-use index::{BlockIndex, Range, Snapshot};
+use index::{BlockIndex, Snapshot};
+
+use crate::state::ledger::Ledger;
 use steps::Steps;
 
 /// Distinct blocks one launch can name (more are rare: a launch names its
@@ -71,8 +73,7 @@ impl Access {
     /// naming; each block named gets the use. The number of blocks named.
     pub fn launch(
         &self,
-        generation: u64,
-        live: impl FnOnce() -> Vec<Range>,
+        ledger: &Ledger,
         key: usize,
         function: Option<&FunctionInfo>,
         stream: u64,
@@ -80,56 +81,79 @@ impl Access {
         read: impl FnOnce(&mut Naming),
     ) -> usize {
         let place = self.steps.launch(key, function.map(|f| &f.recurrence));
-        self.index.with(generation, live, place.step, |snapshot| {
-            let mut naming = Naming {
-                snapshot,
-                named: [0; MAX_NAMED],
-                count: 0,
-            };
-            read(&mut naming);
-            for index in &naming.named[..naming.count] {
-                snapshot.profiles[*index as usize].touch(place, stream, via);
-            }
-            naming.count
-        })
+        let live = || ledger.ranges();
+        self.index
+            .with(ledger.generation(), live, place.step, |snapshot| {
+                let mut naming = Naming {
+                    snapshot,
+                    named: [0; MAX_NAMED],
+                    count: 0,
+                };
+                read(&mut naming);
+                for index in &naming.named[..naming.count] {
+                    snapshot.profiles[*index as usize].touch(place, stream, via);
+                }
+                naming.count
+            })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::ledger::Block;
+    use vramshare_common::event::{Api, Placement};
+
+    fn ledger_with(blocks: &[(usize, u64)]) -> Ledger {
+        let ledger = Ledger::new(
+            Vec::leak(vramshare_common::registry::local_counters()),
+            None,
+            false,
+        );
+        for (ptr, size) in blocks {
+            let block = Block {
+                size: *size,
+                device: crate::config::Device::new(0).unwrap(),
+                placement: Placement::Device,
+                device_part: 0,
+                api: Api::cudaMalloc,
+                pool: 0,
+                managed: false,
+                moving: false,
+            };
+            ledger.insert(*ptr, block);
+        }
+        ledger
+    }
 
     #[test]
     fn a_launch_names_each_block_once_and_places_its_use() {
         let access = Access::default();
-        let live = || vec![(0x10000, 0x1000, 0), (0x20000, 0x1000, 0)];
+        let ledger = ledger_with(&[(0x10000, 0x1000), (0x20000, 0x1000)]);
         let function = access.functions.get(0x99, || None).unwrap();
         let params: [u64; 5] = [7, 0x10008, 0x10010, 0x20fff, 0x30000];
-        let named = access.launch(1, live, 0x99, Some(function), 5, profile::VIA_KERNEL, |n| {
+        let named = access.launch(&ledger, 0x99, Some(function), 5, profile::VIA_KERNEL, |n| {
             // SAFETY: the array is 40 readable bytes.
             unsafe { n.words(params.as_ptr().cast(), 40) }
         });
         assert_eq!(named, 2, "two pointers into the first block count once");
         let profiles = access.index.profiles();
         assert!(profiles.iter().all(|p| p.uses() == 1 && p.stream() == 5));
-        // A word at an odd offset of a struct: read only from 8-byte steps.
+        // A pointer at an offset that is not a multiple of 8 from its
+        // parameter's start is not read (CUDA aligns pointers to 8).
         let bytes: [u8; 12] = {
             let mut b = [0u8; 12];
             b[4..12].copy_from_slice(&0x10000u64.to_le_bytes());
             b
         };
-        let named = access.launch(
-            1,
-            || unreachable!(),
-            0x99,
-            Some(function),
-            5,
-            1,
-            |n| {
-                // SAFETY: 12 readable bytes.
-                unsafe { n.words(bytes.as_ptr(), 12) }
-            },
-        );
+        let named = access.launch(&ledger, 0x99, Some(function), 5, 1, |n| {
+            // SAFETY: 12 readable bytes.
+            unsafe { n.words(bytes.as_ptr(), 12) }
+        });
+        assert_eq!(named, 0);
+        // A block freed is no longer named.
+        let _ = ledger.take(0x20000);
+        let named = access.launch(&ledger, 0x99, Some(function), 5, 1, |n| n.word(0x20008));
         assert_eq!(named, 0);
     }
 }

@@ -33,6 +33,9 @@ pub struct BlockProfile {
     prior_in_step: AtomicU64,
     prior_first: AtomicU64,
     prior_last: AtomicU64,
+    /// Which kinds of call named it in its latest step, and the prior one.
+    step_via: AtomicU64,
+    prior_via: AtomicU64,
     stream: AtomicU64,
     via: AtomicU64,
 }
@@ -44,6 +47,7 @@ pub struct StepUse {
     pub uses: u64,
     pub first: u64,
     pub last: u64,
+    pub via: u64,
 }
 
 impl BlockProfile {
@@ -64,6 +68,8 @@ impl BlockProfile {
             prior_in_step: AtomicU64::new(0),
             prior_first: AtomicU64::new(0),
             prior_last: AtomicU64::new(0),
+            step_via: AtomicU64::new(0),
+            prior_via: AtomicU64::new(0),
             stream: AtomicU64::new(0),
             via: AtomicU64::new(0),
         }
@@ -81,8 +87,10 @@ impl BlockProfile {
                     .store(self.in_step.load(Relaxed), Relaxed);
                 self.prior_first.store(self.first.load(Relaxed), Relaxed);
                 self.prior_last.store(self.last.load(Relaxed), Relaxed);
+                self.prior_via.store(self.step_via.load(Relaxed), Relaxed);
             }
             self.in_step.store(0, Relaxed);
+            self.step_via.store(0, Relaxed);
             self.first.store(place.position, Relaxed);
             self.steps_used.fetch_add(1, Relaxed);
         }
@@ -92,7 +100,8 @@ impl BlockProfile {
         if self.stream.load(Relaxed) != stream {
             self.stream.store(stream, Relaxed);
         }
-        if self.via.load(Relaxed) & via != via {
+        if self.step_via.load(Relaxed) & via != via {
+            self.step_via.fetch_or(via, Relaxed);
             self.via.fetch_or(via, Relaxed);
         }
     }
@@ -127,6 +136,7 @@ impl BlockProfile {
                 uses: self.in_step.load(Relaxed),
                 first: self.first.load(Relaxed),
                 last: self.last.load(Relaxed),
+                via: self.step_via.load(Relaxed),
             });
         }
         (self.prior_step.load(Relaxed) == tag).then(|| StepUse {
@@ -134,6 +144,7 @@ impl BlockProfile {
             uses: self.prior_in_step.load(Relaxed),
             first: self.prior_first.load(Relaxed),
             last: self.prior_last.load(Relaxed),
+            via: self.prior_via.load(Relaxed),
         })
     }
 
@@ -143,9 +154,10 @@ impl BlockProfile {
         self.born <= step && self.freed().is_none_or(|freed| freed > step)
     }
 
-    /// Steps it lived through, of the `steps` begun so far.
+    /// Steps it lived in (wholly or in part), of the `steps` begun so far
+    /// (step 0 being what ran before the first).
     pub fn steps_alive(&self, steps: u64) -> u64 {
-        self.freed().unwrap_or(steps).saturating_sub(self.born)
+        (self.freed().unwrap_or(steps) + 1).saturating_sub(self.born)
     }
 
     /// How much it matters for placement: bytes times uses.
@@ -173,7 +185,8 @@ mod tests {
                 step: 1,
                 uses: 2,
                 first: 3,
-                last: 9
+                last: 9,
+                via: VIA_KERNEL,
             })
         );
         assert_eq!(
@@ -182,7 +195,8 @@ mod tests {
                 step: 2,
                 uses: 1,
                 first: 4,
-                last: 4
+                last: 4,
+                via: VIA_LIBRARY,
             })
         );
         assert_eq!(profile.in_step(0), None);
@@ -191,6 +205,6 @@ mod tests {
         assert!(profile.lived_through(5));
         profile.retire(4);
         assert!(profile.lived_through(3) && !profile.lived_through(4));
-        assert_eq!(profile.steps_alive(10), 4);
+        assert_eq!(profile.steps_alive(10), 5, "steps 0 to 4");
     }
 }

@@ -18,7 +18,7 @@ pub fn access_json(state: &State) -> Option<AccessJson> {
     let profiles = access.index.profiles();
     // Step 0 is what ran before the first boundary; the step under way at
     // exit is not complete.
-    let last = (steps >= 2).then_some(steps - 1);
+    let last = (steps >= 2).then(|| steps - 1);
     let last_step = last.map(|step| step_bytes(&profiles, step));
     let (functions, described) = access.functions.described();
     let blocks = profiles
@@ -47,12 +47,12 @@ fn step_bytes(profiles: &[std::sync::Arc<BlockProfile>], step: u64) -> StepBytes
     };
     for profile in profiles.iter().filter(|p| p.lived_through(step)) {
         bytes.live_bytes = bytes.live_bytes.saturating_add(profile.size);
-        if profile.in_step(step).is_some() {
+        if let Some(used) = profile.in_step(step) {
             bytes.touched_bytes = bytes.touched_bytes.saturating_add(profile.size);
-            if profile.via() & VIA_KERNEL != 0 {
+            if used.via & VIA_KERNEL != 0 {
                 bytes.touched_by_kernels = bytes.touched_by_kernels.saturating_add(profile.size);
             }
-            if profile.via() & VIA_LIBRARY != 0 {
+            if used.via & VIA_LIBRARY != 0 {
                 bytes.touched_by_libraries =
                     bytes.touched_by_libraries.saturating_add(profile.size);
             }

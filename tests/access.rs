@@ -1,0 +1,328 @@
+//! What launches touch: each launch path's operands attributed to the
+//! blocks they fall in (a pointer inside a block names it), library calls'
+//! operands read where their kernels hide them, steps found from the
+//! repeating launch sequence or marked by the job, and the profile bounded
+//! over a long run.
+
+#[path = "common/command.rs"]
+mod command;
+mod common;
+
+use command::*;
+use common::*;
+use serde_json::Value;
+
+/// The exit trace's `access` of the only process.
+fn access(run: &Run) -> &Value {
+    &run.trace()["processes"][0]["access"]
+}
+
+/// A block's profile, by the address the client printed for it.
+fn block<'a>(run: &'a Run, name: &str, step: &str) -> &'a Value {
+    let ptr = run.field(step, "ptr");
+    access(run)["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["ptr"] == ptr.as_str())
+        .unwrap_or_else(|| panic!("no profile of {name} ({ptr}): {}", access(run)))
+}
+
+fn uses(run: &Run, name: &str) -> u64 {
+    block(run, name, &format!("malloc {name}"))["uses"]
+        .as_u64()
+        .unwrap()
+}
+
+fn coverage(run: &Run, api: &str) -> [u64; 4] {
+    let c = &run.trace()["processes"][0]["coverage"][api];
+    ["named", "unnamed", "undecoded", "in_library"].map(|k| c[k].as_u64().unwrap_or(0))
+}
+
+const BLOCKS: [&str; 4] = [
+    "malloc:src:1M",
+    "malloc:dst:1M",
+    "malloc:extra:64K",
+    "malloc:idle:1M",
+];
+
+#[test]
+fn every_runtime_launch_path_names_the_blocks_its_parameters_point_into() {
+    let paths = [
+        ("rt", "cudaLaunchKernel"),
+        ("rt_ptsz", "cudaLaunchKernel_ptsz"),
+        ("stub", "__cudaLaunchKernel"),
+        ("stub_ptsz", "__cudaLaunchKernel_ptsz"),
+        ("exc", "cudaLaunchKernelExC"),
+        ("exc_ptsz", "cudaLaunchKernelExC_ptsz"),
+        ("coop", "cudaLaunchCooperativeKernel"),
+        ("coop_ptsz", "cudaLaunchCooperativeKernel_ptsz"),
+    ];
+    let mut steps: Vec<String> = BLOCKS.iter().map(|s| s.to_string()).collect();
+    // Pointers inside the blocks (a tensor inside its segment), held at
+    // offsets 8 and 24 of a struct parameter, and a pointer parameter.
+    for (how, _) in paths {
+        steps.push(format!("kernel:{how}:src+4096:dst+1000:extra"));
+    }
+    steps.push("lasterror".into());
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let run = client(Runtime::Fake13, &[("VRAMSHARE_QUOTA", "32MiB")], &steps);
+    run.assert_ok();
+    for (how, api) in paths {
+        assert_eq!(run.rc(&format!("kernel {how}")), 0);
+        assert_eq!(coverage(&run, api), [1, 0, 0, 0], "{api}");
+    }
+    for name in ["src", "dst", "extra"] {
+        assert_eq!(uses(&run, name), paths.len() as u64, "{name}");
+    }
+    assert_eq!(uses(&run, "idle"), 0);
+    let src = block(&run, "src", "malloc src");
+    assert_eq!(
+        src["stream"], "0x51",
+        "the stream of the launch, ExC's from its config"
+    );
+    assert_eq!(src["via"], serde_json::json!(["kernel"]));
+    assert_eq!(
+        run.rc("lasterror"),
+        0,
+        "asking for layouts leaves no error to the job"
+    );
+}
+
+#[test]
+fn every_driver_launch_path_names_its_blocks_also_from_a_packed_buffer() {
+    let paths = [
+        ("cu", "cuLaunchKernel"),
+        ("cu_ptsz", "cuLaunchKernel_ptsz"),
+        ("ex", "cuLaunchKernelEx"),
+        ("ex_ptsz", "cuLaunchKernelEx_ptsz"),
+        ("coop", "cuLaunchCooperativeKernel"),
+        ("coop_ptsz", "cuLaunchCooperativeKernel_ptsz"),
+    ];
+    let mut steps: Vec<String> = BLOCKS.iter().map(|s| s.to_string()).collect();
+    steps.push("fetch:proc".into());
+    for (how, _) in paths {
+        steps.push(format!("kernel:{how}:src:dst:extra"));
+    }
+    // cuLaunchKernelEx fetched by name, as cuBLAS gets it; cuLaunchKernel
+    // with its arguments packed in `extra`.
+    steps.push("kernel:fetched:src:dst:-".into());
+    steps.push("kernel:extra:src:-:-".into());
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let run = driver_client(&[("VRAMSHARE_QUOTA", "32MiB")], &steps);
+    run.assert_ok();
+    for (how, api) in paths {
+        assert_eq!(run.rc(&format!("kernel {how}")), 0, "{how}");
+        let expected = match how {
+            "ex" => [2, 0, 0, 0],
+            "cu" => [2, 0, 0, 0],
+            _ => [1, 0, 0, 0],
+        };
+        assert_eq!(coverage(&run, api), expected, "{api}");
+    }
+    assert_eq!(uses(&run, "src"), 8);
+    assert_eq!(uses(&run, "dst"), 7);
+    assert_eq!(uses(&run, "extra"), 6);
+    assert_eq!(uses(&run, "idle"), 0);
+    assert_eq!(block(&run, "src", "malloc src")["stream"], "0x61");
+}
+
+#[test]
+fn a_launch_without_a_layout_passes_through_counted_as_undecoded() {
+    let run = client(
+        Runtime::Fake13,
+        &[("VRAMSHARE_QUOTA", "32MiB")],
+        &[
+            "malloc:src:1M",
+            "opaque:rt:src",
+            "opaque:stub:src",
+            "lasterror",
+            "launch:graph",
+        ],
+    );
+    run.assert_ok();
+    assert_eq!(run.rc("opaque rt"), 0, "the launch itself went through");
+    assert_eq!(run.calls_with(&["cudaLaunchKernel"]).len(), 1);
+    assert_eq!(coverage(&run, "cudaLaunchKernel"), [0, 0, 1, 0]);
+    assert_eq!(coverage(&run, "__cudaLaunchKernel"), [0, 0, 1, 0]);
+    assert_eq!(coverage(&run, "cudaGraphLaunch"), [0, 0, 1, 0]);
+    assert_eq!(uses(&run, "src"), 0);
+    assert_eq!(
+        run.rc("lasterror"),
+        0,
+        "the failed query's error was cleared"
+    );
+    let access = access(&run);
+    assert_eq!(access["functions"], 1, "one kernel, launched two ways");
+    assert_eq!(access["functions_described"], 0);
+}
+
+#[test]
+fn a_library_calls_operands_name_its_blocks_and_its_kernels_count_inside_it() {
+    let run = client(
+        Runtime::Fake13,
+        &[("VRAMSHARE_QUOTA", "32MiB")],
+        &[
+            "malloc:a:1M",
+            "malloc:b:1M",
+            "malloc:d:1M",
+            "malloc:idle:1M",
+            "matmul:a:b:d",
+            "matmul:a+64:b:d",
+        ],
+    );
+    run.assert_ok();
+    assert_eq!(run.rc("matmul"), 0);
+    let process = &run.trace()["processes"][0];
+    assert_eq!(process["library_calls"]["cublasLtMatmul"], 2);
+    assert_eq!(coverage(&run, "cublasLtMatmul"), [2, 0, 0, 0]);
+    // cuBLASLt's own launch, seen by the shim, counted as made for the call.
+    assert_eq!(coverage(&run, "cudaLaunchKernel"), [0, 0, 0, 2]);
+    assert_eq!(process["launches"]["cudaLaunchKernel"], 2);
+    assert!(process["launches"].get("cublasLtMatmul").is_none());
+    for name in ["a", "b", "d"] {
+        assert_eq!(uses(&run, name), 2, "{name}");
+        let profile = block(&run, name, &format!("malloc {name}"));
+        assert_eq!(profile["via"], serde_json::json!(["library"]));
+        assert_eq!(profile["stream"], "0x52");
+    }
+    assert_eq!(uses(&run, "idle"), 0);
+}
+
+/// A step of a training loop, as launches: a kernel that runs once per step
+/// (the step's mark), `hot` named twice and `warm` once by a described
+/// kernel, and an opaque kernel.
+const STEP: [&str; 4] = [
+    "launch:rt",
+    "kernel:rt:hot:warm:-",
+    "kernel:rt:hot:-:-",
+    "opaque:stub:hot",
+];
+
+#[test]
+fn steps_are_found_from_the_repeating_sequence_and_blocks_ranked_by_use() {
+    let mut steps = vec![
+        "malloc:hot:4M",
+        "malloc:warm:1M",
+        "malloc:cold:8M",
+        "kernel:rt:cold:-:-",
+        "repeat:20:4",
+    ];
+    steps.extend(STEP);
+    let run = client(
+        Runtime::Fake13,
+        &[("VRAMSHARE_QUOTA", "64MiB"), ("FAKE_CUDA_LOG", "/dev/null")],
+        &steps,
+    );
+    run.assert_ok();
+    let access = access(&run);
+    assert_eq!(access["step_launches"], 4, "{access}");
+    assert_eq!(access["marked"], false);
+    let found = access["steps"].as_u64().unwrap();
+    assert!((15..=20).contains(&found), "{found} steps of 20");
+    let step_uses =
+        |name: &str| block(&run, name, &format!("malloc {name}"))["last_step"]["uses"].as_u64();
+    assert_eq!(
+        step_uses("hot"),
+        Some(2),
+        "the opaque kernel's pointer is not read"
+    );
+    assert_eq!(step_uses("warm"), Some(1));
+    assert_eq!(step_uses("cold"), None, "used once, before the loop");
+    let hot = block(&run, "hot", "malloc hot");
+    assert_eq!(hot["last_step"]["first"], 1, "launches into the step");
+    assert_eq!(hot["last_step"]["last"], 2);
+    assert_eq!(hot["steps_used"].as_u64().unwrap(), found + 1);
+    assert_eq!(
+        hot["steps_alive"].as_u64().unwrap(),
+        found + 1,
+        "steps 0 to the last"
+    );
+    let bytes = &access["last_step"];
+    assert_eq!(bytes["touched_bytes"], 5 << 20, "hot and warm");
+    assert_eq!(bytes["live_bytes"], 13 << 20);
+
+    // The report ranks them: hot first, cold last.
+    let trace = run.dir.path().join("access.json");
+    std::fs::write(&trace, serde_json::to_string(run.trace()).unwrap()).unwrap();
+    let report = vramshare(&["report", trace.to_str().unwrap()]);
+    assert!(report.status.success(), "{}", text(&report.stderr));
+    let stdout = text(&report.stdout);
+    let section = stdout
+        .split("Access")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no access section:\n{stdout}"));
+    let position = |ptr: &str| {
+        section
+            .find(ptr)
+            .unwrap_or_else(|| panic!("{ptr} not in:\n{section}"))
+    };
+    let (hot, warm, cold) = (
+        run.field("malloc hot", "ptr"),
+        run.field("malloc warm", "ptr"),
+        run.field("malloc cold", "ptr"),
+    );
+    let hottest = section.split("Coldest").next().unwrap();
+    assert!(
+        hottest.find(&hot).unwrap() < hottest.find(&warm).unwrap(),
+        "{section}"
+    );
+    assert!(
+        section.split("Coldest").nth(1).unwrap().contains(&cold),
+        "{section}"
+    );
+    let _ = position(&hot);
+}
+
+#[test]
+fn steps_marked_by_the_job_replace_the_guess() {
+    let mut steps = vec!["malloc:hot:1M", "repeat:5:5", "step"];
+    steps.extend(STEP);
+    let run = client(Runtime::Fake13, &[("VRAMSHARE_QUOTA", "32MiB")], &steps);
+    run.assert_ok();
+    assert_eq!(run.field("step", "found"), "1");
+    let access = access(&run);
+    assert_eq!(access["marked"], true);
+    assert_eq!(access["steps"], 5);
+    assert_eq!(access["step_launches"], 0);
+    assert_eq!(block(&run, "hot", "malloc hot")["last_step"]["uses"], 2);
+}
+
+#[test]
+fn the_profile_stays_bounded_over_a_million_launches() {
+    let run = client(
+        Runtime::Fake13,
+        &[("VRAMSHARE_QUOTA", "64MiB"), ("FAKE_CUDA_LOG", "/dev/null")],
+        &[
+            "malloc:hot:1M",
+            "repeat:10000:1",
+            "kernel:rt:hot:-:-",
+            "rss",
+            "repeat:1000000:1",
+            "kernel:rt:hot:-:-",
+            "rss",
+            // A block that comes and goes at the same address keeps one
+            // profile, as a tensor reallocated each step does.
+            "repeat:20000:3",
+            "malloc:churn:4K",
+            "kernel:rt:churn:-:-",
+            "free:churn",
+            "rss",
+        ],
+    );
+    run.assert_ok();
+    let rss: Vec<u64> = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("rss kib="))
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert!(
+        rss[1] < rss[0] + 1024,
+        "resident KiB after 10k and 1M launches: {rss:?}"
+    );
+    let access = access(&run);
+    assert_eq!(block(&run, "hot", "malloc hot")["uses"], 1_010_000);
+    let kept = access["blocks"].as_array().unwrap().len();
+    assert!(kept <= 3, "{kept} profiles kept: {access}");
+}
