@@ -1,8 +1,12 @@
 /*
  * Cost of a kernel launch as a PyTorch kernel makes it (CUDA 13's host stub,
  * `__cudaLaunchKernel`, through the PLT), for run-launches to compare with
- * and without the shim.
- *   launch_loop THREADS BATCHES LAUNCHES
+ * and without the shim. The kernel has a parameter layout the shim reads:
+ * three pointers, a size, and a 128-byte struct holding two more pointers
+ * among sizes and strides (as PyTorch's element-wise kernels pass their
+ * offset calculators); the pointers fall inside BLOCKS live allocations,
+ * a different one each launch, each thread using its own share of them.
+ *   launch_loop THREADS BATCHES LAUNCHES BLOCKS
  * Prints the median and the best batch in ns per launch (per thread).
  */
 #include <pthread.h>
@@ -13,8 +17,15 @@
 typedef int cudaError_t;
 typedef struct { unsigned x, y, z; } dim3;
 cudaError_t __cudaLaunchKernel(const void *kernel, dim3 grid, dim3 block, void **args, size_t shared, void *stream);
+cudaError_t cudaMalloc(void **p, size_t size);
+void cudaFakeSetParams(const void *kernel, int count, const size_t *sizes);
 
-static int batches, launches;
+static char kernel;
+static void **blocks;
+static int block_count;
+struct offsets { long sizes[6]; void *in; long strides[6]; void *out; long pad; };
+
+static int batches, launches, threads_running;
 static double *results; /* ns per launch, per thread and batch */
 
 static double now_ns(void) {
@@ -25,16 +36,26 @@ static double now_ns(void) {
 
 static void *work(void *arg) {
     long t = (long)arg;
-    static char kernel;
     dim3 grid = {80, 1, 1}, block = {256, 1, 1};
-    /* A kernel of four parameters: three pointers and a size. */
-    void *a = &kernel, *b = &kernel, *c = &kernel;
+    void *a, *b, *c;
     size_t n = 4096;
-    void *args[4] = {&a, &b, &c, &n};
+    struct offsets o = {{0}};
+    void *args[5] = {&a, &b, &c, &n, &o};
+    /* Each thread launches on blocks of its own (its share of them), as
+     * threads running separate work do. */
+    int share = block_count / threads_running;
+    void **mine = blocks + t * share;
     for (int i = 0; i < batches; i++) {
         double start = now_ns();
-        for (int k = 0; k < launches; k++)
+        for (int k = 0; k < launches; k++) {
+            unsigned at = (unsigned)k;
+            a = (char *)mine[at % share] + 256;
+            b = (char *)mine[(at + 1) % share];
+            c = (char *)mine[(at + 2) % share] + 4096;
+            o.in = mine[(at + 3) % share];
+            o.out = mine[(at + 4) % share];
             if (__cudaLaunchKernel(&kernel, grid, block, args, 0, 0)) { fprintf(stderr, "launch failed\n"); exit(1); }
+        }
         results[t * batches + i] = (now_ns() - start) / launches;
     }
     return NULL;
@@ -46,10 +67,18 @@ static int cmp(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4) { fprintf(stderr, "usage: launch_loop THREADS BATCHES LAUNCHES\n"); return 2; }
+    if (argc != 5) { fprintf(stderr, "usage: launch_loop THREADS BATCHES LAUNCHES BLOCKS\n"); return 2; }
     int threads = atoi(argv[1]);
+    threads_running = threads < 1 ? 1 : threads;
     batches = atoi(argv[2]);
     launches = atoi(argv[3]);
+    block_count = atoi(argv[4]);
+    if (block_count < 1) block_count = 1;
+    blocks = calloc((size_t)block_count, sizeof *blocks);
+    for (int i = 0; i < block_count; i++)
+        if (cudaMalloc(&blocks[i], 64 << 10)) { fprintf(stderr, "cudaMalloc failed\n"); return 1; }
+    size_t sizes[5] = {8, 8, 8, 8, sizeof(struct offsets)};
+    cudaFakeSetParams(&kernel, 5, sizes);
     results = calloc((size_t)threads * batches, sizeof *results);
     pthread_t ids[64];
     for (long t = 0; t < threads && t < 64; t++) pthread_create(&ids[t], NULL, work, (void *)t);

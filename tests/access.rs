@@ -153,7 +153,10 @@ fn a_launch_without_a_layout_passes_through_counted_as_undecoded() {
         "the failed query's error was cleared"
     );
     let access = access(&run);
-    assert_eq!(access["functions"], 1, "one kernel, launched two ways");
+    assert_eq!(
+        access["functions"], 2,
+        "one kernel launched two ways, and a graph"
+    );
     assert_eq!(access["functions_described"], 0);
 }
 

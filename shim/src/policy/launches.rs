@@ -101,40 +101,42 @@ pub unsafe fn launch(
 
 /// Reads the launch's parameters for blocks; what came of it.
 unsafe fn attribute(state: &State, launched: &Launched) -> Attribution {
-    let info = match launched.entry {
-        Entry::Graph => None,
-        entry => state
-            .access
-            .functions
-            .get(launched.key, || layout(entry, launched.key)),
-    };
-    let layout = info.and_then(|info| info.params.as_deref());
-    let readable = match launched.params {
-        Params::List(args) => args.is_null() || layout.is_some(),
-        Params::Extra(_) | Params::None => launched.entry != Entry::Graph,
-    };
-    let named = state.access.launch(
-        &state.ledger,
-        launched.key,
-        info,
-        launched.stream as u64,
-        VIA_KERNEL,
-        |naming| match (launched.params, layout) {
-            // SAFETY: the caller's argument list, one entry per parameter
-            // of the function's layout.
-            (Params::List(args), Some(layout)) if !args.is_null() => unsafe {
-                read_list(args, layout, naming)
-            },
-            // SAFETY: the caller's `extra`, ended by CU_LAUNCH_PARAM_END.
-            (Params::Extra(extra), _) if !extra.is_null() => unsafe { read_extra(extra, naming) },
-            _ => {}
-        },
-    );
-    match (readable, named) {
-        (false, _) => Attribution::Undecoded,
-        (true, 0) => Attribution::Unnamed,
-        (true, _) => Attribution::Named,
-    }
+    let entry = launched.entry;
+    let ask = || layout(entry, launched.key);
+    state
+        .access
+        .functions
+        .with(launched.key, ask, |info, recurrence| {
+            let layout = info.and_then(|info| info.params.as_deref());
+            let readable = match launched.params {
+                Params::List(args) => args.is_null() || layout.is_some(),
+                Params::Extra(_) | Params::None => entry != Entry::Graph,
+            };
+            let named = state.access.launch(
+                &state.ledger,
+                launched.key,
+                recurrence,
+                launched.stream as u64,
+                VIA_KERNEL,
+                |naming| match (launched.params, layout) {
+                    // SAFETY: the caller's argument list, one entry per
+                    // parameter of the function's layout.
+                    (Params::List(args), Some(layout)) if !args.is_null() => unsafe {
+                        read_list(args, layout, naming)
+                    },
+                    // SAFETY: the caller's `extra`, ended by CU_LAUNCH_PARAM_END.
+                    (Params::Extra(extra), _) if !extra.is_null() => unsafe {
+                        read_extra(extra, naming)
+                    },
+                    _ => {}
+                },
+            );
+            match (readable, named) {
+                (false, _) => Attribution::Undecoded,
+                (true, 0) => Attribution::Unnamed,
+                (true, _) => Attribution::Named,
+            }
+        })
 }
 
 /// # Safety
@@ -198,6 +200,7 @@ fn layout(entry: Entry, key: usize) -> Option<Box<[Param]>> {
                 .flatten()
                 .or_else(|| runtime_layout(key))
         }
+        // What a graph's kernels use is not read from its launch.
         Entry::Graph => None,
     }
 }

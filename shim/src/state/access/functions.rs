@@ -1,7 +1,9 @@
 //! What the shim knows of each launched function: where its parameters lie
-//! (asked of CUDA once, on its first launch) and how it recurs. Looked up on
-//! every launch, so a thread first asks a small cache of its own; the table
-//! behind it is locked only on a thread's first launch of a function.
+//! (asked of CUDA once, on its first launch), and, per thread, how it
+//! recurs. Looked up on every launch, so a thread first asks a cache of its
+//! own (which also holds the recurrence); the table behind it is locked
+//! only on a thread's first launch of a function (or after another function
+//! took its place in the cache, which forgets its recurrence).
 //! Entries live as long as the process (a job launches a bounded set of
 //! functions; past [`MAX_FUNCTIONS`], new ones go unrecorded).
 
@@ -25,18 +27,35 @@ pub struct Param {
 pub struct FunctionInfo {
     /// The parameters, or `None` when CUDA could not say.
     pub params: Option<Box<[Param]>>,
-    pub recurrence: Recurrence,
 }
 
 /// Tells one process state's table from another's (a forked child's).
 static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
 
-const CACHED: usize = 64;
+/// Functions a thread's cache holds (direct-mapped by key): a few hundred
+/// distinct kernels make a training step; those that keep their place
+/// through a step are enough to find it.
+const CACHED: usize = 256;
+
+#[derive(Clone, Copy)]
+struct Slot {
+    /// The table whose entry this is (0: empty), the function, its entry
+    /// (null once the table is full), and how it recurs on this thread.
+    table: usize,
+    key: usize,
+    info: *const FunctionInfo,
+    recurrence: Recurrence,
+}
+
+const EMPTY: Slot = Slot {
+    table: 0,
+    key: 0,
+    info: std::ptr::null(),
+    recurrence: Recurrence::ZERO,
+};
 
 thread_local! {
-    /// This thread's cache: (table id, function key, entry), by key.
-    static CACHE: [Cell<(usize, usize, *const FunctionInfo)>; CACHED] =
-        const { [const { Cell::new((0, 0, std::ptr::null())) }; CACHED] };
+    static CACHE: [Cell<Slot>; CACHED] = const { [const { Cell::new(EMPTY) }; CACHED] };
 }
 
 pub struct Functions {
@@ -58,29 +77,38 @@ impl Functions {
         }
     }
 
-    /// The entry of function `key`; on its first launch, `layout` says
-    /// where its parameters are (called with no lock held: it asks CUDA).
-    /// `None` once the table is full.
-    pub fn get(
+    /// Calls `f` with the entry of function `key` (on its first launch,
+    /// `layout` says where its parameters are; it is called with no lock
+    /// held, since it asks CUDA) and this thread's record of how it recurs.
+    /// The entry is `None` once the table is full; the record is `None`
+    /// while the thread is exiting.
+    pub fn with<R>(
         &self,
         key: usize,
         layout: impl FnOnce() -> Option<Box<[Param]>>,
-    ) -> Option<&'static FunctionInfo> {
-        let slot = (key >> 4) % CACHED;
-        let cached = CACHE
-            .try_with(|cache| {
-                let (id, cached_key, info) = cache[slot].get();
-                // SAFETY: entries are leaked, never freed.
-                (id == self.id && cached_key == key).then(|| unsafe { &*info })
-            })
-            .ok()
-            .flatten();
-        if let Some(info) = cached {
-            return Some(info);
+        f: impl FnOnce(Option<&'static FunctionInfo>, Option<&mut Recurrence>) -> R,
+    ) -> R {
+        // Fibonacci hashing: neighbouring keys (a module's functions lie
+        // side by side) land far apart.
+        let index = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            >> (usize::BITS - CACHED.trailing_zeros())) as usize;
+        let Ok(mut slot) = CACHE.try_with(|cache| cache[index].get()) else {
+            return f(self.lookup(key, layout), None);
+        };
+        if slot.table != self.id || slot.key != key {
+            let info = self.lookup(key, layout);
+            slot = Slot {
+                table: self.id,
+                key,
+                info: info.map_or(std::ptr::null(), |info| info as *const FunctionInfo),
+                recurrence: Recurrence::ZERO,
+            };
         }
-        let info = self.lookup(key, layout)?;
-        let _ = CACHE.try_with(|cache| cache[slot].set((self.id, key, info)));
-        Some(info)
+        // SAFETY: entries are leaked, never freed.
+        let info = (!slot.info.is_null()).then(|| unsafe { &*slot.info });
+        let result = f(info, Some(&mut slot.recurrence));
+        let _ = CACHE.try_with(|cache| cache[index].set(slot));
+        result
     }
 
     fn lookup(
@@ -99,10 +127,7 @@ impl Functions {
         if table.len() >= MAX_FUNCTIONS {
             return None;
         }
-        let info: &'static FunctionInfo = Box::leak(Box::new(FunctionInfo {
-            params,
-            recurrence: Recurrence::default(),
-        }));
+        let info: &'static FunctionInfo = Box::leak(Box::new(FunctionInfo { params }));
         table.insert(key, info);
         Some(info)
     }
@@ -125,35 +150,55 @@ impl Functions {
 mod tests {
     use super::*;
 
+    fn params_of(
+        functions: &Functions,
+        key: usize,
+        layout: Option<&[Param]>,
+    ) -> Option<Vec<Param>> {
+        functions.with(
+            key,
+            || layout.map(Into::into),
+            |info, _| info.and_then(|info| info.params.as_deref().map(<[Param]>::to_vec)),
+        )
+    }
+
     #[test]
     fn a_layout_is_asked_once_per_function() {
         let functions = Functions::new();
         let mut asked = 0;
         let param = [Param { offset: 0, size: 8 }];
         for _ in 0..3 {
-            let info = functions
-                .get(0x1000, || {
+            let found = functions.with(
+                0x1000,
+                || {
                     asked += 1;
                     Some(param.into())
-                })
-                .unwrap();
-            assert_eq!(info.params.as_deref(), Some(&param[..]));
+                },
+                |info, recurrence| {
+                    assert!(recurrence.is_some());
+                    info.unwrap().params.as_deref().map(<[Param]>::to_vec)
+                },
+            );
+            assert_eq!(found.as_deref(), Some(&param[..]));
         }
         assert_eq!(asked, 1);
         // Another thread finds it in the table, without asking again.
         std::thread::scope(|s| {
             s.spawn(|| {
-                let info = functions.get(0x1000, || panic!("asked twice")).unwrap();
-                assert!(info.params.is_some());
+                let found =
+                    functions.with(0x1000, || panic!("asked twice"), |info, _| info.is_some());
+                assert!(found);
             });
         });
-        // Keys that share a cache slot do not mix.
-        let other = functions.get(0x1000 + (CACHED << 4), || None).unwrap();
-        assert!(other.params.is_none());
-        assert!(functions.get(0x1000, || None).unwrap().params.is_some());
+        // Other keys do not mix with it, neighbours or not.
+        assert_eq!(params_of(&functions, 0x1001, None), None);
+        assert_eq!(
+            params_of(&functions, 0x1000, None).as_deref(),
+            Some(&param[..])
+        );
         assert_eq!(functions.described(), (2, 1));
         // A forked child's table starts empty.
         let child = Functions::new();
-        assert!(child.get(0x1000, || None).unwrap().params.is_none());
+        assert_eq!(params_of(&child, 0x1000, None), None);
     }
 }

@@ -27,6 +27,12 @@ pub struct Snapshot {
     high: u64,
     starts: Vec<u64>,
     ends: Vec<u64>,
+    /// A directory over [low, high) in buckets of 2^shift bytes: for each
+    /// bucket's first byte, the last block starting at or before it. A
+    /// lookup searches only between two neighbouring entries, one or two
+    /// blocks where blocks spread evenly, instead of all of them.
+    shift: u32,
+    directory: Vec<u32>,
     pub profiles: Vec<Arc<BlockProfile>>,
 }
 
@@ -38,8 +44,28 @@ impl Snapshot {
             high: 0,
             starts: Vec::new(),
             ends: Vec::new(),
+            shift: 0,
+            directory: Vec::new(),
             profiles: Vec::new(),
         }
+    }
+
+    /// Builds the directory, about two buckets per block.
+    fn direct(&mut self) {
+        if self.starts.is_empty() {
+            return;
+        }
+        let span = self.high - self.low;
+        let wanted = (self.starts.len() as u64 * 2).next_power_of_two();
+        self.shift = 64 - (span / wanted).leading_zeros();
+        let buckets = (span >> self.shift) + 1;
+        self.directory = (0..=buckets)
+            .map(|bucket| {
+                let boundary = self.low.saturating_add(bucket << self.shift);
+                let after = self.starts.partition_point(|start| *start <= boundary);
+                after.saturating_sub(1) as u32
+            })
+            .collect();
     }
 
     /// The index of the block holding address `value`.
@@ -48,8 +74,13 @@ impl Snapshot {
         if value < self.low || value >= self.high {
             return None;
         }
-        let after = self.starts.partition_point(|start| *start <= value);
-        let index = after.checked_sub(1)?;
+        let bucket = ((value - self.low) >> self.shift) as usize;
+        let from = self.directory[bucket] as usize;
+        let to = self.directory[bucket + 1] as usize;
+        // The block holding `value` starts at or before it: at `from` or
+        // after, up to `to` (the last starting before the next bucket).
+        let after = self.starts[from..=to].partition_point(|start| *start <= value);
+        let index = (from + after).checked_sub(1)?;
         (value < self.ends[index]).then_some(index)
     }
 }
@@ -217,6 +248,7 @@ fn rebuild(
         snapshot.profiles.push(profile);
     }
     gone.extend(old.profiles[old_index..].iter().cloned());
+    snapshot.direct();
     (snapshot, gone)
 }
 
@@ -317,6 +349,46 @@ mod tests {
             all.iter().any(|p| p.uses() == 1000),
             "the most used is kept, however long ago it was freed"
         );
+    }
+
+    #[test]
+    fn the_directory_finds_what_a_search_of_all_blocks_finds() {
+        // Blocks spread evenly, clustered far apart, and of every size.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for layout in 0..3u64 {
+            let mut blocks = Vec::new();
+            let mut at = 0x7f00_0000_0000usize;
+            for i in 0..300 {
+                let size = 512 << (next() % 14);
+                if layout == 1 && i == 150 {
+                    at += 1 << 40;
+                }
+                blocks.push((at, size, 0));
+                at += size as usize + (next() % 3) as usize * 4096 * (layout as usize);
+            }
+            let index = BlockIndex::new();
+            index.with(
+                layout + 1,
+                || blocks.clone(),
+                0,
+                |s| {
+                    for _ in 0..20_000 {
+                        let (start, size, _) = blocks[(next() % 300) as usize];
+                        let probe = (start as u64 + next() % (size * 2)).wrapping_sub(size / 2);
+                        let expected = blocks
+                            .iter()
+                            .position(|(b, n, _)| probe >= *b as u64 && probe < *b as u64 + n);
+                        assert_eq!(s.find(probe), expected, "{probe:#x} in layout {layout}");
+                    }
+                },
+            );
+        }
     }
 
     #[test]

@@ -11,8 +11,9 @@ pub mod profile;
 pub mod report;
 pub mod steps;
 
-use functions::{FunctionInfo, Functions};
+use functions::Functions;
 use index::{BlockIndex, Snapshot};
+use steps::Recurrence;
 
 use crate::state::ledger::Ledger;
 use steps::Steps;
@@ -68,19 +69,20 @@ impl Naming<'_> {
 }
 
 impl Access {
-    /// One launch of function `key` (`function`: what is known of it; `None`
-    /// for a library call) on `stream`: `read` feeds its parameters to the
-    /// naming; each block named gets the use. The number of blocks named.
+    /// One launch of function `key` (`recurrence`: how it recurs on this
+    /// thread; `None` for a library call) on `stream`: `read` feeds its
+    /// parameters to the naming; each block named gets the use. The number
+    /// of blocks named.
     pub fn launch(
         &self,
         ledger: &Ledger,
         key: usize,
-        function: Option<&FunctionInfo>,
+        recurrence: Option<&mut Recurrence>,
         stream: u64,
         via: u64,
         read: impl FnOnce(&mut Naming),
     ) -> usize {
-        let place = self.steps.launch(key, function.map(|f| &f.recurrence));
+        let place = self.steps.launch(key, recurrence);
         let live = || ledger.ranges();
         self.index
             .with(ledger.generation(), live, place.step, |snapshot| {
@@ -130,12 +132,19 @@ mod tests {
     fn a_launch_names_each_block_once_and_places_its_use() {
         let access = Access::default();
         let ledger = ledger_with(&[(0x10000, 0x1000), (0x20000, 0x1000)]);
-        let function = access.functions.get(0x99, || None).unwrap();
+        let mut recurrence = Recurrence::ZERO;
         let params: [u64; 5] = [7, 0x10008, 0x10010, 0x20fff, 0x30000];
-        let named = access.launch(&ledger, 0x99, Some(function), 5, profile::VIA_KERNEL, |n| {
-            // SAFETY: the array is 40 readable bytes.
-            unsafe { n.words(params.as_ptr().cast(), 40) }
-        });
+        let named = access.launch(
+            &ledger,
+            0x99,
+            Some(&mut recurrence),
+            5,
+            profile::VIA_KERNEL,
+            |n| {
+                // SAFETY: the array is 40 readable bytes.
+                unsafe { n.words(params.as_ptr().cast(), 40) }
+            },
+        );
         assert_eq!(named, 2, "two pointers into the first block count once");
         let profiles = access.index.profiles();
         assert!(profiles.iter().all(|p| p.uses() == 1 && p.stream() == 5));
@@ -146,14 +155,14 @@ mod tests {
             b[4..12].copy_from_slice(&0x10000u64.to_le_bytes());
             b
         };
-        let named = access.launch(&ledger, 0x99, Some(function), 5, 1, |n| {
+        let named = access.launch(&ledger, 0x99, Some(&mut recurrence), 5, 1, |n| {
             // SAFETY: 12 readable bytes.
             unsafe { n.words(bytes.as_ptr(), 12) }
         });
         assert_eq!(named, 0);
         // A block freed is no longer named.
         let _ = ledger.take(0x20000);
-        let named = access.launch(&ledger, 0x99, Some(function), 5, 1, |n| n.word(0x20008));
+        let named = access.launch(&ledger, 0x99, None, 5, 1, |n| n.word(0x20008));
         assert_eq!(named, 0);
     }
 }

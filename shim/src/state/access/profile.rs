@@ -13,6 +13,9 @@ use super::steps::Place;
 pub const VIA_KERNEL: u64 = 1;
 pub const VIA_LIBRARY: u64 = 2;
 
+/// Cache-line aligned: blocks named by launches on different threads do not
+/// share a line.
+#[repr(align(64))]
 pub struct BlockProfile {
     pub start: usize,
     pub size: u64,
@@ -94,9 +97,10 @@ impl BlockProfile {
             self.first.store(place.position, Relaxed);
             self.steps_used.fetch_add(1, Relaxed);
         }
-        self.in_step.fetch_add(1, Relaxed);
-        self.last.store(place.position, Relaxed);
+        // The total is exact; the step's own counts are plain stores.
         self.uses.fetch_add(1, Relaxed);
+        self.in_step.store(self.in_step.load(Relaxed) + 1, Relaxed);
+        self.last.store(place.position, Relaxed);
         if self.stream.load(Relaxed) != stream {
             self.stream.store(stream, Relaxed);
         }

@@ -12,7 +12,7 @@ use crate::state::State;
 pub fn access_json(state: &State) -> Option<AccessJson> {
     let access = &state.access;
     let steps = access.steps.steps();
-    if access.steps.launches() == 0 {
+    if !access.steps.any() {
         return None;
     }
     let profiles = access.index.profiles();

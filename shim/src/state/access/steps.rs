@@ -14,37 +14,67 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 /// Recurrences at one distance before a function can mark steps.
 const STABLE: u64 = 2;
 
-/// How a function recurs: the launch number of its latest launch, the
-/// distance to the one before, and how many times in a row that distance
-/// repeated.
-#[derive(Default)]
+/// The shortest step, in launches: a function launched over and over on its
+/// own (a benchmark's loop) recurs at every launch, and is not a step.
+const SHORTEST: u64 = 4;
+
+/// Launch numbers a thread claims at once: one shared increment per this
+/// many launches, so that threads launching at once do not contend on it.
+/// A single launching thread (the usual case) still numbers its launches
+/// one after another.
+const CLAIMED: u64 = 64;
+
+thread_local! {
+    /// This thread's claimed launch numbers: (steps id, next, end).
+    static CLAIM: std::cell::Cell<(usize, u64, u64)> = const { std::cell::Cell::new((0, 0, 0)) };
+}
+
+static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
+
+/// How a function recurs, as one thread saw it: the launch number of its
+/// latest launch (plus one; 0: none yet), the distance to the one before,
+/// and how many times in a row that distance repeated. Kept by each thread
+/// for the functions it launches ([`super::functions`]), so that threads
+/// launching one function at once never write a shared line for it.
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Recurrence {
-    last: AtomicU64,
-    period: AtomicU64,
-    repeats: AtomicU64,
+    last: u64,
+    period: u64,
+    repeats: u64,
 }
 
 impl Recurrence {
+    pub const ZERO: Recurrence = Recurrence {
+        last: 0,
+        period: 0,
+        repeats: 0,
+    };
+
     /// Notes a launch numbered `seq`; the function's period if it is stable.
-    fn note(&self, seq: u64) -> Option<u64> {
-        let last = self.last.swap(seq + 1, Relaxed);
+    fn note(&mut self, seq: u64) -> Option<u64> {
+        let last = std::mem::replace(&mut self.last, seq + 1);
         if last == 0 {
             return None;
         }
         let gap = (seq + 1).saturating_sub(last);
-        if self.period.swap(gap, Relaxed) == gap {
-            let repeats = self.repeats.fetch_add(1, Relaxed) + 1;
-            (repeats >= STABLE).then_some(gap)
-        } else {
-            self.repeats.store(0, Relaxed);
-            None
+        if self.period != gap {
+            self.period = gap;
+            self.repeats = 0;
+            return None;
         }
+        self.repeats = (self.repeats + 1).min(STABLE);
+        (self.repeats >= STABLE).then_some(gap)
     }
 }
 
+/// Its own cache line, apart from what every launch reads.
+#[repr(align(64))]
+struct Counter(AtomicU64);
+
 pub struct Steps {
-    /// Launches so far, in the process's order.
-    seq: AtomicU64,
+    id: usize,
+    /// Launch numbers claimed so far.
+    seq: Counter,
     /// Steps begun (0 until the first boundary is known).
     step: AtomicU64,
     /// The launch number at which the current step began.
@@ -73,9 +103,10 @@ impl Default for Steps {
 }
 
 impl Steps {
-    pub const fn new() -> Self {
+    pub fn new() -> Self {
         Steps {
-            seq: AtomicU64::new(0),
+            id: NEXT_ID.fetch_add(1, Relaxed),
+            seq: Counter(AtomicU64::new(0)),
             step: AtomicU64::new(0),
             start: AtomicU64::new(0),
             anchor: AtomicUsize::new(0),
@@ -87,8 +118,8 @@ impl Steps {
 
     /// A launch of the function `key` (whose recurrence is `recurrence`;
     /// `None` for a call that is not a kernel's launch): its place.
-    pub fn launch(&self, key: usize, recurrence: Option<&Recurrence>) -> Place {
-        let seq = self.seq.fetch_add(1, Relaxed);
+    pub fn launch(&self, key: usize, recurrence: Option<&mut Recurrence>) -> Place {
+        let seq = self.number();
         if let Some(recurrence) = recurrence {
             let stable = recurrence.note(seq);
             if !self.marked.load(Relaxed) {
@@ -102,6 +133,22 @@ impl Steps {
         }
     }
 
+    /// The next launch number of this thread's claim, claiming more when
+    /// it is used up.
+    fn number(&self) -> u64 {
+        let claimed = CLAIM.try_with(|claim| {
+            let (id, next, end) = claim.get();
+            if id == self.id && next < end {
+                claim.set((id, next + 1, end));
+                return next;
+            }
+            let start = self.seq.0.fetch_add(CLAIMED, Relaxed);
+            claim.set((self.id, start + 1, start + CLAIMED));
+            start
+        });
+        claimed.unwrap_or_else(|_| self.seq.0.fetch_add(1, Relaxed))
+    }
+
     fn guess(&self, key: usize, seq: u64, stable: Option<u64>) {
         let anchor = self.anchor.load(Relaxed);
         let period = self.period.load(Relaxed);
@@ -112,7 +159,9 @@ impl Steps {
             self.begin(seq);
             return;
         }
-        let Some(candidate) = stable else { return };
+        let Some(candidate) = stable.filter(|period| *period >= SHORTEST) else {
+            return;
+        };
         let longer = candidate > period;
         // A function recurring every few steps (a checkpoint, an
         // evaluation) has a multiple of the step's period: it takes over
@@ -134,7 +183,7 @@ impl Steps {
     /// The job says a step begins now; from then on only its marks count.
     pub fn mark(&self) {
         self.marked.store(true, Relaxed);
-        self.begin(self.seq.load(Relaxed));
+        self.begin(self.number());
     }
 
     /// Steps begun so far.
@@ -156,8 +205,9 @@ impl Steps {
         self.marked.load(Relaxed)
     }
 
-    pub fn launches(&self) -> u64 {
-        self.seq.load(Relaxed)
+    /// Whether any launch was placed.
+    pub fn any(&self) -> bool {
+        self.seq.0.load(Relaxed) > 0
     }
 }
 
@@ -170,9 +220,7 @@ mod tests {
     fn run(steps: &Steps, sequence: &[usize], times: usize, seen: &mut HashMap<usize, Recurrence>) {
         for _ in 0..times {
             for key in sequence {
-                let recurrence = seen.entry(*key).or_default() as *const Recurrence;
-                // SAFETY: the map is not touched while the reference lives.
-                steps.launch(*key, Some(unsafe { &*recurrence }));
+                steps.launch(*key, Some(seen.entry(*key).or_default()));
             }
         }
     }
@@ -197,9 +245,13 @@ mod tests {
         assert!(before >= 6, "{before}");
         run(&steps, &step, 5, &mut seen);
         assert_eq!(steps.steps(), before + 5);
-        let place = steps.launch(1, seen.get(&1));
+        let place = steps.launch(1, seen.get_mut(&1));
         assert_eq!(place.position, 0, "the step begins at its first launch");
-        let place = steps.launch(2, seen.get(&2));
+        // One function launched over and over is no step.
+        let alone = Steps::new();
+        run(&alone, &[7], 100, &mut HashMap::new());
+        assert_eq!((alone.steps(), alone.period()), (0, 0));
+        let place = steps.launch(2, seen.get_mut(&2));
         assert_eq!(place.position, 1);
     }
 
@@ -247,11 +299,11 @@ mod tests {
     fn marks_replace_the_guess() {
         let steps = Steps::new();
         let mut seen = HashMap::new();
-        run(&steps, &[1, 2, 3], 5, &mut seen);
+        run(&steps, &[1, 2, 3, 4], 5, &mut seen);
         let guessed = steps.steps();
         assert!(guessed > 0);
         steps.mark();
-        run(&steps, &[1, 2, 3], 5, &mut seen);
+        run(&steps, &[1, 2, 3, 4], 5, &mut seen);
         assert_eq!(steps.steps(), guessed + 1, "only the mark began a step");
         assert_eq!(steps.period(), 0);
         steps.mark();
