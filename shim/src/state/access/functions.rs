@@ -90,8 +90,8 @@ impl Functions {
     ) -> R {
         // Fibonacci hashing: neighbouring keys (a module's functions lie
         // side by side) land far apart.
-        let index = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            >> (usize::BITS - CACHED.trailing_zeros())) as usize;
+        let index =
+            key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (usize::BITS - CACHED.trailing_zeros());
         let Ok(mut slot) = CACHE.try_with(|cache| cache[index].get()) else {
             return f(self.lookup(key, layout), None);
         };
