@@ -21,12 +21,15 @@ const SHORTEST: u64 = 4;
 /// Launch numbers a thread claims at once: one shared increment per this
 /// many launches, so that threads launching at once do not contend on it.
 /// A single launching thread (the usual case) still numbers its launches
-/// one after another.
+/// one after another. These numbers place launches in a step.
 const CLAIMED: u64 = 64;
 
 thread_local! {
-    /// This thread's claimed launch numbers: (steps id, next, end).
-    static CLAIM: std::cell::Cell<(usize, u64, u64)> = const { std::cell::Cell::new((0, 0, 0)) };
+    /// This thread's claimed launch numbers (steps id, next, end), and its
+    /// own launches so far: recurrences are measured in those, so that
+    /// another thread's launches in between (PyTorch's autograd thread
+    /// runs the backward pass) do not blur them.
+    static CLAIM: std::cell::Cell<(usize, u64, u64, u64)> = const { std::cell::Cell::new((0, 0, 0, 0)) };
 }
 
 static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
@@ -119,9 +122,9 @@ impl Steps {
     /// A launch of the function `key` (whose recurrence is `recurrence`;
     /// `None` for a call that is not a kernel's launch): its place.
     pub fn launch(&self, key: usize, recurrence: Option<&mut Recurrence>) -> Place {
-        let seq = self.number();
+        let (seq, own) = self.number();
         if let Some(recurrence) = recurrence {
-            let stable = recurrence.note(seq);
+            let stable = recurrence.note(own);
             if !self.marked.load(Relaxed) {
                 self.guess(key, seq, stable);
             }
@@ -133,20 +136,21 @@ impl Steps {
         }
     }
 
-    /// The next launch number of this thread's claim, claiming more when
-    /// it is used up.
-    fn number(&self) -> u64 {
+    /// The next launch number of this thread's claim (claiming more when it
+    /// is used up), and the thread's own count of its launches.
+    fn number(&self) -> (u64, u64) {
         let claimed = CLAIM.try_with(|claim| {
-            let (id, next, end) = claim.get();
+            let (id, next, end, own) = claim.get();
+            let own = if id == self.id { own } else { 0 };
             if id == self.id && next < end {
-                claim.set((id, next + 1, end));
-                return next;
+                claim.set((id, next + 1, end, own + 1));
+                return (next, own);
             }
             let start = self.seq.0.fetch_add(CLAIMED, Relaxed);
-            claim.set((self.id, start + 1, start + CLAIMED));
-            start
+            claim.set((self.id, start + 1, start + CLAIMED, own + 1));
+            (start, own)
         });
-        claimed.unwrap_or_else(|_| self.seq.0.fetch_add(1, Relaxed))
+        claimed.unwrap_or_else(|_| (self.seq.0.fetch_add(1, Relaxed), 0))
     }
 
     fn guess(&self, key: usize, seq: u64, stable: Option<u64>) {
@@ -183,7 +187,7 @@ impl Steps {
     /// The job says a step begins now; from then on only its marks count.
     pub fn mark(&self) {
         self.marked.store(true, Relaxed);
-        self.begin(self.number());
+        self.begin(self.number().0);
     }
 
     /// Steps begun so far.
