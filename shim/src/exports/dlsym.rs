@@ -80,6 +80,13 @@ unsafe fn hook_for(
     if !name.starts_with(b"cu") {
         return None;
     }
+    // The math libraries look their own functions up in their parts (cuDNN's
+    // libcudnn.so forwards cudnnBackendExecute to libcudnn_graph.so's): the
+    // hook in its place would call the forwarder, which would call the hook.
+    // Only the runtime's and driver's functions are swapped here.
+    if std::str::from_utf8(name).map_or(true, |name| cudart_sys::library_of(name).is_some()) {
+        return None;
+    }
     let hook = super::hook_named(name)?;
     // By name, wherever the function came from (the driver, or another
     // interposer in front of it); but the runtime's own lookups in the

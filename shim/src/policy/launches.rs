@@ -187,7 +187,9 @@ fn layout(entry: Entry, key: usize) -> Option<Box<[Param]>> {
     // SAFETY: as above.
     let driver_kernel = || ask(|i, o, s| unsafe { real::cuKernelGetParamInfo(handle, i, o, s) });
     match entry {
-        Entry::Function => driver_function(handle).or_else(driver_kernel),
+        // A CUkernel may be launched as a CUfunction, but a CUfunction is no
+        // CUkernel: only the function's own query is asked.
+        Entry::Function => driver_function(handle),
         Entry::Kernel => driver_kernel().or_else(|| runtime_layout(key)),
         Entry::HostStub => {
             let mut function: CUfunction = std::ptr::null_mut();
@@ -239,16 +241,24 @@ fn leaving_no_error(call: impl FnOnce() -> c_int) -> Option<()> {
 }
 
 /// Asks a parameter-info call for each parameter in turn until it refuses.
+/// A layout CUDA could not have made (parameters overlapping or out of
+/// order, or past the 32,764 bytes a launch may pass) is not used.
 fn ask(info: impl Fn(usize, *mut usize, *mut usize) -> c_int) -> Option<Box<[Param]>> {
+    const MAX_ARGUMENT_BYTES: usize = 32_764;
     let mut params = Vec::new();
+    let mut end = 0usize;
     for index in 0..MAX_PARAMS {
         let (mut offset, mut size) = (0usize, 0usize);
         if info(index, &mut offset, &mut size) != 0 {
             break;
         }
+        if offset < end || offset.saturating_add(size) > MAX_ARGUMENT_BYTES {
+            return None;
+        }
+        end = offset + size;
         params.push(Param {
-            offset: offset.min(u32::MAX as usize) as u32,
-            size: size.min(u32::MAX as usize) as u32,
+            offset: offset as u32,
+            size: size as u32,
         });
     }
     (!params.is_empty()).then(|| params.into_boxed_slice())

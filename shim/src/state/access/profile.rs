@@ -158,10 +158,11 @@ impl BlockProfile {
         self.born <= step && self.freed().is_none_or(|freed| freed > step)
     }
 
-    /// Steps it lived in (wholly or in part), of the `steps` begun so far
-    /// (step 0 being what ran before the first).
-    pub fn steps_alive(&self, steps: u64) -> u64 {
-        (self.freed().unwrap_or(steps) + 1).saturating_sub(self.born)
+    /// Steps it lived in (wholly or in part) from step `found` to the
+    /// `current` one.
+    pub fn steps_alive(&self, found: u64, current: u64) -> u64 {
+        let end = self.freed().unwrap_or(current).min(current);
+        (end + 1).saturating_sub(self.born.max(found))
     }
 
     /// How much it matters for placement: bytes times uses.
@@ -209,6 +210,7 @@ mod tests {
         assert!(profile.lived_through(5));
         profile.retire(4);
         assert!(profile.lived_through(3) && !profile.lived_through(4));
-        assert_eq!(profile.steps_alive(10), 5, "steps 0 to 4");
+        assert_eq!(profile.steps_alive(0, 10), 5, "steps 0 to 4");
+        assert_eq!(profile.steps_alive(2, 10), 3, "steps 2 to 4");
     }
 }

@@ -11,22 +11,22 @@ use crate::state::State;
 /// `None` if nothing was launched.
 pub fn access_json(state: &State) -> Option<AccessJson> {
     let access = &state.access;
-    let steps = access.steps.steps();
     if !access.steps.any() {
         return None;
     }
     let profiles = access.index.profiles();
-    // Step 0 is what ran before the first boundary; the step under way at
-    // exit is not complete.
-    let last = (steps >= 2).then(|| steps - 1);
+    // Steps are shown from the one the step was found at (earlier ones were
+    // guesses); the step under way at exit is not complete.
+    let (current, found) = (access.steps.current(), access.steps.found_at());
+    let last = (found > 0 && current > found).then(|| current - 1);
     let last_step = last.map(|step| step_bytes(&profiles, step));
     let (functions, described) = access.functions.described();
     let blocks = profiles
         .iter()
-        .map(|profile| block_json(state, profile, last, steps))
+        .map(|profile| block_json(state, profile, last, (found, current)))
         .collect();
     Some(AccessJson {
-        steps,
+        steps: access.steps.steps(),
         marked: access.steps.marked(),
         step_launches: access.steps.period(),
         last_step,
@@ -61,12 +61,19 @@ fn step_bytes(profiles: &[std::sync::Arc<BlockProfile>], step: u64) -> StepBytes
     bytes
 }
 
+/// A block's profile; `(found, current)`: the first step shown, and the one
+/// under way.
 fn block_json(
     state: &State,
     profile: &BlockProfile,
     last: Option<u64>,
-    steps: u64,
+    (found, current): (u64, u64),
 ) -> BlockAccessJson {
+    let alive = if found == 0 {
+        0
+    } else {
+        profile.steps_alive(found, current)
+    };
     let placement = match profile.freed() {
         Some(_) => "freed".to_string(),
         None => state
@@ -89,8 +96,10 @@ fn block_json(
         device: profile.device,
         placement,
         uses: profile.uses(),
-        steps_used: profile.steps_used(),
-        steps_alive: profile.steps_alive(steps),
+        // Uses in the guessed steps before are not told apart: at most the
+        // steps it lived through since.
+        steps_used: profile.steps_used().min(alive),
+        steps_alive: alive,
         last_step: last
             .and_then(|step| profile.in_step(step))
             .map(|used| StepUseJson {

@@ -82,9 +82,14 @@ pub struct Steps {
     step: AtomicU64,
     /// The launch number at which the current step began.
     start: AtomicU64,
-    /// The function that marks steps (its key), and its period.
+    /// The function that marks steps (its key), the thread whose launches
+    /// of it do, and its period in that thread's launches.
     anchor: AtomicUsize,
+    anchor_thread: AtomicUsize,
     period: AtomicU64,
+    /// The step begun when the anchor was chosen (or the job first marked
+    /// one): the steps before are guesswork, left out of what is shown.
+    found_at: AtomicU64,
     /// The anchor recurred at another distance since it was chosen: a
     /// longer stable period may then take its place, even a multiple of it.
     broken: AtomicBool,
@@ -113,7 +118,9 @@ impl Steps {
             step: AtomicU64::new(0),
             start: AtomicU64::new(0),
             anchor: AtomicUsize::new(0),
+            anchor_thread: AtomicUsize::new(0),
             period: AtomicU64::new(0),
+            found_at: AtomicU64::new(0),
             broken: AtomicBool::new(false),
             marked: AtomicBool::new(false),
         }
@@ -122,11 +129,11 @@ impl Steps {
     /// A launch of the function `key` (whose recurrence is `recurrence`;
     /// `None` for a call that is not a kernel's launch): its place.
     pub fn launch(&self, key: usize, recurrence: Option<&mut Recurrence>) -> Place {
-        let (seq, own) = self.number();
+        let (seq, own, thread) = self.number();
         if let Some(recurrence) = recurrence {
             let stable = recurrence.note(own);
             if !self.marked.load(Relaxed) {
-                self.guess(key, seq, stable);
+                self.guess((key, thread), seq, stable);
             }
         }
         let start = self.start.load(Relaxed);
@@ -137,26 +144,31 @@ impl Steps {
     }
 
     /// The next launch number of this thread's claim (claiming more when it
-    /// is used up), and the thread's own count of its launches.
-    fn number(&self) -> (u64, u64) {
+    /// is used up), the thread's own count of its launches, and a token of
+    /// the thread (its claim's address, unique among live threads).
+    fn number(&self) -> (u64, u64, usize) {
         let claimed = CLAIM.try_with(|claim| {
+            let thread = claim as *const _ as usize;
             let (id, next, end, own) = claim.get();
             let own = if id == self.id { own } else { 0 };
             if id == self.id && next < end {
                 claim.set((id, next + 1, end, own + 1));
-                return (next, own);
+                return (next, own, thread);
             }
             let start = self.seq.0.fetch_add(CLAIMED, Relaxed);
             claim.set((self.id, start + 1, start + CLAIMED, own + 1));
-            (start, own)
+            (start, own, thread)
         });
-        claimed.unwrap_or_else(|_| (self.seq.0.fetch_add(1, Relaxed), 0))
+        claimed.unwrap_or_else(|_| (self.seq.0.fetch_add(1, Relaxed), 0, 0))
     }
 
-    fn guess(&self, key: usize, seq: u64, stable: Option<u64>) {
+    /// A launch of `key` on `thread`: a step begins at the anchor's
+    /// launches on the anchor's thread (the same kernel launched by another
+    /// thread, in the backward pass say, marks nothing).
+    fn guess(&self, (key, thread): (usize, usize), seq: u64, stable: Option<u64>) {
         let anchor = self.anchor.load(Relaxed);
         let period = self.period.load(Relaxed);
-        if key == anchor {
+        if key == anchor && thread == self.anchor_thread.load(Relaxed) {
             if stable != Some(period) {
                 self.broken.store(true, Relaxed);
             }
@@ -173,26 +185,48 @@ impl Steps {
         let multiple = period > 0 && candidate % period == 0;
         if longer && (!multiple || self.broken.load(Relaxed)) {
             self.anchor.store(key, Relaxed);
+            self.anchor_thread.store(thread, Relaxed);
             self.period.store(candidate, Relaxed);
             self.broken.store(false, Relaxed);
-            self.begin(seq);
+            let found = self.begin(seq);
+            self.found_at.store(found, Relaxed);
         }
     }
 
-    fn begin(&self, seq: u64) {
+    /// Begins a step at launch `seq`; its number.
+    fn begin(&self, seq: u64) -> u64 {
         self.start.store(seq, Relaxed);
-        self.step.fetch_add(1, Relaxed);
+        self.step.fetch_add(1, Relaxed) + 1
     }
 
     /// The job says a step begins now; from then on only its marks count.
     pub fn mark(&self) {
-        self.marked.store(true, Relaxed);
-        self.begin(self.number().0);
+        let first = !self.marked.swap(true, Relaxed);
+        let step = self.begin(self.number().0);
+        if first {
+            self.found_at.store(step, Relaxed);
+        }
     }
 
-    /// Steps begun so far.
-    pub fn steps(&self) -> u64 {
+    /// The number of the step under way (0 before any was found).
+    pub fn current(&self) -> u64 {
         self.step.load(Relaxed)
+    }
+
+    /// The number of the first step under the anchor (or the job's marks)
+    /// in force: earlier ones were guesses, since replaced.
+    pub fn found_at(&self) -> u64 {
+        self.found_at.load(Relaxed)
+    }
+
+    /// Steps begun since the step was found (0 if it never was).
+    pub fn steps(&self) -> u64 {
+        let found = self.found_at();
+        if found == 0 {
+            0
+        } else {
+            self.current() + 1 - found
+        }
     }
 
     /// The steps' period in launches, when found by recurrence (0 when the
@@ -245,8 +279,9 @@ mod tests {
         run(&steps, &step, 10, &mut seen);
         assert_eq!(steps.period(), step.len() as u64);
         let before = steps.steps();
-        // Found within the first steps, one boundary per step after.
-        assert!(before >= 6, "{before}");
+        // Found at the fourth step (the third equal distance), the layer's
+        // earlier guesses dropped: one step per step after.
+        assert_eq!(before, 7);
         run(&steps, &step, 5, &mut seen);
         assert_eq!(steps.steps(), before + 5);
         let place = steps.launch(1, seen.get_mut(&1));
@@ -300,17 +335,35 @@ mod tests {
     }
 
     #[test]
+    fn the_same_kernel_on_another_thread_marks_no_step() {
+        let steps = Steps::new();
+        let mut seen = HashMap::new();
+        run(&steps, &[1, 2, 3, 4], 6, &mut seen);
+        let found = steps.steps();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut theirs = HashMap::new();
+                run(&steps, &[1, 9], 10, &mut theirs);
+            });
+        });
+        assert_eq!(steps.steps(), found);
+    }
+
+    #[test]
     fn marks_replace_the_guess() {
         let steps = Steps::new();
         let mut seen = HashMap::new();
         run(&steps, &[1, 2, 3, 4], 5, &mut seen);
-        let guessed = steps.steps();
-        assert!(guessed > 0);
+        assert!(steps.steps() > 0);
         steps.mark();
         run(&steps, &[1, 2, 3, 4], 5, &mut seen);
-        assert_eq!(steps.steps(), guessed + 1, "only the mark began a step");
+        assert_eq!(
+            steps.steps(),
+            1,
+            "only the mark began a step, the first counted"
+        );
         assert_eq!(steps.period(), 0);
         steps.mark();
-        assert_eq!(steps.steps(), guessed + 2);
+        assert_eq!(steps.steps(), 2);
     }
 }
