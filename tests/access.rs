@@ -192,6 +192,39 @@ fn a_library_calls_operands_name_its_blocks_and_its_kernels_count_inside_it() {
     assert_eq!(uses(&run, "idle"), 0);
 }
 
+#[test]
+fn cudnns_forwarded_calls_reach_its_own_parts_and_name_the_variant_packs_blocks() {
+    // libcudnn.so.9 looks cudnnBackendExecute up in libcudnn_graph.so.9 and
+    // calls it: handed the hook instead, it would call itself for ever.
+    let run = client(
+        Runtime::Fake13,
+        &[("VRAMSHARE_QUOTA", "32MiB")],
+        &[
+            "malloc:x:1M",
+            "malloc:w:1M",
+            "malloc:y:1M",
+            "malloc:ws:1M",
+            "malloc:idle:1M",
+            "conv:x:w+512:y:ws",
+            "conv:x:w:y:ws",
+        ],
+    );
+    run.assert_ok();
+    assert_eq!(run.rc("conv"), 0);
+    let process = &run.trace()["processes"][0];
+    assert_eq!(process["library_calls"]["cudnnBackendExecute"], 2);
+    assert_eq!(coverage(&run, "cudnnBackendExecute"), [2, 0, 0, 0]);
+    assert_eq!(
+        coverage(&run, "cudaLaunchKernel"),
+        [0, 0, 0, 2],
+        "its kernel, inside the call"
+    );
+    for name in ["x", "w", "y", "ws"] {
+        assert_eq!(uses(&run, name), 2, "{name}");
+    }
+    assert_eq!(uses(&run, "idle"), 0);
+}
+
 /// A step of a training loop, as launches: a kernel that runs once per step
 /// (the step's mark), `hot` named twice and `warm` once by a described
 /// kernel, and an opaque kernel.

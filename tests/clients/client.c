@@ -13,6 +13,8 @@
  *   pointer EXTRA; "-" for none; on stream 0x51)
  *   opaque:HOW:NAME (a launch of a kernel without layout, its one argument NAME)
  *   matmul:A:B:D (cuBLASLt's cublasLtMatmul, on stream 0x52)
+ *   conv:X:W:Y:WS (cuDNN's cudnnBackendExecute of a variant pack of X, W, Y and
+ *   workspace WS; cuDNN is loaded with dlopen, as PyTorch's may be)
  *   lasterror (the runtime's cudaGetLastError)  step (vramshare_step, if loaded)
  *   repeat:N:K (the K steps after this one, N times over)  rss (resident KiB)
  * SIZE is bytes, or with K, M or G (binary). Each step prints one line.
@@ -236,6 +238,18 @@ static int run(char *step) {
             if (!strncmp(line, "VmRSS:", 6)) kib = atol(line + 6);
         if (status) fclose(status);
         printf("rss kib=%ld\n", kib);
+    } else if (!strcmp(op, "conv")) {
+        struct { long long count; void *pointers[8]; void *workspace; } pack = {
+            3, {lookup(fields[1]), lookup(fields[2]), lookup(fields[3])}, lookup(fields[4])};
+        static int (*execute)(void *, void *, void *);
+        if (!execute) {
+            /* Global, as a framework loads it; the lookup then finds the
+             * first definition, as a call through the PLT would. */
+            if (!dlopen("libcudnn.so.9", RTLD_NOW | RTLD_GLOBAL)) { fprintf(stderr, "client: %s\n", dlerror()); return 3; }
+            execute = (int (*)(void *, void *, void *))dlsym(RTLD_DEFAULT, "cudnnBackendExecute");
+        }
+        rc = execute(NULL, NULL, &pack);
+        printf("conv rc=%d\n", rc);
     } else if (!strcmp(op, "lasterror")) {
         printf("lasterror rc=%d\n", cudaGetLastError());
     } else if (!strcmp(op, "step")) {

@@ -151,6 +151,26 @@ pub fn fake_dir(runtime: Runtime) -> &'static Path {
             let link = dir.join("libcublasLt.so");
             let _ = std::fs::remove_file(&link);
             std::os::unix::fs::symlink(cublaslt.file_name().unwrap(), &link).unwrap();
+            // A fake cuDNN, in its two parts (loaded by the client at run time).
+            for (file, flags) in [
+                ("libcudnn_graph.so.9", "-DGRAPH"),
+                ("libcudnn.so.9", "-UGRAPH"),
+            ] {
+                cc(&[
+                    "-O1",
+                    "-shared",
+                    "-fPIC",
+                    flags,
+                    "-o",
+                    dir.join(file).to_str().unwrap(),
+                    tests_dir().join("fake/cudnn.c").to_str().unwrap(),
+                    &format!("-Wl,-soname,{file}"),
+                    &format!("-L{}", dir.display()),
+                    &format!("-Wl,-rpath,{}", dir.display()),
+                    "-lcudart",
+                    "-ldl",
+                ]);
+            }
             // The fake driver beside it, and a client of the driver API.
             let driver = dir.join("libcuda.so.1");
             cc(&[
