@@ -102,13 +102,35 @@ fn json_rows(processes: &[ProcessInfo], pools: &[PoolInfo]) -> Vec<ProcessRow> {
         .collect()
 }
 
-/// The table, one row per process and device it has used.
+/// A rate, short: `950`, `12.3k`, `4.1M`.
+fn short_rate(rate: f64) -> String {
+    match rate {
+        r if r >= 1e6 => format!("{:.1}M", r / 1e6),
+        r if r >= 1e4 => format!("{:.0}k", r / 1e3),
+        r if r >= 1e3 => format!("{:.1}k", r / 1e3),
+        r => format!("{r:.0}"),
+    }
+}
+
+/// The table, one row per process and device it has used; the launch rate
+/// (since the process started) on its first row.
 pub fn table(processes: &[ProcessInfo], width: usize) -> String {
+    let now = vramshare_common::process::monotonic_ns();
     let mut out = format!(
-        "{:>8} {:>3} {:>10} {:>10} {:>10} {:>10} {:>7} {:>6}  {}\n",
-        "PID", "GPU", "QUOTA", "DEVICE", "SPILLED", "PEAK", "ALLOCS", "SPILLS", "COMMAND"
+        "{:>8} {:>3} {:>10} {:>10} {:>10} {:>10} {:>7} {:>6} {:>8}  {}\n",
+        "PID",
+        "GPU",
+        "QUOTA",
+        "DEVICE",
+        "SPILLED",
+        "PEAK",
+        "ALLOCS",
+        "SPILLS",
+        "LAUNCH/S",
+        "COMMAND"
     );
     for process in processes {
+        let mut rate = Some(short_rate(launch_rate(process, now)));
         let devices = if process.devices.is_empty() {
             vec![None]
         } else {
@@ -136,7 +158,7 @@ pub fn table(processes: &[ProcessInfo], width: usize) -> String {
                 ),
             };
             let line = format!(
-                "{:>8} {:>3} {:>10} {:>10} {:>10} {:>10} {:>7} {:>6}  {}",
+                "{:>8} {:>3} {:>10} {:>10} {:>10} {:>10} {:>7} {:>6} {:>8}  {}",
                 process.pid,
                 gpu,
                 quota,
@@ -145,6 +167,7 @@ pub fn table(processes: &[ProcessInfo], width: usize) -> String {
                 peak,
                 allocs,
                 spills,
+                rate.take().unwrap_or_default(),
                 escaped(&process.cmdline)
             );
             out.push_str(&line.chars().take(width.max(80)).collect::<String>());
