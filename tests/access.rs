@@ -225,6 +225,33 @@ fn cudnns_forwarded_calls_reach_its_own_parts_and_name_the_variant_packs_blocks(
     assert_eq!(uses(&run, "idle"), 0);
 }
 
+#[test]
+fn a_batch_norm_call_passes_its_doubles_through_and_names_its_tensors() {
+    let run = client(
+        Runtime::Fake13,
+        &[("VRAMSHARE_QUOTA", "32MiB")],
+        &[
+            "malloc:x:1M",
+            "malloc:y:1M",
+            "malloc:scale:4K",
+            "bn:x:y:scale",
+        ],
+    );
+    run.assert_ok();
+    assert_eq!(
+        run.rc("bn"),
+        0,
+        "factor, epsilon and sizes arrived as given"
+    );
+    assert_eq!(
+        coverage(&run, "cudnnBatchNormalizationForwardTrainingEx"),
+        [1, 0, 0, 0]
+    );
+    for name in ["x", "y", "scale"] {
+        assert_eq!(uses(&run, name), 1, "{name}");
+    }
+}
+
 /// A step of a training loop, as launches: a kernel that runs once per step
 /// (the step's mark), `hot` named twice and `warm` once by a described
 /// kernel, and an opaque kernel.

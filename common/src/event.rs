@@ -132,6 +132,9 @@ named_enum! {
         cublasSgemm_v2 = 56 => "cublasSgemm_v2",
         cublasSgemmStridedBatched = 57 => "cublasSgemmStridedBatched",
         cudnnBackendExecute = 58 => "cudnnBackendExecute",
+        cudnnBatchNormalizationForwardTrainingEx = 59 => "cudnnBatchNormalizationForwardTrainingEx",
+        cudnnBatchNormalizationBackwardEx = 60 => "cudnnBatchNormalizationBackwardEx",
+        cudnnBatchNormalizationForwardInference = 61 => "cudnnBatchNormalizationForwardInference",
     }
 }
 

@@ -15,6 +15,7 @@
  *   matmul:A:B:D (cuBLASLt's cublasLtMatmul, on stream 0x52)
  *   conv:X:W:Y:WS (cuDNN's cudnnBackendExecute of a variant pack of X, W, Y and
  *   workspace WS; cuDNN is loaded with dlopen, as PyTorch's may be)
+ *   bn:X:Y:SCALE (cuDNN's cudnnBatchNormalizationForwardTrainingEx)
  *   lasterror (the runtime's cudaGetLastError)  step (vramshare_step, if loaded)
  *   repeat:N:K (the K steps after this one, N times over)  rss (resident KiB)
  * SIZE is bytes, or with K, M or G (binary). Each step prints one line.
@@ -256,6 +257,15 @@ static int run(char *step) {
         }
         rc = execute(NULL, NULL, &pack);
         printf("conv rc=%d\n", rc);
+    } else if (!strcmp(op, "bn")) {
+        typedef int (*bn_fn)(void *, int, int, const void *, const void *, void *, const void *, void *, const void *,
+                             void *, void *, void *, const void *, const void *, double, void *, void *, double,
+                             void *, void *, void *, void *, size_t, void *, size_t);
+        if (!dlopen("libcudnn.so.9", RTLD_NOW | RTLD_GLOBAL)) { fprintf(stderr, "client: %s\n", dlerror()); return 3; }
+        bn_fn bn = (bn_fn)dlsym(RTLD_DEFAULT, "cudnnBatchNormalizationForwardTrainingEx");
+        rc = bn(NULL, 1, 0, NULL, NULL, NULL, lookup(fields[1]), NULL, NULL, NULL, lookup(fields[2]), NULL,
+                lookup(fields[3]), NULL, 0.1, NULL, NULL, 1e-5, NULL, NULL, NULL, NULL, 0, NULL, 77);
+        printf("bn rc=%d\n", rc);
     } else if (!strcmp(op, "lasterror")) {
         printf("lasterror rc=%d\n", cudaGetLastError());
     } else if (!strcmp(op, "step")) {

@@ -106,6 +106,7 @@ def run(job, args, step, extra=None):
         "job": job,
         "step_ms": 1e3 * sum(timed) / len(timed),
         "step_ms_min": 1e3 * min(timed),
+        "step_ms_each": [1e3 * t for t in timed],
         "values": values,
         "mem_get_info": [free, total],
         "max_reserved": torch.cuda.max_memory_reserved() if not args.managed else None,

@@ -600,3 +600,194 @@ pub unsafe fn cudnnBackendExecute(
         unsafe { real::cudnnBackendExecute(handle, plan, pack) }
     })
 }
+
+pub unsafe fn cudnnBatchNormalizationForwardTrainingEx(
+    handle: LibraryHandle,
+    mode: c_int,
+    ops: c_int,
+    alpha: *const c_void,
+    beta: *const c_void,
+    x_desc: LibraryHandle,
+    x: *const c_void,
+    z_desc: LibraryHandle,
+    z: *const c_void,
+    y_desc: LibraryHandle,
+    y: *mut c_void,
+    bn_desc: LibraryHandle,
+    scale: *const c_void,
+    bias: *const c_void,
+    factor: f64,
+    running_mean: *mut c_void,
+    running_var: *mut c_void,
+    epsilon: f64,
+    save_mean: *mut c_void,
+    save_inv_var: *mut c_void,
+    activation: LibraryHandle,
+    workspace: *mut c_void,
+    workspace_size: usize,
+    reserve: *mut c_void,
+    reserve_size: usize,
+) -> cudaError_t {
+    let operands = [
+        x,
+        z,
+        y as _,
+        scale,
+        bias,
+        running_mean as _,
+        running_var as _,
+        save_mean as _,
+        save_inv_var as _,
+        workspace as _,
+        reserve as _,
+    ];
+    let api = Api::cudnnBatchNormalizationForwardTrainingEx;
+    super::super::library_call(api, &operands, None, || {
+        // SAFETY: the caller's arguments, as cuDNN would receive them.
+        unsafe {
+            real::cudnnBatchNormalizationForwardTrainingEx(
+                handle,
+                mode,
+                ops,
+                alpha,
+                beta,
+                x_desc,
+                x,
+                z_desc,
+                z,
+                y_desc,
+                y,
+                bn_desc,
+                scale,
+                bias,
+                factor,
+                running_mean,
+                running_var,
+                epsilon,
+                save_mean,
+                save_inv_var,
+                activation,
+                workspace,
+                workspace_size,
+                reserve,
+                reserve_size,
+            )
+        }
+    })
+}
+
+pub unsafe fn cudnnBatchNormalizationBackwardEx(
+    handle: LibraryHandle,
+    mode: c_int,
+    ops: c_int,
+    alpha_data: *const c_void,
+    beta_data: *const c_void,
+    alpha_param: *const c_void,
+    beta_param: *const c_void,
+    x_desc: LibraryHandle,
+    x: *const c_void,
+    y_desc: LibraryHandle,
+    y: *const c_void,
+    dy_desc: LibraryHandle,
+    dy: *const c_void,
+    dz_desc: LibraryHandle,
+    dz: *mut c_void,
+    dx_desc: LibraryHandle,
+    dx: *mut c_void,
+    bn_desc: LibraryHandle,
+    scale: *const c_void,
+    bias: *const c_void,
+    d_scale: *mut c_void,
+    d_bias: *mut c_void,
+    epsilon: f64,
+    save_mean: *const c_void,
+    save_inv_var: *const c_void,
+    activation: LibraryHandle,
+    workspace: *mut c_void,
+    workspace_size: usize,
+    reserve: *mut c_void,
+    reserve_size: usize,
+) -> cudaError_t {
+    let operands = [
+        x,
+        y,
+        dy,
+        dz as _,
+        dx as _,
+        scale,
+        bias,
+        d_scale as _,
+        d_bias as _,
+        save_mean,
+        save_inv_var,
+        workspace as _,
+        reserve as _,
+    ];
+    let api = Api::cudnnBatchNormalizationBackwardEx;
+    super::super::library_call(api, &operands, None, || {
+        // SAFETY: the caller's arguments, as cuDNN would receive them.
+        unsafe {
+            real::cudnnBatchNormalizationBackwardEx(
+                handle,
+                mode,
+                ops,
+                alpha_data,
+                beta_data,
+                alpha_param,
+                beta_param,
+                x_desc,
+                x,
+                y_desc,
+                y,
+                dy_desc,
+                dy,
+                dz_desc,
+                dz,
+                dx_desc,
+                dx,
+                bn_desc,
+                scale,
+                bias,
+                d_scale,
+                d_bias,
+                epsilon,
+                save_mean,
+                save_inv_var,
+                activation,
+                workspace,
+                workspace_size,
+                reserve,
+                reserve_size,
+            )
+        }
+    })
+}
+
+pub unsafe fn cudnnBatchNormalizationForwardInference(
+    handle: LibraryHandle,
+    mode: c_int,
+    alpha: *const c_void,
+    beta: *const c_void,
+    x_desc: LibraryHandle,
+    x: *const c_void,
+    y_desc: LibraryHandle,
+    y: *mut c_void,
+    bn_desc: LibraryHandle,
+    scale: *const c_void,
+    bias: *const c_void,
+    mean: *const c_void,
+    var: *const c_void,
+    epsilon: f64,
+) -> cudaError_t {
+    let operands = [x, y as _, scale, bias, mean, var];
+    let api = Api::cudnnBatchNormalizationForwardInference;
+    super::super::library_call(api, &operands, None, || {
+        // SAFETY: the caller's arguments, as cuDNN would receive them.
+        unsafe {
+            real::cudnnBatchNormalizationForwardInference(
+                handle, mode, alpha, beta, x_desc, x, y_desc, y, bn_desc, scale, bias, mean, var,
+                epsilon,
+            )
+        }
+    })
+}
