@@ -252,6 +252,44 @@ fn a_batch_norm_call_passes_its_doubles_through_and_names_its_tensors() {
     }
 }
 
+#[test]
+fn a_graphs_launches_name_what_its_kernels_named_when_it_was_captured() {
+    let run = client(
+        Runtime::Fake13,
+        &[("VRAMSHARE_QUOTA", "32MiB")],
+        &[
+            "malloc:src:1M",
+            "malloc:dst:1M",
+            "malloc:idle:1M",
+            // Captured on stream 0x51: the kernel does not run now.
+            "capture",
+            "kernel:rt:src:dst:-",
+            "endcapture",
+            "instantiate",
+            "replay",
+            "replay",
+            "replay",
+            "destroy",
+            "replay",
+        ],
+    );
+    run.assert_ok();
+    for step in ["capture", "endcapture", "instantiate", "replay", "destroy"] {
+        assert_eq!(run.rc(step), 0, "{step}");
+    }
+    // Captured, not run: no use then; each of the three replays is one.
+    assert_eq!(uses(&run, "src"), 3);
+    assert_eq!(uses(&run, "dst"), 3);
+    assert_eq!(uses(&run, "idle"), 0);
+    assert_eq!(
+        coverage(&run, "cudaLaunchKernel"),
+        [1, 0, 0, 0],
+        "the captured launch named its blocks"
+    );
+    // The launch after the executable graph was destroyed names nothing.
+    assert_eq!(coverage(&run, "cudaGraphLaunch"), [3, 0, 1, 0]);
+}
+
 /// A step of a training loop, as launches: a kernel that runs once per step
 /// (the step's mark), `hot` named twice and `warm` once by a described
 /// kernel, and an opaque kernel.

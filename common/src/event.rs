@@ -135,6 +135,14 @@ named_enum! {
         cudnnBatchNormalizationForwardTrainingEx = 59 => "cudnnBatchNormalizationForwardTrainingEx",
         cudnnBatchNormalizationBackwardEx = 60 => "cudnnBatchNormalizationBackwardEx",
         cudnnBatchNormalizationForwardInference = 61 => "cudnnBatchNormalizationForwardInference",
+        // Stream capture and executable graphs: never recorded as events.
+        cudaStreamBeginCapture = 62 => "cudaStreamBeginCapture",
+        cudaStreamBeginCapture_ptsz = 63 => "cudaStreamBeginCapture_ptsz",
+        cudaStreamEndCapture = 64 => "cudaStreamEndCapture",
+        cudaStreamEndCapture_ptsz = 65 => "cudaStreamEndCapture_ptsz",
+        cudaGraphInstantiate = 66 => "cudaGraphInstantiate",
+        cudaGraphInstantiateWithFlags = 67 => "cudaGraphInstantiateWithFlags",
+        cudaGraphExecDestroy = 68 => "cudaGraphExecDestroy",
     }
 }
 

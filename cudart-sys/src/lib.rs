@@ -40,6 +40,7 @@ pub type cudaMemPool_t = *mut c_void;
 /// A kernel as CUDA 13's host stubs name it (`__cudaLaunchKernel`'s first argument).
 pub type cudaKernel_t = *mut c_void;
 pub type cudaGraphExec_t = *mut c_void;
+pub type cudaGraph_t = *mut c_void;
 
 /// `dim3`, passed by value to the launch calls.
 #[repr(C)]

@@ -16,6 +16,8 @@
  *   conv:X:W:Y:WS (cuDNN's cudnnBackendExecute of a variant pack of X, W, Y and
  *   workspace WS; cuDNN is loaded with dlopen, as PyTorch's may be)
  *   bn:X:Y:SCALE (cuDNN's cudnnBatchNormalizationForwardTrainingEx)
+ *   capture (begin capturing stream 0x51)  endcapture (its graph)
+ *   instantiate (an executable graph of it)  replay (launch it)  destroy
  *   lasterror (the runtime's cudaGetLastError)  step (vramshare_step, if loaded)
  *   repeat:N:K (the K steps after this one, N times over)  rss (resident KiB)
  * SIZE is bytes, or with K, M or G (binary). Each step prints one line.
@@ -98,6 +100,8 @@ static cudaError_t launch_by(const char *how, const void *fn, void **args, cudaS
     if (!strcmp(how, "graph_ptsz")) return cudaGraphLaunch_ptsz((void *)fn, stream);
     return -1;
 }
+
+static void *graph, *exec;
 
 static void *named_or_null(const char *name) { return strcmp(name, "-") ? lookup(name) : NULL; }
 
@@ -266,6 +270,16 @@ static int run(char *step) {
         rc = bn(NULL, 1, 0, NULL, NULL, NULL, lookup(fields[1]), NULL, NULL, NULL, lookup(fields[2]), NULL,
                 lookup(fields[3]), NULL, 0.1, NULL, NULL, 1e-5, NULL, NULL, NULL, NULL, 0, NULL, 77);
         printf("bn rc=%d\n", rc);
+    } else if (!strcmp(op, "capture")) {
+        printf("capture rc=%d\n", cudaStreamBeginCapture((cudaStream_t)0x51, 0));
+    } else if (!strcmp(op, "endcapture")) {
+        printf("endcapture rc=%d\n", cudaStreamEndCapture((cudaStream_t)0x51, &graph));
+    } else if (!strcmp(op, "instantiate")) {
+        printf("instantiate rc=%d\n", cudaGraphInstantiateWithFlags(&exec, graph, 0));
+    } else if (!strcmp(op, "replay")) {
+        printf("replay rc=%d\n", cudaGraphLaunch(exec, (cudaStream_t)0x51));
+    } else if (!strcmp(op, "destroy")) {
+        printf("destroy rc=%d\n", cudaGraphExecDestroy(exec));
     } else if (!strcmp(op, "lasterror")) {
         printf("lasterror rc=%d\n", cudaGetLastError());
     } else if (!strcmp(op, "step")) {

@@ -22,6 +22,10 @@ cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
 cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total);
 cudaError_t cudaGetLastError(void);
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, int mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, void **graph);
+cudaError_t cudaGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
+cudaError_t cudaGraphExecDestroy(void *exec);
 cudaError_t cudaSetDevice(int device);
 
 typedef struct { unsigned x, y, z; } dim3;

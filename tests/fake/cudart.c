@@ -221,6 +221,28 @@ cudaError_t cudaLaunchKernelExC_ptsz(const void *config, const void *func, void 
     trace("cudaLaunchKernelExC_ptsz kernel=%p", func);
     return no_device() ? NO_DEVICE : OK;
 }
+/* Stream capture: a capture ends in a graph, a graph is instantiated into
+ * an executable graph; each is a fresh address, and each call is logged. */
+static char graph_handles[64];
+static int graphs_made;
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, int mode) { trace("cudaStreamBeginCapture stream=%p", stream); return OK; }
+cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, int mode) { trace("cudaStreamBeginCapture_ptsz stream=%p", stream); return OK; }
+static cudaError_t end_capture(const char *name, cudaStream_t stream, void **graph) {
+    *graph = &graph_handles[graphs_made++ % 64];
+    trace("%s stream=%p graph=%p", name, stream, *graph);
+    return OK;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, void **graph) { return end_capture("cudaStreamEndCapture", stream, graph); }
+cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, void **graph) { return end_capture("cudaStreamEndCapture_ptsz", stream, graph); }
+static cudaError_t instantiate(const char *name, void **exec, void *graph) {
+    *exec = &graph_handles[graphs_made++ % 64];
+    trace("%s graph=%p exec=%p", name, graph, *exec);
+    return OK;
+}
+cudaError_t cudaGraphInstantiate(void **exec, void *graph, unsigned long long flags) { return instantiate("cudaGraphInstantiate", exec, graph); }
+cudaError_t cudaGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) { return instantiate("cudaGraphInstantiateWithFlags", exec, graph); }
+cudaError_t cudaGraphExecDestroy(void *exec) { trace("cudaGraphExecDestroy exec=%p", exec); return OK; }
+
 cudaError_t cudaGraphLaunch(void *graph, cudaStream_t stream) {
     trace("cudaGraphLaunch graph=%p", graph);
     return no_device() ? NO_DEVICE : OK;

@@ -66,6 +66,15 @@ macro_rules! cuda_functions {
                 fn cuLaunchCooperativeKernel_ptsz(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void);
                 fn cuGraphLaunch(graph: CUgraphExec, stream: CUstream);
                 fn cuGraphLaunch_ptsz(graph: CUgraphExec, stream: CUstream);
+                // Stream capture and executable graphs: a graph's launch names
+                // the blocks its kernels named when it was captured.
+                fn cudaStreamBeginCapture(stream: cudaStream_t, mode: c_int);
+                fn cudaStreamBeginCapture_ptsz(stream: cudaStream_t, mode: c_int);
+                fn cudaStreamEndCapture(stream: cudaStream_t, graph: *mut cudaGraph_t);
+                fn cudaStreamEndCapture_ptsz(stream: cudaStream_t, graph: *mut cudaGraph_t);
+                fn cudaGraphInstantiate(exec: *mut cudaGraphExec_t, graph: cudaGraph_t, flags: u64);
+                fn cudaGraphInstantiateWithFlags(exec: *mut cudaGraphExec_t, graph: cudaGraph_t, flags: u64);
+                fn cudaGraphExecDestroy(exec: cudaGraphExec_t);
                 // Math library calls whose kernels hide their operands: the
                 // call's own operand pointers are read instead.
                 fn cublasLtMatmul(handle: LibraryHandle, desc: LibraryHandle, alpha: *const c_void, a: *const c_void, a_layout: LibraryHandle, b: *const c_void, b_layout: LibraryHandle, beta: *const c_void, c: *const c_void, c_layout: LibraryHandle, d: *mut c_void, d_layout: LibraryHandle, algo: *const c_void, workspace: *mut c_void, workspace_size: usize, stream: cudaStream_t);

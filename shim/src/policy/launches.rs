@@ -29,7 +29,8 @@ pub enum Entry {
     Kernel,
     /// A driver `CUfunction` (or a `CUkernel` passed as one).
     Function,
-    /// An executable graph: its kernels' operands are not read.
+    /// An executable graph: it names what its kernels named when it was
+    /// captured ([`crate::state::access::graphs`]).
     Graph,
 }
 
@@ -99,44 +100,79 @@ pub unsafe fn launch(
     real()
 }
 
-/// Reads the launch's parameters for blocks; what came of it.
+/// Reads the launch's parameters for blocks; what came of it. A launch on
+/// a stream being captured is recorded for its graph instead.
 unsafe fn attribute(state: &State, launched: &Launched) -> Attribution {
     let entry = launched.entry;
     let ask = || layout(entry, launched.key);
+    let capturing = state.access.graphs.capturing(launched.stream);
     state
         .access
         .functions
         .with(launched.key, ask, |info, recurrence| {
+            if entry == Entry::Graph {
+                return graph_launch(state, launched, recurrence);
+            }
             let layout = info.and_then(|info| info.params.as_deref());
             let readable = match launched.params {
                 Params::List(args) => args.is_null() || layout.is_some(),
-                Params::Extra(_) | Params::None => entry != Entry::Graph,
+                Params::Extra(_) | Params::None => true,
             };
-            let named = state.access.launch(
-                &state.ledger,
-                launched.key,
-                recurrence,
-                launched.stream as u64,
-                VIA_KERNEL,
-                |naming| match (launched.params, layout) {
-                    // SAFETY: the caller's argument list, one entry per
-                    // parameter of the function's layout.
-                    (Params::List(args), Some(layout)) if !args.is_null() => unsafe {
-                        read_list(args, layout, naming)
-                    },
-                    // SAFETY: the caller's `extra`, ended by CU_LAUNCH_PARAM_END.
-                    (Params::Extra(extra), _) if !extra.is_null() => unsafe {
-                        read_extra(extra, naming)
-                    },
-                    _ => {}
+            let read = |naming: &mut Naming| match (launched.params, layout) {
+                // SAFETY: the caller's argument list, one entry per parameter of
+                // the function's layout.
+                (Params::List(args), Some(layout)) if !args.is_null() => unsafe {
+                    read_list(args, layout, naming)
                 },
-            );
+                // SAFETY: the caller's `extra`, ended by CU_LAUNCH_PARAM_END.
+                (Params::Extra(extra), _) if !extra.is_null() => unsafe {
+                    read_extra(extra, naming)
+                },
+                _ => {}
+            };
+            let named = if capturing {
+                state.access.capture(&state.ledger, launched.stream, read)
+            } else {
+                let stream = launched.stream as u64;
+                let key = launched.key;
+                state
+                    .access
+                    .launch(&state.ledger, key, recurrence, stream, VIA_KERNEL, read)
+            };
             match (readable, named) {
                 (false, _) => Attribution::Undecoded,
                 (true, 0) => Attribution::Unnamed,
                 (true, _) => Attribution::Named,
             }
         })
+}
+
+/// A launch of an executable graph: the blocks its kernels named while it
+/// was captured (undecoded if it was not captured here).
+fn graph_launch(
+    state: &State,
+    launched: &Launched,
+    recurrence: Option<&mut crate::state::access::steps::Recurrence>,
+) -> Attribution {
+    let blocks = state.access.graphs.blocks_of(launched.key);
+    let stream = launched.stream as u64;
+    let named = state.access.launch(
+        &state.ledger,
+        launched.key,
+        recurrence,
+        stream,
+        VIA_KERNEL,
+        |naming| {
+            for block in blocks.iter().flat_map(|blocks| blocks.iter()) {
+                naming.word(*block as u64);
+            }
+        },
+    );
+    match (blocks, named) {
+        (None, _) => Attribution::Undecoded,
+        (Some(_), 0) => Attribution::Unnamed,
+        (Some(_), _) => Attribution::Named,
+    }
 }
 
 /// # Safety
@@ -202,7 +238,7 @@ fn layout(entry: Entry, key: usize) -> Option<Box<[Param]>> {
                 .flatten()
                 .or_else(|| runtime_layout(key))
         }
-        // What a graph's kernels use is not read from its launch.
+        // A graph's launch names what was captured into it.
         Entry::Graph => None,
     }
 }
@@ -289,18 +325,23 @@ pub fn library_call(
         .unwrap_or(0);
     let state = state();
     let stream = stream.unwrap_or(inner);
-    let named = state.access.launch(
-        &state.ledger,
-        api as usize,
-        None,
-        stream as u64,
-        VIA_LIBRARY,
-        |naming| {
-            for operand in operands {
-                naming.word(*operand as u64);
-            }
-        },
-    );
+    let read = |naming: &mut Naming| {
+        for operand in operands {
+            naming.word(*operand as u64);
+        }
+    };
+    let named = if state.access.graphs.capturing(stream) {
+        state.access.capture(&state.ledger, stream, read)
+    } else {
+        state.access.launch(
+            &state.ledger,
+            api as usize,
+            None,
+            stream as u64,
+            VIA_LIBRARY,
+            read,
+        )
+    };
     let how = if named > 0 {
         Attribution::Named
     } else {

@@ -11,8 +11,12 @@ use vramshare_common::event::Api;
 use crate::cuda::backend::Backend;
 use crate::cuda::real;
 
+mod graphs;
 mod launches;
+mod libraries;
+pub use graphs::*;
 pub use launches::*;
+pub use libraries::*;
 
 pub unsafe fn cudaMalloc(ptr: *mut *mut c_void, size: usize) -> cudaError_t {
     // SAFETY: the caller's arguments, as CUDA would receive them.

@@ -6,6 +6,7 @@
 //! the run (functions, live blocks and a bounded number of freed ones).
 
 pub mod functions;
+pub mod graphs;
 pub mod index;
 pub mod profile;
 pub mod report;
@@ -27,6 +28,7 @@ pub struct Access {
     pub functions: Functions,
     pub index: BlockIndex,
     pub steps: Steps,
+    pub graphs: graphs::Graphs,
 }
 
 /// The blocks one launch names, as its parameters are read.
@@ -97,6 +99,34 @@ impl Access {
                 }
                 naming.count
             })
+    }
+}
+
+impl Access {
+    /// A launch on a stream being captured into a graph: it does not run
+    /// now, so it is no use; the blocks it names are the graph's. Their
+    /// number.
+    pub fn capture(&self, ledger: &Ledger, stream: usize, read: impl FnOnce(&mut Naming)) -> usize {
+        let step = self.steps.current();
+        let named = self.index.with(
+            ledger.generation(),
+            || ledger.ranges(),
+            step,
+            |snapshot| {
+                let mut naming = Naming {
+                    snapshot,
+                    named: [0; MAX_NAMED],
+                    count: 0,
+                };
+                read(&mut naming);
+                naming.named[..naming.count]
+                    .iter()
+                    .map(|index| snapshot.profiles[*index as usize].start)
+                    .collect::<Vec<usize>>()
+            },
+        );
+        self.graphs.record(stream, &named);
+        named.len()
     }
 }
 

@@ -1,0 +1,106 @@
+//! The handlers of stream capture and executable graphs: what is captured
+//! on a stream becomes its graph's, and each executable graph's.
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use std::ffi::c_int;
+
+use cudart_sys::*;
+
+use crate::cuda::real;
+use crate::state::state;
+
+pub unsafe fn cudaStreamBeginCapture(stream: cudaStream_t, mode: c_int) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    let rc = unsafe { real::cudaStreamBeginCapture(stream, mode) };
+    if rc == cudaSuccess {
+        state().access.graphs.begin_capture(stream as usize);
+    }
+    rc
+}
+
+pub unsafe fn cudaStreamBeginCapture_ptsz(stream: cudaStream_t, mode: c_int) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    let rc = unsafe { real::cudaStreamBeginCapture_ptsz(stream, mode) };
+    if rc == cudaSuccess {
+        state().access.graphs.begin_capture(stream as usize);
+    }
+    rc
+}
+
+/// # Safety
+/// `graph` is the caller's out pointer, written by CUDA on success.
+unsafe fn ended(stream: cudaStream_t, graph: *mut cudaGraph_t, rc: cudaError_t) -> cudaError_t {
+    // SAFETY: CUDA wrote the graph on success; the pointer is the caller's.
+    let made = if rc == cudaSuccess && !graph.is_null() {
+        unsafe { *graph as usize }
+    } else {
+        0
+    };
+    state().access.graphs.end_capture(stream as usize, made);
+    rc
+}
+
+pub unsafe fn cudaStreamEndCapture(stream: cudaStream_t, graph: *mut cudaGraph_t) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe { ended(stream, graph, real::cudaStreamEndCapture(stream, graph)) }
+}
+
+pub unsafe fn cudaStreamEndCapture_ptsz(
+    stream: cudaStream_t,
+    graph: *mut cudaGraph_t,
+) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe {
+        ended(
+            stream,
+            graph,
+            real::cudaStreamEndCapture_ptsz(stream, graph),
+        )
+    }
+}
+
+/// # Safety
+/// `exec` is the caller's out pointer, written by CUDA on success.
+unsafe fn instantiated(
+    exec: *mut cudaGraphExec_t,
+    graph: cudaGraph_t,
+    rc: cudaError_t,
+) -> cudaError_t {
+    if rc == cudaSuccess && !exec.is_null() {
+        // SAFETY: CUDA wrote the executable graph on success.
+        let made = unsafe { *exec } as usize;
+        state().access.graphs.instantiate(made, graph as usize);
+    }
+    rc
+}
+
+pub unsafe fn cudaGraphInstantiate(
+    exec: *mut cudaGraphExec_t,
+    graph: cudaGraph_t,
+    flags: u64,
+) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe { instantiated(exec, graph, real::cudaGraphInstantiate(exec, graph, flags)) }
+}
+
+pub unsafe fn cudaGraphInstantiateWithFlags(
+    exec: *mut cudaGraphExec_t,
+    graph: cudaGraph_t,
+    flags: u64,
+) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe {
+        instantiated(
+            exec,
+            graph,
+            real::cudaGraphInstantiateWithFlags(exec, graph, flags),
+        )
+    }
+}
+
+pub unsafe fn cudaGraphExecDestroy(exec: cudaGraphExec_t) -> cudaError_t {
+    // SAFETY: the caller's argument, as CUDA would receive it.
+    let rc = unsafe { real::cudaGraphExecDestroy(exec) };
+    state().access.graphs.destroy_exec(exec as usize);
+    rc
+}
