@@ -128,6 +128,26 @@ fn every_driver_launch_path_names_its_blocks_also_from_a_packed_buffer() {
 }
 
 #[test]
+fn after_an_unload_a_reused_function_address_is_asked_about_again() {
+    let mut steps: Vec<&str> = BLOCKS.to_vec();
+    // Then the module goes, and another function of one parameter comes at
+    // the same address: read with the old layout, the launch would name the
+    // blocks of parameters it no longer has (and read past its arguments).
+    steps.extend([
+        "kernel:cu:src:dst:extra",
+        "unload",
+        "redescribe",
+        "kernel:cu:src:dst:extra",
+    ]);
+    let run = driver_client(&[("VRAMSHARE_QUOTA", "32MiB")], &steps);
+    run.assert_ok();
+    assert_eq!(run.rc("unload"), 0);
+    assert_eq!(coverage(&run, "cuLaunchKernel"), [1, 1, 0, 0]);
+    assert_eq!(uses(&run, "src"), 1);
+    assert_eq!(uses(&run, "extra"), 1);
+}
+
+#[test]
 fn a_launch_without_a_layout_passes_through_counted_as_undecoded() {
     let run = client(
         Runtime::Fake13,

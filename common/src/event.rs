@@ -143,6 +143,9 @@ named_enum! {
         cudaGraphInstantiate = 66 => "cudaGraphInstantiate",
         cudaGraphInstantiateWithFlags = 67 => "cudaGraphInstantiateWithFlags",
         cudaGraphExecDestroy = 68 => "cudaGraphExecDestroy",
+        // Unloading modules: never recorded as events.
+        cuModuleUnload = 69 => "cuModuleUnload",
+        cuLibraryUnload = 70 => "cuLibraryUnload",
     }
 }
 

@@ -14,6 +14,8 @@
  *   kernel:HOW:SRC:DST:EXTRA (a launch of a function with a parameter layout,
  *   by HOW as launch, or extra: cuLaunchKernel with a packed buffer)
  *   opaque:HOW:NAME (a launch of a function without layout, naming NAME)
+ *   unload (cuModuleUnload)  redescribe (kernel's function, now of one
+ *   8-byte parameter: another function at the same address)
  *   launch:HOW (one kernel launch: cu, cu_ptsz, ex, ex_ptsz, coop, coop_ptsz,
  *   graph, graph_ptsz, and fetched: cuLaunchKernelEx fetched with fetch:HOW)
  *   probe:SYMBOL:VERSION (cuGetProcAddress_v2 at that CUDA version: found or not)
@@ -83,6 +85,11 @@ static void *fetch(const char *how, const char *symbol) {
 static struct { char name[32]; CUdeviceptr ptr; size_t size; } names[MAX_NAMES];
 
 void cuFakeSetParams(const void *function, int count, const size_t *sizes);
+CUresult cuModuleUnload(void *module);
+
+/* The function of the kernel steps, and whether it was described yet. */
+static char kernel_function;
+static int described;
 
 /* One launch of `f` by `how` on `stream`; -1 for an unknown how. `packed`
  * (`size` bytes) is the same arguments as one buffer, for extra. */
@@ -187,11 +194,10 @@ int main(int argc, char **argv) {
         } else if (!strcmp(op, "kernel")) {
             /* A function with a layout: an int, a struct holding SRC and DST
              * at offsets 8 and 24, and EXTRA; "-" for none. */
-            static char function;
-            static int described;
+            void *function = &kernel_function;
             if (!described) {
                 size_t sizes[3] = {4, 32, 8};
-                cuFakeSetParams(&function, 3, sizes);
+                cuFakeSetParams(&kernel_function, 3, sizes);
                 described = 1;
             }
             int n = 64;
@@ -205,9 +211,16 @@ int main(int argc, char **argv) {
             memcpy(packed, &n, 4);
             memcpy(packed + 8, &pair, 32);
             memcpy(packed + 40, &extra_ptr, 8);
-            rc = launch_by(fields[1], &function, params, packed, sizeof packed, (void *)0x61);
+            rc = launch_by(fields[1], function, params, packed, sizeof packed, (void *)0x61);
             if (rc == -1) { fprintf(stderr, "driver_client: unknown launch %s\n", fields[1]); return 3; }
             printf("kernel %s rc=%d\n", fields[1], rc);
+        } else if (!strcmp(op, "unload")) {
+            printf("unload rc=%d\n", cuModuleUnload(NULL));
+        } else if (!strcmp(op, "redescribe")) {
+            size_t sizes[1] = {8};
+            cuFakeSetParams(&kernel_function, 1, sizes);
+            described = 1;
+            printf("redescribe rc=0\n");
         } else if (!strcmp(op, "opaque")) {
             static char opaque;
             CUdeviceptr target = names[slot(fields[2])].ptr;

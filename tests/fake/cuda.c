@@ -215,6 +215,10 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     return rc;
 }
 
+/* Modules come and go; their functions' addresses are reused. */
+CUresult cuModuleUnload(void *module) { trace("cuModuleUnload module=%p", module); return OK; }
+CUresult cuLibraryUnload(void *library) { trace("cuLibraryUnload library=%p", library); return OK; }
+
 /* Parameter metadata of fake functions (see memory.h). */
 void cuFakeSetParams(const void *function, int count, const size_t *sizes) { set_params(function, count, sizes); }
 CUresult cuFuncGetParamInfo(void *f, size_t index, size_t *offset, size_t *size) { return param_info(f, index, offset, size); }

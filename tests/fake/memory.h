@@ -243,18 +243,24 @@ static int fake_mem_info(const char *name, size_t *free_bytes, size_t *total) {
 static struct { const void *fn; int count; size_t offset[MAX_PARAMS], size[MAX_PARAMS]; } layouts[MAX_LAYOUTS];
 static int layout_count;
 static void set_params(const void *fn, int count, const size_t *sizes) {
-    if (layout_count >= MAX_LAYOUTS || count > MAX_PARAMS) return;
+    if (count > MAX_PARAMS) return;
+    /* A function described again (another module's, at a reused address)
+     * takes its entry's place. */
+    int at_entry = layout_count;
+    for (int i = 0; i < layout_count; i++)
+        if (layouts[i].fn == fn) at_entry = i;
+    if (at_entry >= MAX_LAYOUTS) return;
     size_t at = 0;
-    layouts[layout_count].fn = fn;
-    layouts[layout_count].count = count;
+    layouts[at_entry].fn = fn;
+    layouts[at_entry].count = count;
     for (int i = 0; i < count; i++) {
         size_t align = sizes[i] < 8 ? sizes[i] : 8;
         if (align) at = (at + align - 1) / align * align;
-        layouts[layout_count].offset[i] = at;
-        layouts[layout_count].size[i] = sizes[i];
+        layouts[at_entry].offset[i] = at;
+        layouts[at_entry].size[i] = sizes[i];
         at += sizes[i];
     }
-    layout_count++;
+    if (at_entry == layout_count) layout_count++;
 }
 static int param_info(const void *fn, size_t index, size_t *offset, size_t *size) {
     for (int i = 0; i < layout_count; i++) {

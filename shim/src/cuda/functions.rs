@@ -66,6 +66,10 @@ macro_rules! cuda_functions {
                 fn cuLaunchCooperativeKernel_ptsz(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void);
                 fn cuGraphLaunch(graph: CUgraphExec, stream: CUstream);
                 fn cuGraphLaunch_ptsz(graph: CUgraphExec, stream: CUstream);
+                // Unloading modules: a function's address may then be reused by
+                // another function, of other parameters.
+                fn cuModuleUnload(module: *mut c_void);
+                fn cuLibraryUnload(library: *mut c_void);
                 // Stream capture and executable graphs: a graph's launch names
                 // the blocks its kernels named when it was captured.
                 fn cudaStreamBeginCapture(stream: cudaStream_t, mode: c_int);

@@ -1,6 +1,8 @@
 //! The real CUDA functions, resolved on first use from the loaded runtime
-//! and driver, one typed entry per function of [`super::functions`]. A
-//! missing one answers `cudaErrorNotSupported` (and says so in the log).
+//! and driver (and the math libraries), one typed entry per function of
+//! [`super::functions`]. A missing one answers "not supported" in its
+//! library's codes (`cudaErrorNotSupported` for CUDA's) and says so once
+//! in the log.
 //!
 //! The real twin of each hooked function also notes its result for the hook
 //! that is running ([`begin_hook`], [`twin_result`]): a hook whose body
@@ -15,10 +17,21 @@ use cudart_sys::*;
 
 /// A real function the loaded runtime does not have: "not supported", in
 /// the status codes of the library it belongs to.
-pub fn missing(name: &str) -> cudaError_t {
+pub fn missing(name: &'static str) -> cudaError_t {
+    static SAID: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let first = {
+        let mut said = SAID.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let first = !said.contains(&name);
+        if first {
+            said.push(name);
+        }
+        first
+    };
     match cudart_sys::library_of(name) {
         Some(library) => {
-            warn!("{name} is not available in the loaded {library}");
+            if first {
+                warn!("{name} is not available in the loaded {library}");
+            }
             if name.starts_with("cudnn") {
                 CUDNN_STATUS_NOT_SUPPORTED
             } else {
@@ -26,7 +39,9 @@ pub fn missing(name: &str) -> cudaError_t {
             }
         }
         None => {
-            warn!("{name} is not available in the loaded CUDA runtime");
+            if first {
+                warn!("{name} is not available in the loaded CUDA runtime or driver");
+            }
             cudaErrorNotSupported
         }
     }
@@ -68,8 +83,8 @@ pub fn outside_hook<R>(call: impl FnOnce() -> R) -> R {
         .unwrap_or(false);
     let result = call();
     let _ = INSIDE.try_with(|inside| inside.set(was_inside));
-    // The twin noted its answer under the hook's name only if no inner
-    // hook ran; keep whichever it left for this hook.
+    // The twin notes its answer after the call returns, so after any inner
+    // hook's; keep what it noted for this hook.
     if let Some((name, _)) = running {
         let _ = RUNNING.try_with(|now| {
             let noted = if now.get().0 == name {
@@ -113,6 +128,11 @@ fn note(name: &'static str, rc: c_int) {
 fn in_other_runtimes<F: Copy>(function: &Function<F>, call: impl Fn(F) -> c_int) -> Option<c_int> {
     let name = function.name();
     if !(name.starts_with("cuda") || name.starts_with("__cuda")) {
+        return None;
+    }
+    // The last error is each runtime's own: 98 there is a refused launch's
+    // error to read (or clear) where it happened, never another runtime's.
+    if matches!(name, "cudaPeekAtLastError" | "cudaGetLastError") {
         return None;
     }
     let name = std::ffi::CString::new(name).ok()?;

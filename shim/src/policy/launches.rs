@@ -55,10 +55,25 @@ pub struct Launched {
 const MAX_PARAMS: usize = 1024;
 const MAX_PARAM_BYTES: usize = 32 << 10;
 
+/// Inside a library call on this thread: the stream its first kernel launch
+/// used, once one did.
+#[derive(Clone, Copy)]
+enum Library {
+    Outside,
+    Inside(Option<usize>),
+}
+
 thread_local! {
-    /// Inside a library call on this thread: the stream its first kernel
-    /// launch used (0 until one did).
-    static IN_LIBRARY: Cell<Option<usize>> = const { Cell::new(None) };
+    static IN_LIBRARY: Cell<Library> = const { Cell::new(Library::Outside) };
+}
+
+/// Leaves the library call however it ends (a panic included).
+struct Leave;
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        let _ = IN_LIBRARY.try_with(|inside| inside.set(Library::Outside));
+    }
 }
 
 /// The stream of a launch configuration (`cudaLaunchConfig_t` and
@@ -85,16 +100,21 @@ pub unsafe fn launch(
     real: impl FnOnce() -> cudaError_t,
 ) -> cudaError_t {
     let state = state();
-    // SAFETY: as the caller promises.
-    let how = unsafe { attribute(state, &launched) };
-    let how = match IN_LIBRARY.try_with(|inside| inside.get()).ok().flatten() {
-        Some(stream) => {
-            if stream == 0 {
-                let _ = IN_LIBRARY.try_with(|inside| inside.set(Some(launched.stream.max(1))));
+    let library = IN_LIBRARY
+        .try_with(|inside| inside.get())
+        .unwrap_or(Library::Outside);
+    let how = match library {
+        // The library call's own operands name its blocks: its kernels'
+        // parameters are not read too (that would count each use twice).
+        Library::Inside(seen) => {
+            if seen.is_none() {
+                let first = Library::Inside(Some(launched.stream));
+                let _ = IN_LIBRARY.try_with(|inside| inside.set(first));
             }
             Attribution::InLibrary
         }
-        None => how,
+        // SAFETY: as the caller promises.
+        Library::Outside => unsafe { attribute(state, &launched) },
     };
     state.count_launch(api, how);
     real()
@@ -196,15 +216,18 @@ unsafe fn read_extra(extra: *mut *mut c_void, naming: &mut Naming) {
     const BUFFER_SIZE: usize = 2;
     let (mut buffer, mut size) = (std::ptr::null::<u8>(), 0usize);
     for pair in 0..8 {
-        // SAFETY: pairs up to the end marker.
+        // SAFETY: entries up to the end marker, which has no value after it.
         let key = unsafe { *extra.add(2 * pair) } as usize;
-        // SAFETY: as above; a key is followed by its value.
+        if key != BUFFER_POINTER && key != BUFFER_SIZE {
+            break;
+        }
+        // SAFETY: a key other than the end marker is followed by its value.
         let value = unsafe { *extra.add(2 * pair + 1) };
         match key {
             BUFFER_POINTER => buffer = value as *const u8,
             // SAFETY: the size's value points to a size_t.
-            BUFFER_SIZE if !value.is_null() => size = unsafe { *(value as *const usize) },
-            _ => break,
+            _ if !value.is_null() => size = unsafe { *(value as *const usize) },
+            _ => {}
         }
     }
     if !buffer.is_null() {
@@ -311,18 +334,19 @@ pub fn library_call(
     real: impl FnOnce() -> c_int,
 ) -> c_int {
     let outer = IN_LIBRARY.try_with(|inside| inside.get()).ok();
-    let Some(None) = outer else {
+    let Some(Library::Outside) = outer else {
         // Inside another library call (cuBLAS calling cuBLASLt): that call
         // reads the operands.
         return real::outside_hook(real);
     };
-    let _ = IN_LIBRARY.try_with(|inside| inside.set(Some(0)));
+    let _ = IN_LIBRARY.try_with(|inside| inside.set(Library::Inside(None)));
+    let leave = Leave;
     let rc = real::outside_hook(real);
-    let inner = IN_LIBRARY
-        .try_with(|inside| inside.replace(None))
-        .ok()
-        .flatten()
-        .unwrap_or(0);
+    let inner = match IN_LIBRARY.try_with(|inside| inside.get()) {
+        Ok(Library::Inside(Some(stream))) => stream,
+        _ => 0,
+    };
+    drop(leave);
     let state = state();
     let stream = stream.unwrap_or(inner);
     let read = |naming: &mut Naming| {

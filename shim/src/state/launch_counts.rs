@@ -115,9 +115,11 @@ impl LaunchCounts {
             .collect()
     }
 
+    /// Kernel launches in all (library calls are not launches).
     pub fn total(&self) -> u64 {
         self.by_api()
             .iter()
+            .filter(|(api, _)| !api.is_library_call())
             .map(|(_, count)| count)
             .fold(0, |a, b| a.saturating_add(*b))
     }

@@ -99,8 +99,8 @@ pub unsafe fn cudaGraphInstantiateWithFlags(
 }
 
 pub unsafe fn cudaGraphExecDestroy(exec: cudaGraphExec_t) -> cudaError_t {
-    // SAFETY: the caller's argument, as CUDA would receive it.
-    let rc = unsafe { real::cudaGraphExecDestroy(exec) };
+    // Forgotten first: once destroyed, its address may be reused at once.
     state().access.graphs.destroy_exec(exec as usize);
-    rc
+    // SAFETY: the caller's argument, as CUDA would receive it.
+    unsafe { real::cudaGraphExecDestroy(exec) }
 }

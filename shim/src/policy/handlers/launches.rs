@@ -391,6 +391,21 @@ pub unsafe fn cuLaunchKernelEx_ptsz(
     }
 }
 
+pub unsafe fn cuModuleUnload(module: *mut c_void) -> cudaError_t {
+    // SAFETY: the caller's argument, as CUDA would receive it.
+    let rc = unsafe { real::cuModuleUnload(module) };
+    // Its functions' addresses may now be given to others.
+    crate::state::state().access.functions.forget_all();
+    rc
+}
+
+pub unsafe fn cuLibraryUnload(library: *mut c_void) -> cudaError_t {
+    // SAFETY: the caller's argument, as CUDA would receive it.
+    let rc = unsafe { real::cuLibraryUnload(library) };
+    crate::state::state().access.functions.forget_all();
+    rc
+}
+
 /// The driver's arguments: the list if given, else the packed buffer.
 fn driver_params(params: *mut *mut c_void, extra: *mut *mut c_void) -> Params {
     match (params.is_null(), extra.is_null()) {

@@ -9,7 +9,7 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::steps::Recurrence;
@@ -27,6 +27,8 @@ pub struct Param {
 pub struct FunctionInfo {
     /// The parameters, or `None` when CUDA could not say.
     pub params: Option<Box<[Param]>>,
+    /// The table's generation it was asked in ([`Functions::forget_all`]).
+    generation: u64,
 }
 
 /// Tells one process state's table from another's (a forked child's).
@@ -39,9 +41,11 @@ const CACHED: usize = 256;
 
 #[derive(Clone, Copy)]
 struct Slot {
-    /// The table whose entry this is (0: empty), the function, its entry
-    /// (null once the table is full), and how it recurs on this thread.
+    /// The table whose entry this is (0: empty) and its generation, the
+    /// function, its entry (null once the table is full), and how it recurs
+    /// on this thread.
     table: usize,
+    generation: u64,
     key: usize,
     info: *const FunctionInfo,
     recurrence: Recurrence,
@@ -49,6 +53,7 @@ struct Slot {
 
 const EMPTY: Slot = Slot {
     table: 0,
+    generation: 0,
     key: 0,
     info: std::ptr::null(),
     recurrence: Recurrence::ZERO,
@@ -61,7 +66,17 @@ thread_local! {
 pub struct Functions {
     id: usize,
     table: Mutex<HashMap<usize, &'static FunctionInfo>>,
+    /// Bumped when modules are unloaded: a function's address may then be
+    /// another function's, of other parameters, so every entry is asked
+    /// again.
+    generation: AtomicU64,
+    /// Entries made in all (never freed: a thread may still read one).
+    made: AtomicUsize,
 }
+
+/// Entries made at most over the process's life, however many unloads:
+/// past it, new functions go unread.
+const MAX_MADE: usize = 4 * MAX_FUNCTIONS;
 
 impl Default for Functions {
     fn default() -> Self {
@@ -74,6 +89,8 @@ impl Functions {
         Functions {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             table: Mutex::new(HashMap::new()),
+            generation: AtomicU64::new(0),
+            made: AtomicUsize::new(0),
         }
     }
 
@@ -95,10 +112,12 @@ impl Functions {
         let Ok(mut slot) = CACHE.try_with(|cache| cache[index].get()) else {
             return f(self.lookup(key, layout), None);
         };
-        if slot.table != self.id || slot.key != key {
+        let generation = self.generation.load(Ordering::Acquire);
+        if slot.table != self.id || slot.key != key || slot.generation != generation {
             let info = self.lookup(key, layout);
             slot = Slot {
                 table: self.id,
+                generation,
                 key,
                 info: info.map_or(std::ptr::null(), |info| info as *const FunctionInfo),
                 recurrence: Recurrence::ZERO,
@@ -116,20 +135,32 @@ impl Functions {
         key: usize,
         layout: impl FnOnce() -> Option<Box<[Param]>>,
     ) -> Option<&'static FunctionInfo> {
-        if let Some(info) = self.locked().get(&key) {
+        let current = |info: &&&'static FunctionInfo| {
+            info.generation == self.generation.load(Ordering::Acquire)
+        };
+        if let Some(info) = self.locked().get(&key).filter(current) {
             return Some(info);
         }
+        let generation = self.generation.load(Ordering::Acquire);
         let params = layout();
         let mut table = self.locked();
-        if let Some(info) = table.get(&key) {
+        if let Some(info) = table.get(&key).filter(current) {
             return Some(info);
         }
-        if table.len() >= MAX_FUNCTIONS {
+        if table.len() >= MAX_FUNCTIONS || self.made.fetch_add(1, Ordering::Relaxed) >= MAX_MADE {
             return None;
         }
-        let info: &'static FunctionInfo = Box::leak(Box::new(FunctionInfo { params }));
+        let info: &'static FunctionInfo = Box::leak(Box::new(FunctionInfo { params, generation }));
         table.insert(key, info);
         Some(info)
+    }
+
+    /// Modules were unloaded: every function is asked about again at its
+    /// next launch.
+    pub fn forget_all(&self) {
+        let mut table = self.locked();
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        table.clear();
     }
 
     fn locked(&self) -> std::sync::MutexGuard<'_, HashMap<usize, &'static FunctionInfo>> {
@@ -197,6 +228,13 @@ mod tests {
             Some(&param[..])
         );
         assert_eq!(functions.described(), (2, 1));
+        // After an unload, the same address is asked about again.
+        functions.forget_all();
+        let other = [Param { offset: 0, size: 4 }];
+        assert_eq!(
+            params_of(&functions, 0x1000, Some(&other)).as_deref(),
+            Some(&other[..])
+        );
         // A forked child's table starts empty.
         let child = Functions::new();
         assert_eq!(params_of(&child, 0x1000, None), None);
