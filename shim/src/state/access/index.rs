@@ -100,6 +100,23 @@ pub struct BlockIndex {
     retired: Mutex<Vec<Arc<BlockProfile>>>,
     /// Profiles retired beyond the bound, not kept.
     pub forgotten: AtomicU64,
+    /// The latest build: its generation, when it ended and what it took
+    /// (ns). A job that allocates between most launches (one block per
+    /// tensor, as stream-ordered allocators do) would otherwise rebuild at
+    /// nearly every launch: a rebuild waits until ten times its own cost has
+    /// passed since the last (at least 100 µs), and launches meanwhile read
+    /// the latest snapshot. Blocks a stale snapshot misses cost attribution,
+    /// never correctness.
+    built: AtomicU64,
+    built_at: AtomicU64,
+    build_cost: AtomicU64,
+}
+
+/// The least time between rebuilds, in ns.
+const REBUILD_EVERY: u64 = 100_000;
+
+fn now_ns() -> u64 {
+    vramshare_common::process::monotonic_ns()
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -121,7 +138,16 @@ impl BlockIndex {
             current: Mutex::new(Arc::new(Snapshot::empty())),
             retired: Mutex::new(Vec::new()),
             forgotten: AtomicU64::new(0),
+            built: AtomicU64::new(u64::MAX),
+            built_at: AtomicU64::new(0),
+            build_cost: AtomicU64::new(0),
         }
+    }
+
+    /// Whether a rebuild may be made now.
+    fn rebuild_due(&self) -> bool {
+        let wait = (self.build_cost.load(Relaxed) * 10).max(REBUILD_EVERY);
+        now_ns() >= self.built_at.load(Relaxed).saturating_add(wait)
     }
 
     /// Calls `f` with the snapshot of `generation`, built from `live` (the
@@ -143,7 +169,13 @@ impl BlockIndex {
         let outcome = MINE.try_with(|mine| {
             let mut mine = mine.borrow_mut();
             let stale = match &*mine {
-                Some((id, snapshot)) => *id != self.id || snapshot.generation != generation,
+                Some((id, snapshot)) => {
+                    *id != self.id
+                        || (snapshot.generation != generation
+                            // The latest build, and no rebuild due yet: read it.
+                            && (snapshot.generation != self.built.load(Relaxed)
+                                || self.rebuild_due()))
+                }
                 None => true,
             };
             if stale {
@@ -172,9 +204,16 @@ impl BlockIndex {
         step: u64,
     ) -> Arc<Snapshot> {
         let mut current = lock(&self.current);
-        if current.generation != generation {
+        let first = current.generation == u64::MAX;
+        if current.generation != generation && (first || self.rebuild_due()) {
+            let started = now_ns();
             let (snapshot, gone) = rebuild(&current, generation, live(), step);
             *current = Arc::new(snapshot);
+            self.built.store(generation, Relaxed);
+            let ended = now_ns();
+            self.built_at.store(ended, Relaxed);
+            self.build_cost
+                .store(ended.saturating_sub(started), Relaxed);
             drop(current);
             self.retire(gone, step);
             return lock(&self.current).clone();
@@ -300,6 +339,8 @@ mod tests {
             },
         );
         let after = vec![(0x1000, 0x100, 0), (0x3000, 0x1000, 0)];
+        // Past the least time between rebuilds.
+        std::thread::sleep(std::time::Duration::from_micros(2 * REBUILD_EVERY / 1000));
         let uses = index.with(
             2,
             || after,
@@ -321,6 +362,8 @@ mod tests {
         for round in 0..(RETIRED as u64 * 4) {
             // A new block each round, the previous one freed.
             let start = 0x10_0000 + round as usize * 0x1000;
+            // Each round's rebuild is due, as it is once its interval passed.
+            index.built_at.store(0, Relaxed);
             index.with(
                 round + 1,
                 || vec![(start, 0x1000, 0)],
@@ -389,6 +432,37 @@ mod tests {
                 },
             );
         }
+    }
+
+    #[test]
+    fn rebuilds_wait_ten_times_their_cost_and_launches_read_the_latest_meanwhile() {
+        let index = BlockIndex::new();
+        let builds = AtomicU64::new(0);
+        let mut generation = 1;
+        let started = now_ns();
+        // A block allocated before each of many launches.
+        while now_ns() - started < 20 * REBUILD_EVERY {
+            generation += 1;
+            let live = || {
+                builds.fetch_add(1, Relaxed);
+                vec![(0x1000, 0x100, 0)]
+            };
+            assert!(index.with(generation, live, 0, |s| s.find(0x1010).is_some()));
+        }
+        let builds = builds.load(Relaxed);
+        assert!(
+            generation > 100 && builds <= 21,
+            "{builds} builds for {generation} generations"
+        );
+        // Once due again, the latest generation is built.
+        std::thread::sleep(std::time::Duration::from_micros(2 * REBUILD_EVERY / 1000));
+        let found = index.with(
+            generation + 1,
+            || vec![(0x5000, 0x100, 0)],
+            0,
+            |s| s.find(0x5000),
+        );
+        assert!(found.is_some());
     }
 
     #[test]
