@@ -310,6 +310,32 @@ fn a_graphs_launches_name_what_its_kernels_named_when_it_was_captured() {
     assert_eq!(coverage(&run, "cudaGraphLaunch"), [3, 0, 1, 0]);
 }
 
+#[test]
+fn a_graph_captured_through_the_driver_names_its_blocks_also_when_begun_by_a_lookup() {
+    for how in ["link", "fetched"] {
+        let capture = format!("capture:{how}");
+        let mut steps: Vec<&str> = BLOCKS.to_vec();
+        steps.extend([
+            capture.as_str(),
+            "kernel:cu:src:dst:-",
+            "endcapture",
+            "instantiate",
+        ]);
+        steps.extend(["replay", "replay", "destroy", "replay"]);
+        let run = driver_client(&[("VRAMSHARE_QUOTA", "32MiB")], &steps);
+        run.assert_ok();
+        assert_eq!(run.rc("capture"), 0, "{how}");
+        assert_eq!(
+            uses(&run, "src"),
+            2,
+            "{how}: the two replays, not the capture"
+        );
+        assert_eq!(uses(&run, "dst"), 2, "{how}");
+        assert_eq!(uses(&run, "idle"), 0, "{how}");
+        assert_eq!(coverage(&run, "cuGraphLaunch"), [2, 0, 1, 0], "{how}");
+    }
+}
+
 /// A step of a training loop, as launches: a kernel that runs once per step
 /// (the step's mark), `hot` named twice and `warm` once by a described
 /// kernel, and an opaque kernel.

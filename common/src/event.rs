@@ -146,6 +146,13 @@ named_enum! {
         // Unloading modules: never recorded as events.
         cuModuleUnload = 69 => "cuModuleUnload",
         cuLibraryUnload = 70 => "cuLibraryUnload",
+        // The driver's stream capture and executable graphs.
+        cuStreamBeginCapture_v2 = 71 => "cuStreamBeginCapture_v2",
+        cuStreamBeginCapture_v2_ptsz = 72 => "cuStreamBeginCapture_v2_ptsz",
+        cuStreamEndCapture = 73 => "cuStreamEndCapture",
+        cuStreamEndCapture_ptsz = 74 => "cuStreamEndCapture_ptsz",
+        cuGraphInstantiateWithFlags = 75 => "cuGraphInstantiateWithFlags",
+        cuGraphExecDestroy = 76 => "cuGraphExecDestroy",
     }
 }
 

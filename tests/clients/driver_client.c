@@ -14,6 +14,8 @@
  *   kernel:HOW:SRC:DST:EXTRA (a launch of a function with a parameter layout,
  *   by HOW as launch, or extra: cuLaunchKernel with a packed buffer)
  *   opaque:HOW:NAME (a launch of a function without layout, naming NAME)
+ *   capture:HOW (begin capturing stream 0x61; HOW: link, or fetched by
+ *   cuGetProcAddress)  endcapture  instantiate  replay (cuGraphLaunch)  destroy
  *   unload (cuModuleUnload)  redescribe (kernel's function, now of one
  *   8-byte parameter: another function at the same address)
  *   launch:HOW (one kernel launch: cu, cu_ptsz, ex, ex_ptsz, coop, coop_ptsz,
@@ -86,6 +88,11 @@ static struct { char name[32]; CUdeviceptr ptr; size_t size; } names[MAX_NAMES];
 
 void cuFakeSetParams(const void *function, int count, const size_t *sizes);
 CUresult cuModuleUnload(void *module);
+CUresult cuStreamBeginCapture_v2(void *stream, int mode);
+CUresult cuStreamEndCapture(void *stream, void **graph);
+CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
+CUresult cuGraphExecDestroy(void *exec);
+static void *graph, *graph_exec;
 
 /* The function of the kernel steps, and whether it was described yet. */
 static char kernel_function;
@@ -214,6 +221,18 @@ int main(int argc, char **argv) {
             rc = launch_by(fields[1], function, params, packed, sizeof packed, (void *)0x61);
             if (rc == -1) { fprintf(stderr, "driver_client: unknown launch %s\n", fields[1]); return 3; }
             printf("kernel %s rc=%d\n", fields[1], rc);
+        } else if (!strcmp(op, "capture")) {
+            CUresult (*begin)(void *, int) = cuStreamBeginCapture_v2;
+            if (!strcmp(fields[1], "fetched")) cuGetProcAddress("cuStreamBeginCapture", (void **)&begin, 13000, 0);
+            printf("capture rc=%d\n", begin((void *)0x61, 0));
+        } else if (!strcmp(op, "endcapture")) {
+            printf("endcapture rc=%d\n", cuStreamEndCapture((void *)0x61, &graph));
+        } else if (!strcmp(op, "instantiate")) {
+            printf("instantiate rc=%d\n", cuGraphInstantiateWithFlags(&graph_exec, graph, 0));
+        } else if (!strcmp(op, "replay")) {
+            printf("replay rc=%d\n", cuGraphLaunch(graph_exec, (void *)0x61));
+        } else if (!strcmp(op, "destroy")) {
+            printf("destroy rc=%d\n", cuGraphExecDestroy(graph_exec));
         } else if (!strcmp(op, "unload")) {
             printf("unload rc=%d\n", cuModuleUnload(NULL));
         } else if (!strcmp(op, "redescribe")) {

@@ -215,6 +215,17 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     return rc;
 }
 
+/* Stream capture, as the runtime's fake has it: each graph and executable
+ * graph a fresh address. */
+static char graph_handles[64];
+static int graphs_made;
+CUresult cuStreamBeginCapture_v2(CUstream stream, int mode) { trace("cuStreamBeginCapture_v2 stream=%p", stream); return OK; }
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream stream, int mode) { trace("cuStreamBeginCapture_v2_ptsz stream=%p", stream); return OK; }
+CUresult cuStreamEndCapture(CUstream stream, void **graph) { *graph = &graph_handles[graphs_made++ % 64]; trace("cuStreamEndCapture graph=%p", *graph); return OK; }
+CUresult cuStreamEndCapture_ptsz(CUstream stream, void **graph) { *graph = &graph_handles[graphs_made++ % 64]; return OK; }
+CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) { *exec = &graph_handles[graphs_made++ % 64]; trace("cuGraphInstantiateWithFlags exec=%p", *exec); return OK; }
+CUresult cuGraphExecDestroy(void *exec) { trace("cuGraphExecDestroy exec=%p", exec); return OK; }
+
 /* Modules come and go; their functions' addresses are reused. */
 CUresult cuModuleUnload(void *module) { trace("cuModuleUnload module=%p", module); return OK; }
 CUresult cuLibraryUnload(void *library) { trace("cuLibraryUnload library=%p", library); return OK; }
@@ -303,6 +314,7 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsign
     else if (!strcmp(symbol, "cuMemUnmap")) found = (void *)cuMemUnmap;
     else if (!strcmp(symbol, "cuLaunchKernel")) found = ptsz ? (void *)cuLaunchKernel_ptsz : (void *)cuLaunchKernel;
     else if (!strcmp(symbol, "cuLaunchKernelEx")) found = ptsz ? (void *)cuLaunchKernelEx_ptsz : (void *)cuLaunchKernelEx;
+    else if (!strcmp(symbol, "cuStreamBeginCapture") && version >= 10010) found = ptsz ? (void *)cuStreamBeginCapture_v2_ptsz : (void *)cuStreamBeginCapture_v2;
     trace("cuGetProcAddress symbol=%s version=%d flags=%llu found=%s", symbol, version, flags, found ? "yes" : "no");
     if (status) *status = found ? 0 : 1;
     *pfn = found;

@@ -79,6 +79,12 @@ macro_rules! cuda_functions {
                 fn cudaGraphInstantiate(exec: *mut cudaGraphExec_t, graph: cudaGraph_t, flags: u64);
                 fn cudaGraphInstantiateWithFlags(exec: *mut cudaGraphExec_t, graph: cudaGraph_t, flags: u64);
                 fn cudaGraphExecDestroy(exec: cudaGraphExec_t);
+                fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_int);
+                fn cuStreamBeginCapture_v2_ptsz(stream: CUstream, mode: c_int);
+                fn cuStreamEndCapture(stream: CUstream, graph: *mut cudaGraph_t);
+                fn cuStreamEndCapture_ptsz(stream: CUstream, graph: *mut cudaGraph_t);
+                fn cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, graph: cudaGraph_t, flags: u64);
+                fn cuGraphExecDestroy(exec: CUgraphExec);
                 // Math library calls whose kernels hide their operands: the
                 // call's own operand pointers are read instead.
                 fn cublasLtMatmul(handle: LibraryHandle, desc: LibraryHandle, alpha: *const c_void, a: *const c_void, a_layout: LibraryHandle, b: *const c_void, b_layout: LibraryHandle, beta: *const c_void, c: *const c_void, c_layout: LibraryHandle, d: *mut c_void, d_layout: LibraryHandle, algo: *const c_void, workspace: *mut c_void, workspace_size: usize, stream: cudaStream_t);

@@ -9,22 +9,72 @@ use cudart_sys::*;
 use crate::cuda::real;
 use crate::state::state;
 
-pub unsafe fn cudaStreamBeginCapture(stream: cudaStream_t, mode: c_int) -> cudaError_t {
-    // SAFETY: the caller's arguments, as CUDA would receive them.
-    let rc = unsafe { real::cudaStreamBeginCapture(stream, mode) };
+/// Capture began on `stream` if CUDA said so.
+fn began(stream: usize, rc: cudaError_t) -> cudaError_t {
     if rc == cudaSuccess {
-        state().access.graphs.begin_capture(stream as usize);
+        state().access.graphs.begin_capture(stream);
     }
     rc
 }
 
+pub unsafe fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_int) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    began(stream as usize, unsafe {
+        real::cuStreamBeginCapture_v2(stream, mode)
+    })
+}
+
+pub unsafe fn cuStreamBeginCapture_v2_ptsz(stream: CUstream, mode: c_int) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    began(stream as usize, unsafe {
+        real::cuStreamBeginCapture_v2_ptsz(stream, mode)
+    })
+}
+
+pub unsafe fn cuStreamEndCapture(stream: CUstream, graph: *mut cudaGraph_t) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe { ended(stream, graph, real::cuStreamEndCapture(stream, graph)) }
+}
+
+pub unsafe fn cuStreamEndCapture_ptsz(stream: CUstream, graph: *mut cudaGraph_t) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe { ended(stream, graph, real::cuStreamEndCapture_ptsz(stream, graph)) }
+}
+
+pub unsafe fn cuGraphInstantiateWithFlags(
+    exec: *mut CUgraphExec,
+    graph: cudaGraph_t,
+    flags: u64,
+) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    unsafe {
+        instantiated(
+            exec,
+            graph,
+            real::cuGraphInstantiateWithFlags(exec, graph, flags),
+        )
+    }
+}
+
+pub unsafe fn cuGraphExecDestroy(exec: CUgraphExec) -> cudaError_t {
+    // Forgotten first: once destroyed, its address may be reused at once.
+    state().access.graphs.destroy_exec(exec as usize);
+    // SAFETY: the caller's argument, as CUDA would receive it.
+    unsafe { real::cuGraphExecDestroy(exec) }
+}
+
+pub unsafe fn cudaStreamBeginCapture(stream: cudaStream_t, mode: c_int) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    began(stream as usize, unsafe {
+        real::cudaStreamBeginCapture(stream, mode)
+    })
+}
+
 pub unsafe fn cudaStreamBeginCapture_ptsz(stream: cudaStream_t, mode: c_int) -> cudaError_t {
     // SAFETY: the caller's arguments, as CUDA would receive them.
-    let rc = unsafe { real::cudaStreamBeginCapture_ptsz(stream, mode) };
-    if rc == cudaSuccess {
-        state().access.graphs.begin_capture(stream as usize);
-    }
-    rc
+    began(stream as usize, unsafe {
+        real::cudaStreamBeginCapture_ptsz(stream, mode)
+    })
 }
 
 /// # Safety
