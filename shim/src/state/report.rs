@@ -80,6 +80,7 @@ pub fn process_summary(state: &State) -> ProcessJson {
             api: block.api.name().to_string(),
         })
         .collect();
+    let by_api = state.launches_by_api();
     let mut summary = ProcessJson {
         pid: state.pid,
         cmdline: vramshare_common::process::cmdline(state.pid),
@@ -93,17 +94,15 @@ pub fn process_summary(state: &State) -> ProcessJson {
         // Asked on first use of each device; never asked here, at exit, when
         // the runtime may already be shutting down.
         runtime_version: crate::cuda::backend::runtime_version(),
-        launches: state
-            .launches_by_api()
-            .into_iter()
+        launches: by_api
+            .iter()
             .filter(|(api, _)| !api.is_library_call())
-            .map(|(api, count)| (api.name().to_string(), count))
+            .map(|(api, count)| (api.name().to_string(), *count))
             .collect(),
-        library_calls: state
-            .launches_by_api()
-            .into_iter()
+        library_calls: by_api
+            .iter()
             .filter(|(api, _)| api.is_library_call())
-            .map(|(api, count)| (api.name().to_string(), count))
+            .map(|(api, count)| (api.name().to_string(), *count))
             .collect(),
         coverage: state
             .launches_by_attribution()

@@ -38,7 +38,20 @@ pub struct Naming<'a> {
     count: usize,
 }
 
-impl Naming<'_> {
+impl<'a> Naming<'a> {
+    fn new(snapshot: &'a Snapshot) -> Self {
+        Naming {
+            snapshot,
+            named: [0; MAX_NAMED],
+            count: 0,
+        }
+    }
+
+    /// The indexes of the blocks named, in the snapshot.
+    fn named(&self) -> impl Iterator<Item = usize> + '_ {
+        self.named[..self.count].iter().map(|index| *index as usize)
+    }
+
     /// A word of the launch's parameters, which may be a pointer.
     #[inline]
     pub fn word(&mut self, value: u64) {
@@ -88,43 +101,31 @@ impl Access {
         let live = || ledger.ranges();
         self.index
             .with(ledger.generation(), live, place.step, |snapshot| {
-                let mut naming = Naming {
-                    snapshot,
-                    named: [0; MAX_NAMED],
-                    count: 0,
-                };
+                let mut naming = Naming::new(snapshot);
                 read(&mut naming);
-                for index in &naming.named[..naming.count] {
-                    snapshot.profiles[*index as usize].touch(place, stream, via);
+                for index in naming.named() {
+                    snapshot.profiles[index].touch(place, stream, via);
                 }
                 naming.count
             })
     }
-}
 
-impl Access {
     /// A launch on a stream being captured into a graph: it does not run
     /// now, so it is no use; the blocks it names are the graph's. Their
     /// number.
     pub fn capture(&self, ledger: &Ledger, stream: usize, read: impl FnOnce(&mut Naming)) -> usize {
+        let live = || ledger.ranges();
         let step = self.steps.current();
-        let named = self.index.with(
-            ledger.generation(),
-            || ledger.ranges(),
-            step,
-            |snapshot| {
-                let mut naming = Naming {
-                    snapshot,
-                    named: [0; MAX_NAMED],
-                    count: 0,
-                };
+        let named = self
+            .index
+            .with(ledger.generation(), live, step, |snapshot| {
+                let mut naming = Naming::new(snapshot);
                 read(&mut naming);
-                naming.named[..naming.count]
-                    .iter()
-                    .map(|index| snapshot.profiles[*index as usize].start)
+                naming
+                    .named()
+                    .map(|index| snapshot.profiles[index].start)
                     .collect::<Vec<usize>>()
-            },
-        );
+            });
         self.graphs.record(stream, &named);
         named.len()
     }
