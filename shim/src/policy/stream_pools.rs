@@ -72,10 +72,7 @@ fn slack(backend: Backend, pool: usize) -> Option<u64> {
 /// two threads never count their readings out of order; the pool queries
 /// under it never call back into the shim or allocate.
 fn count(state: &State, backend: Backend, pool: usize, device: Device, quota: Option<u64>) -> bool {
-    let mut counted = state
-        .pool_slack
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut counted = crate::state::lock(&state.pool_slack);
     let Some(slack) = slack(backend, pool) else {
         return true;
     };
@@ -113,10 +110,7 @@ pub fn recount(state: &State, backend: Backend, pool: usize, device: Device, quo
 /// Before anything on `device` spills: trims every pool whose slack counts
 /// there. Returns whether there was any.
 pub fn trim_device(state: &State, device: Device) -> bool {
-    let holding: Vec<(usize, Backend)> = state
-        .pool_slack
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    let holding: Vec<(usize, Backend)> = crate::state::lock(&state.pool_slack)
         .iter()
         .filter(|(_, c)| c.device == device && c.slack > 0)
         .map(|(pool, c)| (*pool, c.backend))

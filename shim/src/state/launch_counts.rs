@@ -68,10 +68,7 @@ impl LaunchCounts {
                     return shard;
                 }
                 let fresh = new_shard();
-                self.shards
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .push(fresh);
+                super::lock(&self.shards).push(fresh);
                 mine.set((self.id, fresh.as_ptr()));
                 fresh.as_ptr()
             })
@@ -86,10 +83,7 @@ impl LaunchCounts {
     /// The launches so far, by the call that made them and by what their
     /// operands named (indexed by [`Attribution`]).
     pub fn by_attribution(&self) -> Vec<(Api, [u64; KINDS])> {
-        let shards = self
-            .shards
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let shards = super::lock(&self.shards);
         Api::ALL
             .iter()
             .enumerate()

@@ -124,6 +124,14 @@ pub fn config() -> &'static Config {
     load_config()
 }
 
+/// Locks `mutex`, whatever a panic elsewhere left in it: no lock of the
+/// shim's may make it unusable.
+pub fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Set while one thread makes the state: the others wait for it, so that
 /// the shared files are opened and the registry slot claimed once.
 static MAKING: AtomicBool = AtomicBool::new(false);

@@ -164,9 +164,7 @@ impl Functions {
     }
 
     fn locked(&self) -> std::sync::MutexGuard<'_, HashMap<usize, &'static FunctionInfo>> {
-        self.table
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::state::lock(&self.table)
     }
 
     /// Functions launched so far, and how many of them CUDA described.

@@ -8,6 +8,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
+use crate::state::lock;
+
 /// Graphs (and executable graphs) remembered at most; past this, new ones
 /// are not, and their launches name nothing.
 const MAX_GRAPHS: usize = 4096;
@@ -22,12 +24,6 @@ pub struct Graphs {
     captures: Mutex<HashMap<usize, Vec<usize>>>,
     graphs: Mutex<HashMap<usize, Arc<[usize]>>>,
     execs: Mutex<HashMap<usize, Arc<[usize]>>>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Graphs {

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use super::profile::BlockProfile;
+use crate::state::lock;
 
 /// A live range: start, size, device.
 pub type Range = (usize, u64, u32);
@@ -117,12 +118,6 @@ const REBUILD_EVERY: u64 = 100_000;
 
 fn now_ns() -> u64 {
     vramshare_common::process::monotonic_ns()
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Default for BlockIndex {

@@ -9,6 +9,7 @@
 //! held across a call into CUDA.
 
 use crate::config::Device;
+use crate::state::lock;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -111,13 +112,6 @@ fn raise_peak(peak: &AtomicU64, value: u64) {
     if value > peak.load(Ordering::Relaxed) {
         peak.fetch_max(value, Ordering::Relaxed);
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic elsewhere never makes the ledger unusable.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Block {
