@@ -336,6 +336,34 @@ fn a_graph_captured_through_the_driver_names_its_blocks_also_when_begun_by_a_loo
     }
 }
 
+#[test]
+fn a_graph_built_node_by_node_names_what_its_kernel_nodes_and_child_graphs_name() {
+    let mut steps: Vec<&str> = BLOCKS.to_vec();
+    steps.extend([
+        "nodes:src:dst:extra",
+        "instantiate",
+        "replay",
+        "replay",
+        // The graph destroyed: its executable graph still names its blocks.
+        "graphdestroy",
+        "replay",
+        "destroy",
+        "replay",
+    ]);
+    let run = driver_client(&[("VRAMSHARE_QUOTA", "32MiB")], &steps);
+    run.assert_ok();
+    for step in ["nodes", "instantiate", "graphdestroy", "destroy"] {
+        assert_eq!(run.rc(step), 0, "{step}");
+    }
+    // Read from the driver's copies of the arguments (the client zeroed its
+    // own after adding the nodes), the child graph's included.
+    assert_eq!(uses(&run, "src"), 3);
+    assert_eq!(uses(&run, "dst"), 3);
+    assert_eq!(uses(&run, "extra"), 3, "named by the child graph's node");
+    assert_eq!(uses(&run, "idle"), 0);
+    assert_eq!(coverage(&run, "cuGraphLaunch"), [3, 0, 1, 0]);
+}
+
 /// A step of a training loop, as launches: a kernel that runs once per step
 /// (the step's mark), `hot` named twice and `warm` once by a described
 /// kernel, and an opaque kernel.

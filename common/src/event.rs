@@ -153,6 +153,9 @@ named_enum! {
         cuStreamEndCapture_ptsz = 74 => "cuStreamEndCapture_ptsz",
         cuGraphInstantiateWithFlags = 75 => "cuGraphInstantiateWithFlags",
         cuGraphExecDestroy = 76 => "cuGraphExecDestroy",
+        // Graphs destroyed: their addresses may be reused at once.
+        cudaGraphDestroy = 77 => "cudaGraphDestroy",
+        cuGraphDestroy = 78 => "cuGraphDestroy",
     }
 }
 

@@ -16,6 +16,9 @@
  *   opaque:HOW:NAME (a launch of a function without layout, naming NAME)
  *   capture:HOW (begin capturing stream 0x61; HOW: link, or fetched by
  *   cuGetProcAddress)  endcapture  instantiate  replay (cuGraphLaunch)  destroy
+ *   nodes:SRC:DST:CHILD (a graph built node by node: a kernel node naming SRC
+ *   and DST, and a child graph whose kernel node names CHILD; "-" for none)
+ *   graphdestroy (cuGraphDestroy)
  *   unload (cuModuleUnload)  redescribe (kernel's function, now of one
  *   8-byte parameter: another function at the same address)
  *   launch:HOW (one kernel launch: cu, cu_ptsz, ex, ex_ptsz, coop, coop_ptsz,
@@ -88,6 +91,10 @@ static struct { char name[32]; CUdeviceptr ptr; size_t size; } names[MAX_NAMES];
 
 void cuFakeSetParams(const void *function, int count, const size_t *sizes);
 CUresult cuModuleUnload(void *module);
+CUresult cuGraphCreate(void **graph, unsigned flags);
+CUresult cuGraphAddKernelNode_v2(void **node, void *graph, void **deps, size_t ndeps, const void *params);
+CUresult cuGraphAddChildGraphNode(void **node, void *graph, void **deps, size_t ndeps, void *child);
+CUresult cuGraphDestroy(void *graph);
 CUresult cuStreamBeginCapture_v2(void *stream, int mode);
 CUresult cuStreamEndCapture(void *stream, void **graph);
 CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
@@ -97,6 +104,16 @@ static void *graph, *graph_exec;
 /* The function of the kernel steps, and whether it was described yet. */
 static char kernel_function;
 static int described;
+
+/* The kernel steps' function: an int, a struct holding two pointers at
+ * offsets 8 and 24, and a pointer. */
+struct kernel_pair { int tag, pad; CUdeviceptr src; int x, y; CUdeviceptr dst; };
+static void describe_kernel(void) {
+    if (described) return;
+    size_t sizes[3] = {4, sizeof(struct kernel_pair), 8};
+    cuFakeSetParams(&kernel_function, 3, sizes);
+    described = 1;
+}
 
 /* One launch of `f` by `how` on `stream`; -1 for an unknown how. `packed`
  * (`size` bytes) is the same arguments as one buffer, for extra. */
@@ -202,13 +219,9 @@ int main(int argc, char **argv) {
             /* A function with a layout: an int, a struct holding SRC and DST
              * at offsets 8 and 24, and EXTRA; "-" for none. */
             void *function = &kernel_function;
-            if (!described) {
-                size_t sizes[3] = {4, 32, 8};
-                cuFakeSetParams(&kernel_function, 3, sizes);
-                described = 1;
-            }
+            describe_kernel();
             int n = 64;
-            struct { int tag, pad; CUdeviceptr src; int x, y; CUdeviceptr dst; } pair = {7, 0, 0, 1, 2, 0};
+            struct kernel_pair pair = {7, 0, 0, 1, 2, 0};
             CUdeviceptr extra_ptr = 0;
             if (strcmp(fields[2], "-")) pair.src = names[slot(fields[2])].ptr;
             if (strcmp(fields[3], "-")) pair.dst = names[slot(fields[3])].ptr;
@@ -221,6 +234,29 @@ int main(int argc, char **argv) {
             rc = launch_by(fields[1], function, params, packed, sizeof packed, (void *)0x61);
             if (rc == -1) { fprintf(stderr, "driver_client: unknown launch %s\n", fields[1]); return 3; }
             printf("kernel %s rc=%d\n", fields[1], rc);
+        } else if (!strcmp(op, "nodes")) {
+            describe_kernel();
+            struct { void *func; unsigned grid[3], block[3], shared; void **params, **extra; void *kern, *ctx; } node_params = {0};
+            void *child = NULL, *node = NULL;
+            int n = 64;
+            struct kernel_pair pair = {7, 0, 0, 1, 2, 0}, none = {7, 0, 0, 1, 2, 0};
+            CUdeviceptr child_ptr = 0, no_ptr = 0;
+            if (strcmp(fields[1], "-")) pair.src = names[slot(fields[1])].ptr;
+            if (strcmp(fields[2], "-")) pair.dst = names[slot(fields[2])].ptr;
+            if (strcmp(fields[3], "-")) child_ptr = names[slot(fields[3])].ptr;
+            void *params[3] = {&n, &pair, &no_ptr}, *child_params[3] = {&n, &none, &child_ptr};
+            node_params.func = &kernel_function;
+            rc = cuGraphCreate(&graph, 0) || cuGraphCreate(&child, 0);
+            node_params.params = child_params;
+            rc = rc || cuGraphAddKernelNode_v2(&node, child, NULL, 0, &node_params);
+            node_params.params = params;
+            rc = rc || cuGraphAddKernelNode_v2(&node, graph, NULL, 0, &node_params);
+            rc = rc || cuGraphAddChildGraphNode(&node, graph, NULL, 0, child);
+            /* The arguments are the driver's now: ours may change. */
+            pair.src = pair.dst = child_ptr = 0;
+            printf("nodes rc=%d\n", rc);
+        } else if (!strcmp(op, "graphdestroy")) {
+            printf("graphdestroy rc=%d\n", cuGraphDestroy(graph));
         } else if (!strcmp(op, "capture")) {
             CUresult (*begin)(void *, int) = cuStreamBeginCapture_v2;
             if (!strcmp(fields[1], "fetched")) cuGetProcAddress("cuStreamBeginCapture", (void **)&begin, 13000, 0);

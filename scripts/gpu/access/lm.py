@@ -1,8 +1,6 @@
 """A transformer LM built from a config (random weights, no download):
 Hugging Face GPT-2 at medium size (24 layers, d=1024, 16 heads), batch 8 of
-1024 tokens, bf16 autocast, AdamW. With --mark, each step is marked for the
-shim (vramshare_step) instead of found from the launch sequence."""
-import ctypes
+1024 tokens, bf16 autocast, AdamW."""
 import os
 import sys
 
@@ -12,21 +10,14 @@ from transformers import GPT2Config, GPT2LMHeadModel
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 import common  # noqa: E402
 
-mark = "--mark" in sys.argv
-if mark:
-    sys.argv.remove("--mark")
 args = common.options(__doc__, steps=8)
 config = GPT2Config(n_layer=24, n_embd=1024, n_head=16, n_positions=1024)
 model = GPT2LMHeadModel(config).cuda()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 tokens = torch.randint(0, config.vocab_size, (8, 1024), device="cuda")
-# The shim's marker, when the shim is loaded (the name is absent otherwise).
-marker = getattr(ctypes.CDLL(None), "vramshare_step", None) if mark else None
 
 
 def step():
-    if marker:
-        marker()
     opt.zero_grad(set_to_none=True)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         loss = model(tokens, labels=tokens).loss
@@ -35,4 +26,4 @@ def step():
     return loss.item()
 
 
-common.run("lm", args, step, {"marked": marker is not None})
+common.run("lm", args, step)

@@ -2,7 +2,11 @@
 median of the rounds) and their ratio, launches per step, the share of
 launches decoded (their parameters read, or made inside a library call whose
 operands were read) and named a block, by path, and the last complete
-step's bytes named by launches out of the bytes live through it.
+step's bytes named by launches out of the bytes live through it, and out
+of the bytes PyTorch says that step used (its caching allocator's segments
+holding a live tensor at some time in the step, measured in one more step
+after the timed ones, which the shim's marks, where the job makes them,
+make the shim's latest complete step).
     summary.py OUT_DIR"""
 import json
 import statistics
@@ -25,14 +29,33 @@ def median(job, how):
     return statistics.median(times) if times else None
 
 
-print("| job | native ms (median step) | shim ms | shim / native | launches / step | decoded | named a block | undecoded | step bytes named / live |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+def used_named(job, access):
+    """The share of the bytes PyTorch says the step used that the shim
+    named in its latest complete step; and the segments used but not named,
+    and named but not used (by PyTorch's account), largest first."""
+    touched_file = out / f"touched-{job}-1.json"
+    if not touched_file.exists():
+        return "-", None
+    segments = json.loads(touched_file.read_text())["segments"]
+    named = {int(b["ptr"], 16) for b in access.get("blocks", []) if b.get("last_step")}
+    used = [s for s in segments if s["touched"]]
+    used_bytes = sum(s["size"] for s in used)
+    named_bytes = sum(s["size"] for s in used if s["address"] in named)
+    not_named = sorted((s["size"] for s in used if s["address"] not in named), reverse=True)
+    not_used = sorted((s["size"] for s in segments if not s["touched"] and s["address"] in named), reverse=True)
+    missed = {"used_not_named": not_named[:10], "named_not_used": not_used[:10]}
+    share = f"{100 * named_bytes / used_bytes:.1f}% of {used_bytes / 2**30:.2f} GiB" if used_bytes else "-"
+    return share, missed
+
+
+print("| job | native ms (median step) | shim ms | shim / native | launches / step | decoded | named a block | undecoded | step bytes named / live | used bytes (PyTorch) named |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 paths = []
 for job in jobs:
     native, shim = median(job, "native"), median(job, "shim")
     trace_file = out / f"trace-{job}-1.json"
     if not trace_file.exists():
-        print(f"| {job} | {native} | {shim} | - | no trace | | | | |")
+        print(f"| {job} | {native} | {shim} | - | no trace | | | | | |")
         continue
     process = json.loads(trace_file.read_text())["processes"][0]
     coverage = process.get("coverage", {})
@@ -50,8 +73,12 @@ for job in jobs:
     byte_share = (f"{100 * step['touched_bytes'] / step['live_bytes']:.1f}% of {step['live_bytes'] / 2**30:.2f} GiB"
                   if step.get("live_bytes") else "-")
     ratio = f"{shim / native:.3f}" if native and shim else "-"
+    used_share, missed = used_named(job, access)
     print(f"| {job} | {native:.2f} | {shim:.2f} | {ratio} | {total / timed_steps:.0f} | "
-          f"{share(named + inside + unnamed)} | {share(named + inside)} | {share(undecoded)} | {byte_share} |")
+          f"{share(named + inside + unnamed)} | {share(named + inside)} | {share(undecoded)} | {byte_share} | "
+          f"{used_share} |")
+    if missed:
+        paths.append((job, "used, not named", missed))
     for api, c in sorted(kernels.items()):
         paths.append((job, api, c))
     libraries = process.get("library_calls", {})

@@ -20,6 +20,10 @@ def options(description, steps):
     parser.add_argument("--expect-oom", action="store_true", help="succeed only on torch.cuda.OutOfMemoryError")
     parser.add_argument("--traffic", action="store_true",
                         help="sample the GPU's PCIe traffic (NVML) during the timed steps")
+    parser.add_argument("--mark", action="store_true",
+                        help="mark each step for the shim (vramshare_step) instead of letting it find them")
+    parser.add_argument("--touched", metavar="FILE",
+                        help="after the timed steps, one more, with PyTorch's account of the memory it uses in FILE")
     args = parser.parse_args()
     if args.managed:
         allocator = torch.cuda.memory.CUDAPluggableAllocator(args.managed, "um_alloc", "um_free")
@@ -80,10 +84,61 @@ class LinkTraffic:
         return {"tx_Bps": mean(self.samples[0]), "rx_Bps": mean(self.samples[1]), "samples": len(self.samples[1])}
 
 
+def step_marker(args):
+    """The shim's step marker when asked for and the shim is loaded (the
+    name is absent otherwise), else None."""
+    return getattr(ctypes.CDLL(None), "vramshare_step", None) if args.mark else None
+
+
+def record_touched(step, path, marker):
+    """One more step, and PyTorch's own account of the memory it uses, for
+    comparison with the shim's (and independent of it): the caching
+    allocator's segments that hold a live tensor at some time during the
+    step, those holding one when it begins and those it allocates into.
+    Written to `path` as {"segments": [{"address", "size", "touched"}]}."""
+    torch.cuda.synchronize()
+    live = {}
+    for segment in torch.cuda.memory_snapshot():
+        active = any(b["state"] != "inactive" for b in segment["blocks"])
+        live[segment["address"]] = [segment["total_size"], active]
+    torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
+                                             max_entries=1_000_000)
+    if marker:
+        marker()
+    step()
+    torch.cuda.synchronize()
+    if marker:
+        marker()  # the step just run is now the shim's latest complete one
+    snapshot = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    segments = sorted((s["address"], s["total_size"]) for s in snapshot["segments"])
+    for address, size in segments:
+        live.setdefault(address, [size, False])
+    starts = [address for address, _ in segments]
+    import bisect
+    for entry in (e for trace in snapshot["device_traces"] for e in trace):
+        if entry["action"] != "alloc":
+            continue
+        at = bisect.bisect_right(starts, entry["addr"]) - 1
+        if at >= 0 and entry["addr"] < segments[at][0] + segments[at][1]:
+            live[segments[at][0]][1] = True
+    with open(path, "w") as out:
+        json.dump({"segments": [{"address": a, "size": s, "touched": t} for a, (s, t) in live.items()]}, out)
+
+
 def run(job, args, step, extra=None):
     """Runs 2 warm-up and `args.steps` timed steps of `step()` (which returns a
-    float to compare between runs) and prints the job's JSON line."""
+    float to compare between runs) and prints the job's JSON line. With
+    --mark each step is marked for the shim as it begins; with --touched one
+    more step follows, measured by PyTorch (`record_touched`)."""
     free, total = torch.cuda.mem_get_info()
+    marker = step_marker(args)
+    if marker:
+        unmarked = step
+
+        def step():
+            marker()
+            return unmarked()
     values, times = [], []
     traffic = LinkTraffic() if args.traffic else None
     try:
@@ -98,6 +153,8 @@ def run(job, args, step, extra=None):
     except torch.cuda.OutOfMemoryError as error:
         report_oom(job, args, error)
     link = traffic.stop() if traffic else None
+    if args.touched:
+        record_touched(unmarked if marker else step, args.touched, marker)
     if args.expect_oom:
         print(json.dumps({"job": job, "oom": False}), flush=True)
         sys.exit(1)
@@ -112,6 +169,7 @@ def run(job, args, step, extra=None):
         "max_reserved": torch.cuda.max_memory_reserved() if not args.managed else None,
         "max_allocated": torch.cuda.max_memory_allocated() if not args.managed else None,
         "pid": os.getpid(),
+        "marked": marker is not None,
     }
     if link and link["rx_Bps"] is not None:
         # Bytes over the link per step, from the mean rates over the timed steps.

@@ -85,6 +85,8 @@ macro_rules! cuda_functions {
                 fn cuStreamEndCapture_ptsz(stream: CUstream, graph: *mut cudaGraph_t);
                 fn cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, graph: cudaGraph_t, flags: u64);
                 fn cuGraphExecDestroy(exec: CUgraphExec);
+                fn cudaGraphDestroy(graph: cudaGraph_t);
+                fn cuGraphDestroy(graph: cudaGraph_t);
                 // Math library calls whose kernels hide their operands: the
                 // call's own operand pointers are read instead.
                 fn cublasLtMatmul(handle: LibraryHandle, desc: LibraryHandle, alpha: *const c_void, a: *const c_void, a_layout: LibraryHandle, b: *const c_void, b_layout: LibraryHandle, beta: *const c_void, c: *const c_void, c_layout: LibraryHandle, d: *mut c_void, d_layout: LibraryHandle, algo: *const c_void, workspace: *mut c_void, workspace_size: usize, stream: cudaStream_t);
@@ -130,6 +132,11 @@ macro_rules! cuda_functions {
                 fn cudaGetLastError();
                 fn cuFuncGetParamInfo(f: CUfunction, index: usize, offset: *mut usize, size: *mut usize);
                 fn cuKernelGetParamInfo(kernel: CUkernel, index: usize, offset: *mut usize, size: *mut usize);
+                // A graph built node by node, read at its instantiation.
+                fn cuGraphGetNodes(graph: cudaGraph_t, nodes: *mut *mut c_void, count: *mut usize);
+                fn cuGraphNodeGetType(node: *mut c_void, kind: *mut c_int);
+                fn cuGraphKernelNodeGetParams_v2(node: *mut c_void, params: *mut c_void);
+                fn cuGraphChildGraphNodeGetGraph(node: *mut c_void, graph: *mut cudaGraph_t);
                 fn cudnnBackendGetAttribute(descriptor: LibraryHandle, name: c_int, kind: c_int, requested: i64, count: *mut i64, elements: *mut c_void);
             }
         }

@@ -15,8 +15,7 @@ use vramshare_common::event::Api;
 
 use crate::cuda::real;
 use crate::state::access::functions::Param;
-use crate::state::access::profile::{VIA_KERNEL, VIA_LIBRARY};
-use crate::state::access::Naming;
+use crate::state::access::{Launch, Naming};
 use crate::state::{state, Attribution, State};
 
 /// What a launch names its function by, which says how to ask CUDA for the
@@ -138,26 +137,18 @@ unsafe fn attribute(state: &State, launched: &Launched) -> Attribution {
                 Params::List(args) => args.is_null() || layout.is_some(),
                 Params::Extra(_) | Params::None => true,
             };
-            let read = |naming: &mut Naming| match (launched.params, layout) {
-                // SAFETY: the caller's argument list, one entry per parameter of
-                // the function's layout.
-                (Params::List(args), Some(layout)) if !args.is_null() => unsafe {
-                    read_list(args, layout, naming)
-                },
-                // SAFETY: the caller's `extra`, ended by CU_LAUNCH_PARAM_END.
-                (Params::Extra(extra), _) if !extra.is_null() => unsafe {
-                    read_extra(extra, naming)
-                },
-                _ => {}
-            };
+            // SAFETY: the caller's arguments, laid out as the function's
+            // parameters are (or the driver's `extra`).
+            let read =
+                |naming: &mut Naming| unsafe { read_params(launched.params, layout, naming) };
             let named = if capturing {
                 state.access.capture(&state.ledger, launched.stream, read)
             } else {
                 let stream = launched.stream as u64;
-                let key = launched.key;
+                let kernel = (launched.key, Launch::Kernel);
                 state
                     .access
-                    .launch(&state.ledger, key, recurrence, stream, VIA_KERNEL, read)
+                    .launch(&state.ledger, kernel, recurrence, stream, read)
             };
             match (readable, named) {
                 (false, _) => Attribution::Undecoded,
@@ -178,10 +169,9 @@ fn graph_launch(
     let stream = launched.stream as u64;
     let named = state.access.launch(
         &state.ledger,
-        launched.key,
+        (launched.key, Launch::Graph),
         recurrence,
         stream,
-        VIA_KERNEL,
         |naming| {
             for block in blocks.iter().flat_map(|blocks| blocks.iter()) {
                 naming.word(*block as u64);
@@ -192,6 +182,39 @@ fn graph_launch(
         (None, _) => Attribution::Undecoded,
         (Some(_), 0) => Attribution::Unnamed,
         (Some(_), _) => Attribution::Named,
+    }
+}
+
+/// Feeds the arguments of a launch of function `key` to `naming`, as its
+/// layout says they lie; the layout is asked of CUDA on the function's
+/// first launch or read, and then kept.
+///
+/// # Safety
+/// `params` are readable arguments of a launch of that function.
+pub(super) unsafe fn read_arguments(entry: Entry, key: usize, params: Params, naming: &mut Naming) {
+    let functions = &state().access.functions;
+    let layout = functions
+        .entry(key, || layout(entry, key))
+        .and_then(|info| info.params.as_deref());
+    // SAFETY: as the caller promises.
+    unsafe { read_params(params, layout, naming) }
+}
+
+/// Feeds `params` to `naming`: an argument list by `layout` (nothing is
+/// read without one), or the driver's packed `extra`.
+///
+/// # Safety
+/// A list holds one readable pointer per parameter of `layout`; `extra`
+/// is ended by CU_LAUNCH_PARAM_END.
+unsafe fn read_params(params: Params, layout: Option<&[Param]>, naming: &mut Naming) {
+    match (params, layout) {
+        // SAFETY: as the caller promises.
+        (Params::List(args), Some(layout)) if !args.is_null() => unsafe {
+            read_list(args, layout, naming)
+        },
+        // SAFETY: as the caller promises.
+        (Params::Extra(extra), _) if !extra.is_null() => unsafe { read_extra(extra, naming) },
+        _ => {}
     }
 }
 
@@ -359,10 +382,9 @@ pub fn library_call(
     } else {
         state.access.launch(
             &state.ledger,
-            api as usize,
+            (api as usize, Launch::Library),
             None,
             stream as u64,
-            VIA_LIBRARY,
             read,
         )
     };

@@ -5,6 +5,7 @@
 
 mod adapters;
 mod allocate;
+mod graph_nodes;
 pub mod handlers;
 mod launches;
 mod moves;
@@ -13,6 +14,7 @@ pub mod stream_pools;
 mod vmm;
 
 pub use adapters::{free, malloc, malloc_3d, malloc_managed, malloc_pitch, malloc_pooled};
+pub use graph_nodes::blocks_of_nodes;
 pub use launches::{launch, library_call};
 pub use moves::{demote_for, demote_to_quota, pool_room, promote, promote_leaving};
 pub use quota::mem_get_info;

@@ -119,9 +119,34 @@ unsafe fn instantiated(
     if rc == cudaSuccess && !exec.is_null() {
         // SAFETY: CUDA wrote the executable graph on success.
         let made = unsafe { *exec } as usize;
-        state().access.graphs.instantiate(made, graph as usize);
+        let state = state();
+        let graphs = &state.access.graphs;
+        if !graphs.knows(graph as usize) {
+            // Built node by node: its kernel nodes say what it uses.
+            if let Some(blocks) = crate::policy::blocks_of_nodes(state, graph) {
+                graphs.add_graph(graph as usize, blocks);
+            }
+        }
+        graphs.instantiate(made, graph as usize);
     }
     rc
+}
+
+/// Forgotten first: once destroyed, its address may be reused at once.
+fn destroying(graph: cudaGraph_t) {
+    state().access.graphs.destroy_graph(graph as usize);
+}
+
+pub unsafe fn cudaGraphDestroy(graph: cudaGraph_t) -> cudaError_t {
+    destroying(graph);
+    // SAFETY: the caller's argument, as CUDA would receive it.
+    unsafe { real::cudaGraphDestroy(graph) }
+}
+
+pub unsafe fn cuGraphDestroy(graph: cudaGraph_t) -> cudaError_t {
+    destroying(graph);
+    // SAFETY: the caller's argument, as CUDA would receive it.
+    unsafe { real::cuGraphDestroy(graph) }
 }
 
 pub unsafe fn cudaGraphInstantiate(

@@ -34,10 +34,15 @@ pub struct FunctionInfo {
 /// Tells one process state's table from another's (a forked child's).
 static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
 
-/// Functions a thread's cache holds (direct-mapped by key): a few hundred
-/// distinct kernels make a training step; those that keep their place
-/// through a step are enough to find it.
+/// Functions a thread's cache holds, in sets of [`WAYS`] chosen by key: a
+/// few hundred distinct kernels make a training step; those that keep
+/// their place through a step are enough to find it. A function found moves
+/// one place toward the front of its set, and a new one takes the last
+/// place, so the functions launched most keep theirs (and their
+/// recurrence) when others of their set come and go.
 const CACHED: usize = 256;
+const WAYS: usize = 4;
+const SETS: usize = CACHED / WAYS;
 
 #[derive(Clone, Copy)]
 struct Slot {
@@ -105,32 +110,54 @@ impl Functions {
         layout: impl FnOnce() -> Option<Box<[Param]>>,
         f: impl FnOnce(Option<&'static FunctionInfo>, Option<&mut Recurrence>) -> R,
     ) -> R {
-        // Fibonacci hashing: neighbouring keys (a module's functions lie
-        // side by side) land far apart.
-        let index =
-            key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (usize::BITS - CACHED.trailing_zeros());
-        let Ok(mut slot) = CACHE.try_with(|cache| cache[index].get()) else {
-            return f(self.lookup(key, layout), None);
-        };
         let generation = self.generation.load(Ordering::Acquire);
-        if slot.table != self.id || slot.key != key || slot.generation != generation {
-            let info = self.lookup(key, layout);
-            slot = Slot {
-                table: self.id,
-                generation,
-                key,
-                info: info.map_or(std::ptr::null(), |info| info as *const FunctionInfo),
-                recurrence: Recurrence::ZERO,
+        let set = set_of(key);
+        let found = CACHE.try_with(|cache| {
+            let ways = &cache[set * WAYS..(set + 1) * WAYS];
+            let current = |slot: &Slot| {
+                slot.table == self.id && slot.key == key && slot.generation == generation
             };
-        }
+            let Some(way) = ways.iter().position(|way| current(&way.get())) else {
+                // A new one takes the first place holding none of this
+                // table's current functions, or else the last.
+                let unused = |slot: &Slot| slot.table != self.id || slot.generation != generation;
+                let free = ways.iter().position(|way| unused(&way.get()));
+                return Err(set * WAYS + free.unwrap_or(WAYS - 1));
+            };
+            if way > 0 {
+                ways[way].swap(&ways[way - 1]);
+            }
+            let at = set * WAYS + way.saturating_sub(1);
+            Ok((at, cache[at].get()))
+        });
+        let Ok(found) = found else {
+            return f(self.entry(key, layout), None);
+        };
+        let (at, mut slot) = match found {
+            Ok(found) => found,
+            Err(at) => {
+                let info = self.entry(key, layout);
+                let slot = Slot {
+                    table: self.id,
+                    generation,
+                    key,
+                    info: info.map_or(std::ptr::null(), |info| info as *const FunctionInfo),
+                    recurrence: Recurrence::ZERO,
+                };
+                (at, slot)
+            }
+        };
         // SAFETY: entries are leaked, never freed.
         let info = (!slot.info.is_null()).then(|| unsafe { &*slot.info });
         let result = f(info, Some(&mut slot.recurrence));
-        let _ = CACHE.try_with(|cache| cache[index].set(slot));
+        let _ = CACHE.try_with(|cache| cache[at].set(slot));
         result
     }
 
-    fn lookup(
+    /// The entry of function `key`, made on its first launch or read
+    /// (`layout` asks CUDA, with no lock held); `None` once the table is
+    /// full. This thread's cache is left as it is.
+    pub fn entry(
         &self,
         key: usize,
         layout: impl FnOnce() -> Option<Box<[Param]>>,
@@ -175,8 +202,15 @@ impl Functions {
     }
 }
 
+/// The cache set of `key`. Fibonacci hashing: neighbouring keys (a
+/// module's functions lie side by side) land far apart.
+fn set_of(key: usize) -> usize {
+    key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (usize::BITS - SETS.trailing_zeros())
+}
+
 #[cfg(test)]
 mod tests {
+    use super::super::steps::{Steps, SHORTEST};
     use super::*;
 
     fn params_of(
@@ -236,5 +270,39 @@ mod tests {
         // A forked child's table starts empty.
         let child = Functions::new();
         assert_eq!(params_of(&child, 0x1000, None), None);
+    }
+
+    #[test]
+    fn functions_of_one_cache_set_keep_their_recurrence() {
+        let functions = Functions::new();
+        let steps = Steps::new();
+        let set = set_of(0x7000);
+        let keys: Vec<usize> = (0x7000..)
+            .step_by(16)
+            .filter(|key| set_of(*key) == set)
+            .take(WAYS + 1)
+            .collect();
+        // Whether the launch found its record of recurrence empty.
+        let fresh = |key: usize| {
+            functions.with(
+                key,
+                || None,
+                |_, recurrence| {
+                    let recurrence = recurrence.unwrap();
+                    let fresh = recurrence.is_fresh();
+                    steps.launch(key, Some(recurrence), SHORTEST);
+                    fresh
+                },
+            )
+        };
+        for round in 0..5 {
+            for key in &keys[..WAYS] {
+                assert_eq!(fresh(*key), round == 0, "{key:#x} in round {round}");
+            }
+        }
+        // A fifth comes and goes: it takes the last place, the others keep theirs.
+        assert!(fresh(keys[WAYS]));
+        let kept = keys[..WAYS].iter().filter(|key| !fresh(**key)).count();
+        assert_eq!(kept, WAYS - 1);
     }
 }

@@ -1,7 +1,8 @@
 //! CUDA graphs: the blocks a graph's kernels use are learned while the graph
 //! is captured (the launches made on a capturing stream are recorded, not
-//! run), kept with the graph when its capture ends and with each executable
-//! graph made from it; a launch of that executable graph then names them.
+//! run), or from its nodes when a graph built node by node is instantiated;
+//! they are kept with the graph and with each executable graph made from
+//! it; a launch of that executable graph then names them.
 //! While nothing is being captured, a launch pays one relaxed load here.
 
 use std::collections::HashMap;
@@ -64,6 +65,25 @@ impl Graphs {
         }
     }
 
+    /// Whether the blocks of `graph` are known (it was captured here).
+    pub fn knows(&self, graph: usize) -> bool {
+        lock(&self.graphs).contains_key(&graph)
+    }
+
+    /// The blocks of `graph`, read from its nodes.
+    pub fn add_graph(&self, graph: usize, mut blocks: Vec<usize>) {
+        blocks.truncate(MAX_BLOCKS);
+        let mut graphs = lock(&self.graphs);
+        if graphs.len() < MAX_GRAPHS {
+            graphs.insert(graph, blocks.into());
+        }
+    }
+
+    /// `graph` was destroyed (its executable graphs live on).
+    pub fn destroy_graph(&self, graph: usize) {
+        lock(&self.graphs).remove(&graph);
+    }
+
     /// `exec` was made from `graph`.
     pub fn instantiate(&self, exec: usize, graph: usize) {
         let Some(named) = lock(&self.graphs).get(&graph).cloned() else {
@@ -109,5 +129,15 @@ mod tests {
         assert_eq!(graphs.blocks_of(0xe2), None, "a graph not captured here");
         graphs.destroy_exec(0xe1);
         assert_eq!(graphs.blocks_of(0xe1), None);
+        // A graph destroyed is forgotten; its executable graphs are not.
+        graphs.instantiate(0xe3, 0xaaa);
+        graphs.destroy_graph(0xaaa);
+        assert!(!graphs.knows(0xaaa));
+        graphs.instantiate(0xe4, 0xaaa);
+        assert_eq!(graphs.blocks_of(0xe4), None);
+        assert!(graphs.blocks_of(0xe3).is_some());
+        graphs.add_graph(0xbbb, vec![0x4000]);
+        graphs.instantiate(0xe2, 0xbbb);
+        assert_eq!(graphs.blocks_of(0xe2).as_deref(), Some(&[0x4000][..]));
     }
 }

@@ -31,6 +31,31 @@ pub struct Access {
     pub graphs: graphs::Graphs,
 }
 
+/// What made a use: a kernel's launch, an executable graph's (a step's worth
+/// of work by itself), or a library call (whose own kernels are not read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Launch {
+    Kernel,
+    Graph,
+    Library,
+}
+
+impl Launch {
+    fn via(self) -> u64 {
+        match self {
+            Launch::Kernel | Launch::Graph => profile::VIA_KERNEL,
+            Launch::Library => profile::VIA_LIBRARY,
+        }
+    }
+
+    fn shortest_step(self) -> u64 {
+        match self {
+            Launch::Graph => 1,
+            Launch::Kernel | Launch::Library => steps::SHORTEST,
+        }
+    }
+}
+
 /// The blocks one launch names, as its parameters are read.
 pub struct Naming<'a> {
     snapshot: &'a Snapshot,
@@ -91,13 +116,13 @@ impl Access {
     pub fn launch(
         &self,
         ledger: &Ledger,
-        key: usize,
+        (key, kind): (usize, Launch),
         recurrence: Option<&mut Recurrence>,
         stream: u64,
-        via: u64,
         read: impl FnOnce(&mut Naming),
     ) -> usize {
-        let place = self.steps.launch(key, recurrence);
+        let place = self.steps.launch(key, recurrence, kind.shortest_step());
+        let via = kind.via();
         let live = || ledger.ranges();
         self.index
             .with(ledger.generation(), live, place.step, |snapshot| {
@@ -114,20 +139,24 @@ impl Access {
     /// now, so it is no use; the blocks it names are the graph's. Their
     /// number.
     pub fn capture(&self, ledger: &Ledger, stream: usize, read: impl FnOnce(&mut Naming)) -> usize {
+        let named = self.blocks_named(ledger, read);
+        self.graphs.record(stream, &named);
+        named.len()
+    }
+
+    /// The blocks (by start) that `read` names, with no use made of them.
+    pub fn blocks_named(&self, ledger: &Ledger, read: impl FnOnce(&mut Naming)) -> Vec<usize> {
         let live = || ledger.ranges();
         let step = self.steps.current();
-        let named = self
-            .index
+        self.index
             .with(ledger.generation(), live, step, |snapshot| {
                 let mut naming = Naming::new(snapshot);
                 read(&mut naming);
                 naming
                     .named()
                     .map(|index| snapshot.profiles[index].start)
-                    .collect::<Vec<usize>>()
-            });
-        self.graphs.record(stream, &named);
-        named.len()
+                    .collect()
+            })
     }
 }
 
@@ -165,17 +194,11 @@ mod tests {
         let ledger = ledger_with(&[(0x10000, 0x1000), (0x20000, 0x1000)]);
         let mut recurrence = Recurrence::ZERO;
         let params: [u64; 5] = [7, 0x10008, 0x10010, 0x20fff, 0x30000];
-        let named = access.launch(
-            &ledger,
-            0x99,
-            Some(&mut recurrence),
-            5,
-            profile::VIA_KERNEL,
-            |n| {
-                // SAFETY: the array is 40 readable bytes.
-                unsafe { n.words(params.as_ptr().cast(), 40) }
-            },
-        );
+        let kernel = (0x99, Launch::Kernel);
+        let named = access.launch(&ledger, kernel, Some(&mut recurrence), 5, |n| {
+            // SAFETY: the array is 40 readable bytes.
+            unsafe { n.words(params.as_ptr().cast(), 40) }
+        });
         assert_eq!(named, 2, "two pointers into the first block count once");
         let profiles = access.index.profiles();
         assert!(profiles.iter().all(|p| p.uses() == 1 && p.stream() == 5));
@@ -186,7 +209,7 @@ mod tests {
             b[4..12].copy_from_slice(&0x10000u64.to_le_bytes());
             b
         };
-        let named = access.launch(&ledger, 0x99, Some(&mut recurrence), 5, 1, |n| {
+        let named = access.launch(&ledger, kernel, Some(&mut recurrence), 5, |n| {
             // SAFETY: 12 readable bytes.
             unsafe { n.words(bytes.as_ptr(), 12) }
         });
@@ -195,7 +218,7 @@ mod tests {
         // most every 100 µs).
         let _ = ledger.take(0x20000);
         std::thread::sleep(std::time::Duration::from_micros(300));
-        let named = access.launch(&ledger, 0x99, None, 5, 1, |n| n.word(0x20008));
+        let named = access.launch(&ledger, kernel, None, 5, |n| n.word(0x20008));
         assert_eq!(named, 0);
     }
 }

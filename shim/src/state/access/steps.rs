@@ -15,8 +15,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 const STABLE: u64 = 2;
 
 /// The shortest step, in launches: a function launched over and over on its
-/// own (a benchmark's loop) recurs at every launch, and is not a step.
-const SHORTEST: u64 = 4;
+/// own (a benchmark's loop) recurs at every launch, and is not a step. An
+/// executable graph is a step's worth of work by itself: a loop that only
+/// replays one graph has a step of one launch ([`Steps::launch`]'s
+/// `shortest`).
+pub const SHORTEST: u64 = 4;
 
 /// Launch numbers a thread claims at once: one shared increment per this
 /// many launches, so that threads launching at once do not contend on it.
@@ -52,6 +55,12 @@ impl Recurrence {
         period: 0,
         repeats: 0,
     };
+
+    /// Whether no launch was noted yet.
+    #[cfg(test)]
+    pub fn is_fresh(&self) -> bool {
+        self.last == 0
+    }
 
     /// Notes a launch numbered `seq`; the function's period if it is stable.
     fn note(&mut self, seq: u64) -> Option<u64> {
@@ -127,13 +136,18 @@ impl Steps {
     }
 
     /// A launch of the function `key` (whose recurrence is `recurrence`;
-    /// `None` for a call that is not a kernel's launch): its place.
-    pub fn launch(&self, key: usize, recurrence: Option<&mut Recurrence>) -> Place {
+    /// `None` for a call that is not a kernel's launch): its place. It may
+    /// mark steps if it recurs at least every `shortest` launches.
+    pub fn launch(&self, key: usize, recurrence: Option<&mut Recurrence>, shortest: u64) -> Place {
         let (seq, own, thread) = self.number();
         if let Some(recurrence) = recurrence {
             let stable = recurrence.note(own);
             if !self.marked.load(Relaxed) {
-                self.guess((key, thread), seq, stable);
+                self.guess(
+                    (key, thread),
+                    seq,
+                    stable.filter(|period| *period >= shortest),
+                );
             }
         }
         let start = self.start.load(Relaxed);
@@ -175,7 +189,7 @@ impl Steps {
             self.begin(seq);
             return;
         }
-        let Some(candidate) = stable.filter(|period| *period >= SHORTEST) else {
+        let Some(candidate) = stable else {
             return;
         };
         let longer = candidate > period;
@@ -258,7 +272,7 @@ mod tests {
     fn run(steps: &Steps, sequence: &[usize], times: usize, seen: &mut HashMap<usize, Recurrence>) {
         for _ in 0..times {
             for key in sequence {
-                steps.launch(*key, Some(seen.entry(*key).or_default()));
+                steps.launch(*key, Some(seen.entry(*key).or_default()), SHORTEST);
             }
         }
     }
@@ -284,13 +298,21 @@ mod tests {
         assert_eq!(before, 7);
         run(&steps, &step, 5, &mut seen);
         assert_eq!(steps.steps(), before + 5);
-        let place = steps.launch(1, seen.get_mut(&1));
+        let place = steps.launch(1, seen.get_mut(&1), SHORTEST);
         assert_eq!(place.position, 0, "the step begins at its first launch");
         // One function launched over and over is no step.
         let alone = Steps::new();
         run(&alone, &[7], 100, &mut HashMap::new());
         assert_eq!((alone.steps(), alone.period()), (0, 0));
-        let place = steps.launch(2, seen.get_mut(&2));
+        // A graph replayed over and over is: each replay is a step, from
+        // the fourth on (the third equal distance).
+        let replays = Steps::new();
+        let mut seen = HashMap::new();
+        for _ in 0..10 {
+            replays.launch(7, Some(seen.entry(7).or_default()), 1);
+        }
+        assert_eq!((replays.steps(), replays.period()), (7, 1));
+        let place = steps.launch(2, seen.get_mut(&2), SHORTEST);
         assert_eq!(place.position, 1);
     }
 
