@@ -138,6 +138,8 @@ fn after_an_unload_a_reused_function_address_is_asked_about_again() {
         "unload",
         "redescribe",
         "kernel:cu:src:dst:extra",
+        // As CUDA unloads every module at exit, before the trace is written.
+        "unload",
     ]);
     let run = driver_client(&[("VRAMSHARE_QUOTA", "32MiB")], &steps);
     run.assert_ok();
@@ -145,6 +147,15 @@ fn after_an_unload_a_reused_function_address_is_asked_about_again() {
     assert_eq!(coverage(&run, "cuLaunchKernel"), [1, 1, 0, 0]);
     assert_eq!(uses(&run, "src"), 1);
     assert_eq!(uses(&run, "extra"), 1);
+    let access = &run.trace()["processes"][0]["access"];
+    assert_eq!(
+        (
+            access["functions"].as_u64(),
+            access["functions_described"].as_u64()
+        ),
+        (Some(1), Some(1)),
+        "the function launched is still counted after the last unload"
+    );
 }
 
 #[test]

@@ -174,7 +174,8 @@ impl Functions {
         if let Some(info) = table.get(&key).filter(current) {
             return Some(info);
         }
-        if table.len() >= MAX_FUNCTIONS || self.made.fetch_add(1, Ordering::Relaxed) >= MAX_MADE {
+        let full = !table.contains_key(&key) && table.len() >= MAX_FUNCTIONS;
+        if full || self.made.fetch_add(1, Ordering::Relaxed) >= MAX_MADE {
             return None;
         }
         let info: &'static FunctionInfo = Box::leak(Box::new(FunctionInfo { params, generation }));
@@ -183,18 +184,20 @@ impl Functions {
     }
 
     /// Modules were unloaded: every function is asked about again at its
-    /// next launch.
+    /// next launch. The entries stay until then, so that what was launched
+    /// is still counted (CUDA unloads every module as the process exits,
+    /// before the exit trace is written).
     pub fn forget_all(&self) {
-        let mut table = self.locked();
+        let _table = self.locked();
         self.generation.fetch_add(1, Ordering::AcqRel);
-        table.clear();
     }
 
     fn locked(&self) -> std::sync::MutexGuard<'_, HashMap<usize, &'static FunctionInfo>> {
         crate::state::lock(&self.table)
     }
 
-    /// Functions launched so far, and how many of them CUDA described.
+    /// Functions launched so far, and how many of them CUDA described (by
+    /// their latest description).
     pub fn described(&self) -> (usize, usize) {
         let table = self.locked();
         let described = table.values().filter(|info| info.params.is_some()).count();
@@ -260,8 +263,10 @@ mod tests {
             Some(&param[..])
         );
         assert_eq!(functions.described(), (2, 1));
-        // After an unload, the same address is asked about again.
+        // After an unload, the same address is asked about again; what was
+        // launched before is still counted.
         functions.forget_all();
+        assert_eq!(functions.described(), (2, 1));
         let other = [Param { offset: 0, size: 4 }];
         assert_eq!(
             params_of(&functions, 0x1000, Some(&other)).as_deref(),
