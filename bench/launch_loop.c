@@ -6,7 +6,11 @@
  * among sizes and strides (as PyTorch's element-wise kernels pass their
  * offset calculators); the pointers fall inside BLOCKS live allocations,
  * a different one each launch, each thread using its own share of them.
- *   launch_loop THREADS BATCHES LAUNCHES BLOCKS
+ * With COLD_KIB, each launch is preceded by a walk over that many KiB of
+ * the thread's own memory, as a framework's work between launches evicts
+ * the caches: the launch then pays for every line it touches (the walk
+ * costs both runs the same).
+ *   launch_loop THREADS BATCHES LAUNCHES BLOCKS [COLD_KIB]
  * Prints the median and the best batch in ns per launch (per thread).
  */
 #include <pthread.h>
@@ -26,6 +30,7 @@ static int block_count;
 struct offsets { long sizes[6]; void *in; long strides[6]; void *out; long pad; };
 
 static int batches, launches, threads_running;
+static size_t cold_bytes;
 static double *results; /* ns per launch, per thread and batch */
 
 static double now_ns(void) {
@@ -45,6 +50,7 @@ static void *work(void *arg) {
      * threads running separate work do. */
     int share = block_count / threads_running;
     void **mine = blocks + t * share;
+    volatile unsigned char *cold = cold_bytes ? calloc(cold_bytes, 1) : NULL;
     for (int i = 0; i < batches; i++) {
         double start = now_ns();
         for (int k = 0; k < launches; k++) {
@@ -54,6 +60,7 @@ static void *work(void *arg) {
             c = (char *)mine[(at + 2) % share] + 4096;
             o.in = mine[(at + 3) % share];
             o.out = mine[(at + 4) % share];
+            for (size_t line = 0; line < cold_bytes; line += 64) cold[line]++;
             if (__cudaLaunchKernel(&kernel, grid, block, args, 0, 0)) { fprintf(stderr, "launch failed\n"); exit(1); }
         }
         results[t * batches + i] = (now_ns() - start) / launches;
@@ -67,7 +74,8 @@ static int cmp(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5) { fprintf(stderr, "usage: launch_loop THREADS BATCHES LAUNCHES BLOCKS\n"); return 2; }
+    if (argc != 5 && argc != 6) { fprintf(stderr, "usage: launch_loop THREADS BATCHES LAUNCHES BLOCKS [COLD_KIB]\n"); return 2; }
+    cold_bytes = argc == 6 ? (size_t)atol(argv[5]) << 10 : 0;
     int threads = atoi(argv[1]);
     threads_running = threads < 1 ? 1 : threads;
     batches = atoi(argv[2]);

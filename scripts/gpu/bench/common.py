@@ -139,13 +139,14 @@ def run(job, args, step, extra=None):
         def step():
             marker()
             return unmarked()
-    values, times = [], []
+    values, times, began = [], [], []
     traffic = LinkTraffic() if args.traffic else None
     try:
         for i in range(args.steps + 2):
             if i == 2 and traffic:
                 traffic.start()
             torch.cuda.synchronize()
+            began.append(time.time())
             start = time.perf_counter()
             values.append(step())
             torch.cuda.synchronize()
@@ -164,6 +165,7 @@ def run(job, args, step, extra=None):
         "step_ms": 1e3 * sum(timed) / len(timed),
         "step_ms_min": 1e3 * min(timed),
         "step_ms_each": [1e3 * t for t in timed],
+        "step_began": began[2:],  # wall-clock seconds, to line up with other records
         "values": values,
         "mem_get_info": [free, total],
         "max_reserved": torch.cuda.max_memory_reserved() if not args.managed else None,

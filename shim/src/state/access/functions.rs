@@ -44,28 +44,38 @@ const CACHED: usize = 256;
 const WAYS: usize = 4;
 const SETS: usize = CACHED / WAYS;
 
+/// One set of a thread's cache: whose entries it holds (the table, and its
+/// generation: a set of another is empty), the functions' keys side by side
+/// (so that a lookup reads one line), then each way's entry (null once the
+/// table is full) and how the function recurs on this thread.
+#[repr(C, align(64))]
+struct Set {
+    table: Cell<usize>,
+    generation: Cell<u64>,
+    keys: [Cell<usize>; WAYS],
+    ways: [Cell<Way>; WAYS],
+}
+
 #[derive(Clone, Copy)]
-struct Slot {
-    /// The table whose entry this is (0: empty) and its generation, the
-    /// function, its entry (null once the table is full), and how it recurs
-    /// on this thread.
-    table: usize,
-    generation: u64,
-    key: usize,
+struct Way {
     info: *const FunctionInfo,
     recurrence: Recurrence,
 }
 
-const EMPTY: Slot = Slot {
-    table: 0,
-    generation: 0,
-    key: 0,
+const EMPTY_WAY: Way = Way {
     info: std::ptr::null(),
     recurrence: Recurrence::ZERO,
 };
 
+const EMPTY_SET: Set = Set {
+    table: Cell::new(0),
+    generation: Cell::new(0),
+    keys: [const { Cell::new(0) }; WAYS],
+    ways: [const { Cell::new(EMPTY_WAY) }; WAYS],
+};
+
 thread_local! {
-    static CACHE: [Cell<Slot>; CACHED] = const { [const { Cell::new(EMPTY) }; CACHED] };
+    static CACHE: [Set; SETS] = const { [EMPTY_SET; SETS] };
 }
 
 pub struct Functions {
@@ -111,46 +121,53 @@ impl Functions {
         f: impl FnOnce(Option<&'static FunctionInfo>, Option<&mut Recurrence>) -> R,
     ) -> R {
         let generation = self.generation.load(Ordering::Acquire);
-        let set = set_of(key);
+        let index = set_of(key);
+        // The way holding `key` (moved one place toward the front), or
+        // the place a new one takes: the first free, or else the last.
         let found = CACHE.try_with(|cache| {
-            let ways = &cache[set * WAYS..(set + 1) * WAYS];
-            let current = |slot: &Slot| {
-                slot.table == self.id && slot.key == key && slot.generation == generation
-            };
-            let Some(way) = ways.iter().position(|way| current(&way.get())) else {
-                // A new one takes the first place holding none of this
-                // table's current functions, or else the last.
-                let unused = |slot: &Slot| slot.table != self.id || slot.generation != generation;
-                let free = ways.iter().position(|way| unused(&way.get()));
-                return Err(set * WAYS + free.unwrap_or(WAYS - 1));
-            };
-            if way > 0 {
-                ways[way].swap(&ways[way - 1]);
+            let set = &cache[index];
+            if set.table.get() != self.id || set.generation.get() != generation {
+                set.table.set(self.id);
+                set.generation.set(generation);
+                for key in &set.keys {
+                    key.set(0);
+                }
             }
-            let at = set * WAYS + way.saturating_sub(1);
-            Ok((at, cache[at].get()))
+            let keys = &set.keys;
+            let Some(way) = keys.iter().position(|k| k.get() == key) else {
+                let free = keys.iter().position(|k| k.get() == 0);
+                return Err(free.unwrap_or(WAYS - 1));
+            };
+            if way == 0 {
+                return Ok((0, set.ways[0].get()));
+            }
+            keys[way].swap(&keys[way - 1]);
+            set.ways[way].swap(&set.ways[way - 1]);
+            Ok((way - 1, set.ways[way - 1].get()))
         });
         let Ok(found) = found else {
             return f(self.entry(key, layout), None);
         };
-        let (at, mut slot) = match found {
+        let (at, mut way) = match found {
             Ok(found) => found,
             Err(at) => {
                 let info = self.entry(key, layout);
-                let slot = Slot {
-                    table: self.id,
-                    generation,
-                    key,
-                    info: info.map_or(std::ptr::null(), |info| info as *const FunctionInfo),
+                let info = info.map_or(std::ptr::null(), |info| info as *const FunctionInfo);
+                let way = Way {
+                    info,
                     recurrence: Recurrence::ZERO,
                 };
-                (at, slot)
+                (at, way)
             }
         };
         // SAFETY: entries are leaked, never freed.
-        let info = (!slot.info.is_null()).then(|| unsafe { &*slot.info });
-        let result = f(info, Some(&mut slot.recurrence));
-        let _ = CACHE.try_with(|cache| cache[at].set(slot));
+        let info = (!way.info.is_null()).then(|| unsafe { &*way.info });
+        let result = f(info, Some(&mut way.recurrence));
+        let _ = CACHE.try_with(|cache| {
+            let set = &cache[index];
+            set.keys[at].set(key);
+            set.ways[at].set(way);
+        });
         result
     }
 

@@ -26,8 +26,8 @@ pub struct Snapshot {
     /// parameter list are not pointers, and fall outside at once.
     low: u64,
     high: u64,
-    starts: Vec<u64>,
-    ends: Vec<u64>,
+    /// Each block's start and end, side by side: a lookup reads one line.
+    spans: Vec<[u64; 2]>,
     /// A directory over [low, high) in buckets of 2^shift bytes: for each
     /// bucket's first byte, the last block starting at or before it. A
     /// lookup searches only between two neighbouring entries, one or two
@@ -43,8 +43,7 @@ impl Snapshot {
             generation: u64::MAX,
             low: u64::MAX,
             high: 0,
-            starts: Vec::new(),
-            ends: Vec::new(),
+            spans: Vec::new(),
             shift: 0,
             directory: Vec::new(),
             profiles: Vec::new(),
@@ -53,17 +52,17 @@ impl Snapshot {
 
     /// Builds the directory, about two buckets per block.
     fn direct(&mut self) {
-        if self.starts.is_empty() {
+        if self.spans.is_empty() {
             return;
         }
         let span = self.high - self.low;
-        let wanted = (self.starts.len() as u64 * 2).next_power_of_two();
+        let wanted = (self.spans.len() as u64 * 2).next_power_of_two();
         self.shift = 64 - (span / wanted).leading_zeros();
         let buckets = (span >> self.shift) + 1;
         self.directory = (0..=buckets)
             .map(|bucket| {
                 let boundary = self.low.saturating_add(bucket << self.shift);
-                let after = self.starts.partition_point(|start| *start <= boundary);
+                let after = self.spans.partition_point(|[start, _]| *start <= boundary);
                 after.saturating_sub(1) as u32
             })
             .collect();
@@ -80,9 +79,9 @@ impl Snapshot {
         let to = self.directory[bucket + 1] as usize;
         // The block holding `value` starts at or before it: at `from` or
         // after, up to `to` (the last starting before the next bucket).
-        let after = self.starts[from..=to].partition_point(|start| *start <= value);
+        let after = self.spans[from..=to].partition_point(|[start, _]| *start <= value);
         let index = (from + after).checked_sub(1)?;
-        (value < self.ends[index]).then_some(index)
+        (value < self.spans[index][1]).then_some(index)
     }
 }
 
@@ -277,8 +276,7 @@ fn rebuild(
         let end = (start as u64).saturating_add(size);
         snapshot.low = snapshot.low.min(start as u64);
         snapshot.high = snapshot.high.max(end);
-        snapshot.starts.push(start as u64);
-        snapshot.ends.push(end);
+        snapshot.spans.push([start as u64, end]);
         snapshot.profiles.push(profile);
     }
     gone.extend(old.profiles[old_index..].iter().cloned());

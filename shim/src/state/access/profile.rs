@@ -14,9 +14,22 @@ pub const VIA_KERNEL: u64 = 1;
 pub const VIA_LIBRARY: u64 = 2;
 
 /// Cache-line aligned: blocks named by launches on different threads do not
-/// share a line.
-#[repr(align(64))]
+/// share a line. What a launch updates lies in the first line, so that a
+/// launch made after the job's own work has evicted the caches misses once
+/// per block it names; the rest is touched once per step of the block's use.
+#[repr(C, align(64))]
 pub struct BlockProfile {
+    /// The step of its latest use, plus one (0: never used), its uses in
+    /// that step, the positions of its first and last, and which kinds of
+    /// call named it then.
+    step: AtomicU64,
+    in_step: AtomicU64,
+    first: AtomicU64,
+    last: AtomicU64,
+    step_via: AtomicU64,
+    uses: AtomicU64,
+    stream: AtomicU64,
+    via: AtomicU64,
     pub start: usize,
     pub size: u64,
     pub device: u32,
@@ -24,23 +37,13 @@ pub struct BlockProfile {
     /// (`u64::MAX` while it lives).
     pub born: u64,
     freed: AtomicU64,
-    uses: AtomicU64,
     steps_used: AtomicU64,
-    /// The step of its latest use, plus one (0: never used).
-    step: AtomicU64,
-    in_step: AtomicU64,
-    first: AtomicU64,
-    last: AtomicU64,
     /// The same for the step before that one in which it was used.
     prior_step: AtomicU64,
     prior_in_step: AtomicU64,
     prior_first: AtomicU64,
     prior_last: AtomicU64,
-    /// Which kinds of call named it in its latest step, and the prior one.
-    step_via: AtomicU64,
     prior_via: AtomicU64,
-    stream: AtomicU64,
-    via: AtomicU64,
 }
 
 /// A block's uses within one step.
@@ -173,6 +176,24 @@ impl BlockProfile {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn what_a_launch_updates_lies_in_one_cache_line() {
+        let profile = super::BlockProfile::new(0, 0, 0, 0);
+        let base = &profile as *const _ as usize;
+        for field in [
+            &profile.step,
+            &profile.in_step,
+            &profile.first,
+            &profile.last,
+            &profile.step_via,
+            &profile.uses,
+            &profile.stream,
+            &profile.via,
+        ] {
+            assert!(field as *const _ as usize + 8 - base <= 64);
+        }
+    }
+
     use super::*;
 
     #[test]
