@@ -67,15 +67,17 @@ const EMPTY_WAY: Way = Way {
     recurrence: Recurrence::ZERO,
 };
 
-const EMPTY_SET: Set = Set {
-    table: Cell::new(0),
-    generation: Cell::new(0),
-    keys: [const { Cell::new(0) }; WAYS],
-    ways: [const { Cell::new(EMPTY_WAY) }; WAYS],
-};
-
 thread_local! {
-    static CACHE: [Set; SETS] = const { [EMPTY_SET; SETS] };
+    static CACHE: [Set; SETS] = const {
+        [const {
+            Set {
+                table: Cell::new(0),
+                generation: Cell::new(0),
+                keys: [const { Cell::new(0) }; WAYS],
+                ways: [const { Cell::new(EMPTY_WAY) }; WAYS],
+            }
+        }; SETS]
+    };
 }
 
 pub struct Functions {
