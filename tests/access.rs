@@ -375,6 +375,28 @@ fn a_graph_built_node_by_node_names_what_its_kernel_nodes_and_child_graphs_name(
     assert_eq!(coverage(&run, "cuGraphLaunch"), [3, 0, 1, 0]);
 }
 
+#[test]
+fn a_graph_changed_after_an_instantiation_is_read_again_at_the_next() {
+    let mut steps: Vec<&str> = BLOCKS.to_vec();
+    steps.extend([
+        "nodes:src:-:-",
+        "instantiate",
+        "replay",
+        "addnode:dst",
+        "instantiate",
+        "replay",
+    ]);
+    let run = driver_client(&[("VRAMSHARE_QUOTA", "32MiB")], &steps);
+    run.assert_ok();
+    assert_eq!(run.rc("addnode"), 0);
+    assert_eq!(uses(&run, "src"), 2);
+    assert_eq!(
+        uses(&run, "dst"),
+        1,
+        "named by the node added before the second"
+    );
+}
+
 /// A step of a training loop, as launches: a kernel that runs once per step
 /// (the step's mark), `hot` named twice and `warm` once by a described
 /// kernel, and an opaque kernel.

@@ -18,6 +18,7 @@
  *   cuGetProcAddress)  endcapture  instantiate  replay (cuGraphLaunch)  destroy
  *   nodes:SRC:DST:CHILD (a graph built node by node: a kernel node naming SRC
  *   and DST, and a child graph whose kernel node names CHILD; "-" for none)
+ *   addnode:NAME (one more kernel node in that graph, naming NAME)
  *   graphdestroy (cuGraphDestroy)
  *   unload (cuModuleUnload)  redescribe (kernel's function, now of one
  *   8-byte parameter: another function at the same address)
@@ -255,6 +256,16 @@ int main(int argc, char **argv) {
             /* The arguments are the driver's now: ours may change. */
             pair.src = pair.dst = child_ptr = 0;
             printf("nodes rc=%d\n", rc);
+        } else if (!strcmp(op, "addnode")) {
+            /* One more kernel node in the graph, naming NAME as its source. */
+            struct { void *func; unsigned grid[3], block[3], shared; void **params, **extra; void *kern, *ctx; } node_params = {0};
+            int n = 64;
+            struct kernel_pair pair = {7, 0, names[slot(fields[1])].ptr, 1, 2, 0};
+            CUdeviceptr no_ptr = 0;
+            void *params[3] = {&n, &pair, &no_ptr}, *node = NULL;
+            node_params.func = &kernel_function;
+            node_params.params = params;
+            printf("addnode rc=%d\n", cuGraphAddKernelNode_v2(&node, graph, NULL, 0, &node_params));
         } else if (!strcmp(op, "graphdestroy")) {
             printf("graphdestroy rc=%d\n", cuGraphDestroy(graph));
         } else if (!strcmp(op, "capture")) {

@@ -68,6 +68,8 @@ for job in jobs:
     access = process.get("access") or {}
     steps = [r for r in runs if r["name"] == job and r["how"] == "shim"][0]
     timed_steps = len(steps["values"])  # every step run, the warm-up ones too
+    if (out / f"touched-{job}-1.json").exists():
+        timed_steps += 1  # and the one measured after them
     step = access.get("last_step") or {}
     share = lambda part: f"{100 * part / total:.1f}%" if total else "-"
     byte_share = (f"{100 * step['touched_bytes'] / step['live_bytes']:.1f}% of {step['live_bytes'] / 2**30:.2f} GiB"

@@ -117,6 +117,10 @@ def record_touched(step, path, marker):
     starts = [address for address, _ in segments]
     import bisect
     for entry in (e for trace in snapshot["device_traces"] for e in trace):
+        if entry["action"] == "segment_alloc":
+            # A segment made during the step, held for an allocation in it
+            # (and maybe released before its end).
+            live[entry["addr"]] = [entry["size"], True]
         if entry["action"] != "alloc":
             continue
         at = bisect.bisect_right(starts, entry["addr"]) - 1

@@ -56,7 +56,10 @@ fn read_graph(
     blocks: &mut Vec<usize>,
 ) -> Option<()> {
     for node in nodes(graph, *budget)? {
-        *budget = budget.saturating_sub(1);
+        if *budget == 0 {
+            break;
+        }
+        *budget -= 1;
         let mut kind: c_int = -1;
         // SAFETY: a node the driver listed, and an out pointer we own.
         if unsafe { real::cuGraphNodeGetType(node, &mut kind) } != 0 {

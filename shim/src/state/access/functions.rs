@@ -122,6 +122,10 @@ impl Functions {
         layout: impl FnOnce() -> Option<Box<[Param]>>,
         f: impl FnOnce(Option<&'static FunctionInfo>, Option<&mut Recurrence>) -> R,
     ) -> R {
+        if key == 0 {
+            // No function (a launch CUDA will refuse); 0 also marks a free way.
+            return f(self.entry(key, layout), None);
+        }
         let generation = self.generation.load(Ordering::Acquire);
         let index = set_of(key);
         // The way holding `key` (moved one place toward the front), or
@@ -131,8 +135,9 @@ impl Functions {
             if set.table.get() != self.id || set.generation.get() != generation {
                 set.table.set(self.id);
                 set.generation.set(generation);
-                for key in &set.keys {
+                for (key, way) in set.keys.iter().zip(&set.ways) {
                     key.set(0);
+                    way.set(EMPTY_WAY);
                 }
             }
             let keys = &set.keys;
@@ -294,6 +299,17 @@ mod tests {
         // A forked child's table starts empty.
         let child = Functions::new();
         assert_eq!(params_of(&child, 0x1000, None), None);
+    }
+
+    #[test]
+    fn no_function_is_never_taken_for_a_cached_one() {
+        let functions = Functions::new();
+        let ten = vec![Param { offset: 0, size: 8 }; 10];
+        for key in (0x9000..).step_by(16).take(4 * CACHED) {
+            assert!(params_of(&functions, key, Some(&ten)).is_some());
+        }
+        functions.forget_all();
+        assert_eq!(params_of(&functions, 0, None), None);
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! CUDA graphs: the blocks a graph's kernels use are learned while the graph
 //! is captured (the launches made on a capturing stream are recorded, not
-//! run), or from its nodes when a graph built node by node is instantiated;
-//! they are kept with the graph and with each executable graph made from
-//! it; a launch of that executable graph then names them.
+//! run) and kept with the graph and each executable graph made from it, or
+//! read from a graph's nodes each time a graph built node by node is
+//! instantiated; a launch of the executable graph then names them.
 //! While nothing is being captured, a launch pays one relaxed load here.
 
 use std::collections::HashMap;
@@ -65,17 +65,17 @@ impl Graphs {
         }
     }
 
-    /// Whether the blocks of `graph` are known (it was captured here).
+    /// Whether `graph` was captured here.
     pub fn knows(&self, graph: usize) -> bool {
         lock(&self.graphs).contains_key(&graph)
     }
 
-    /// The blocks of `graph`, read from its nodes.
-    pub fn add_graph(&self, graph: usize, mut blocks: Vec<usize>) {
+    /// `exec` was made from a graph whose nodes name `blocks`.
+    pub fn add_exec(&self, exec: usize, mut blocks: Vec<usize>) {
         blocks.truncate(MAX_BLOCKS);
-        let mut graphs = lock(&self.graphs);
-        if graphs.len() < MAX_GRAPHS {
-            graphs.insert(graph, blocks.into());
+        let mut execs = lock(&self.execs);
+        if execs.len() < MAX_GRAPHS {
+            execs.insert(exec, blocks.into());
         }
     }
 
@@ -136,8 +136,7 @@ mod tests {
         graphs.instantiate(0xe4, 0xaaa);
         assert_eq!(graphs.blocks_of(0xe4), None);
         assert!(graphs.blocks_of(0xe3).is_some());
-        graphs.add_graph(0xbbb, vec![0x4000]);
-        graphs.instantiate(0xe2, 0xbbb);
+        graphs.add_exec(0xe2, vec![0x4000]);
         assert_eq!(graphs.blocks_of(0xe2).as_deref(), Some(&[0x4000][..]));
     }
 }
