@@ -208,3 +208,52 @@ fn a_running_processs_launches_reach_its_registry_slot() {
     }
     assert!(child.wait_with_output().unwrap().status.success());
 }
+
+/// The fake runtime runs each stream's work on a thread of its own, each
+/// item 50 ms after it is reached; `other` keeps stream 1 busy first, so
+/// that its fill of `buf` lands after stream 2 has run its copy.
+fn ordered_by_stream(ordering: &[&'static str], preload: bool) -> Run {
+    let mut steps = vec![
+        "malloc:buf:64K",
+        "malloc:other:64K",
+        "fill:other:1:1",
+        "fill:buf:7:1",
+    ];
+    steps.extend_from_slice(ordering);
+    steps.extend(["copyout:buf:2", "sync", "hostbytes"]);
+    let env = [
+        ("VRAMSHARE_QUOTA", "32MiB"),
+        ("FAKE_CUDA_STREAM_DELAY_US", "50000"),
+    ];
+    let run = run_in(fake_dir(Runtime::Fake13), "client", &steps, &env, preload);
+    run.assert_ok();
+    for step in ["fill buf", "copyout", "sync"] {
+        assert_eq!(run.rc(step), 0, "{step}");
+    }
+    run
+}
+
+#[test]
+fn streams_and_events_order_the_jobs_work_under_the_shim_as_without_it() {
+    for preload in [false, true] {
+        // Unordered, the copy on stream 2 runs before the fill on stream 1:
+        // the fake shows an ordering bug where a GPU could.
+        let run = ordered_by_stream(&[], preload);
+        assert_eq!(
+            log_field(run.line("hostbytes"), "first"),
+            "0",
+            "preload {preload}"
+        );
+        // An event recorded after the fill, waited for by stream 2, orders
+        // the copy after it.
+        let run = ordered_by_stream(&["record:1", "waitevent:2"], preload);
+        assert_eq!(
+            (
+                log_field(run.line("hostbytes"), "first"),
+                log_field(run.line("hostbytes"), "last")
+            ),
+            ("7".into(), "7".into()),
+            "preload {preload}"
+        );
+    }
+}

@@ -20,6 +20,11 @@
  *   instantiate (an executable graph of it)  replay (launch it)  destroy
  *   lasterror (the runtime's cudaGetLastError)  step (vramshare_step, if loaded)
  *   repeat:N:K (the K steps after this one, N times over)  rss (resident KiB)
+ *   fill:NAME:BYTE:S (a kernel that sets every byte of NAME to BYTE, on stream
+ *   S: 0 the null stream, 1 to 3 streams of the client's)  copyout:NAME:S (an
+ *   asynchronous copy of NAME to the host, on S)  record:S (an event, recorded
+ *   on S)  waitevent:S (S waits for it)  sync (cudaDeviceSynchronize)
+ *   hostbytes (the first and last byte copied out)
  * SIZE is bytes, or with K, M or G (binary). Each step prints one line.
  */
 #define _GNU_SOURCE
@@ -102,6 +107,24 @@ static cudaError_t launch_by(const char *how, const void *fn, void **args, cudaS
 }
 
 static void *graph, *exec;
+
+/* The streams of the fill and copy steps, the event, and the host copy. */
+static cudaStream_t streams[4];
+static void *event;
+static unsigned char *copied;
+static size_t copied_size;
+
+static cudaStream_t stream_numbered(const char *s) {
+    int i = atoi(s) & 3;
+    if (i && !streams[i]) cudaStreamCreate(&streams[i]);
+    return streams[i];
+}
+
+static char fill_kernel;
+/* fill's body, run by the fake runtime on the kernel's stream. */
+static void fill_body(void **args) {
+    memset(*(void **)args[0], *(int *)args[2], *(size_t *)args[1]);
+}
 
 static void *named_or_null(const char *name) { return strcmp(name, "-") ? lookup(name) : NULL; }
 
@@ -299,6 +322,38 @@ static int run(char *step) {
         }
         skip = count;
         printf("repeat %d rc=0\n", times);
+    } else if (!strcmp(op, "fill")) {
+        static int described;
+        if (!described) {
+            size_t sizes[3] = {8, 8, 4};
+            describe(&fill_kernel, 3, sizes);
+            void (*set)(const void *, void (*)(void **)) =
+                (void (*)(const void *, void (*)(void **)))dlsym(RTLD_DEFAULT, "cudaFakeSetKernel");
+            if (set) set(&fill_kernel, fill_body);
+            described = 1;
+        }
+        int i = slot(fields[1]), byte = atoi(fields[2]);
+        void *target = names[i].ptr;
+        size_t size = names[i].size;
+        void *args[3] = {&target, &size, &byte};
+        rc = launch_by("rt", &fill_kernel, args, stream_numbered(fields[3]));
+        printf("fill %s rc=%d\n", fields[1], rc);
+    } else if (!strcmp(op, "copyout")) {
+        int i = slot(fields[1]);
+        free(copied);
+        copied_size = names[i].size;
+        copied = calloc(copied_size, 1);
+        rc = cudaMemcpyAsync(copied, names[i].ptr, copied_size, 2, stream_numbered(fields[2]));
+        printf("copyout %s rc=%d\n", fields[1], rc);
+    } else if (!strcmp(op, "record")) {
+        if (!event) cudaEventCreate(&event);
+        printf("record rc=%d\n", cudaEventRecord(event, stream_numbered(fields[1])));
+    } else if (!strcmp(op, "waitevent")) {
+        printf("waitevent rc=%d\n", cudaStreamWaitEvent(stream_numbered(fields[1]), event, 0));
+    } else if (!strcmp(op, "sync")) {
+        printf("sync rc=%d\n", cudaDeviceSynchronize());
+    } else if (!strcmp(op, "hostbytes")) {
+        printf("hostbytes rc=0 first=%d last=%d\n", copied_size ? copied[0] : -1, copied_size ? copied[copied_size - 1] : -1);
     } else if (!strcmp(op, "sleep")) {
         usleep(atoi(fields[1]) * 1000);
     } else {

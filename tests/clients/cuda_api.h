@@ -27,6 +27,12 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, void **graph);
 cudaError_t cudaGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
 cudaError_t cudaGraphExecDestroy(void *exec);
 cudaError_t cudaSetDevice(int device);
+cudaError_t cudaStreamCreate(cudaStream_t *s);
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, cudaStream_t s);
+cudaError_t cudaEventCreate(void **e);
+cudaError_t cudaEventRecord(void *e, cudaStream_t s);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, void *e, unsigned flags);
+cudaError_t cudaDeviceSynchronize(void);
 
 typedef struct { unsigned x, y, z; } dim3;
 cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shared, cudaStream_t s);

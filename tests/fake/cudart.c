@@ -15,6 +15,7 @@
  * Memory, settings and the log: memory.h.
  */
 #include "memory.h"
+#include "streams.h"
 
 #include <dlfcn.h>
 
@@ -38,7 +39,11 @@ cudaError_t cudaSetDevice(int d) {
     current_device = d;
     return OK;
 }
-cudaError_t cudaDeviceSynchronize(void) { return no_device() ? NO_DEVICE : OK; }
+cudaError_t cudaDeviceSynchronize(void) {
+    if (no_device()) return NO_DEVICE;
+    drain_all();
+    return OK;
+}
 
 cudaError_t cudaMalloc(void **p, size_t size) {
     cudaError_t rc = fake_alloc(p, size, 0);
@@ -95,9 +100,63 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
     if (no_device()) return NO_DEVICE;
-    *s = malloc(1);
+    *s = new_stream();
     trace("cudaStreamCreateWithFlags flags=%u device=%d", flags, current_device);
+    return *s ? OK : MEMORY_ALLOCATION;
+}
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    struct fake_stream *stream = stream_of(s);
+    if (!stream) return INVALID_VALUE;
+    drain(stream);
     return OK;
+}
+
+/* Copies: the synchronous one waits for every stream first (as the legacy
+ * null stream does), the asynchronous one runs on its stream. */
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind) {
+    if (no_device()) return NO_DEVICE;
+    drain_all();
+    memcpy(dst, src, n);
+    return OK;
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, cudaStream_t s) {
+    if (no_device()) return NO_DEVICE;
+    return enqueue_copy(dst, src, n, s);
+}
+cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t n, int kind, cudaStream_t s) {
+    return cudaMemcpyAsync(dst, src, n, kind, s);
+}
+
+/* Events, recorded and waited for on streams. */
+cudaError_t cudaEventCreateWithFlags(void **e, unsigned flags) {
+    if (no_device()) return NO_DEVICE;
+    *e = calloc(1, sizeof(struct fake_event));
+    return *e ? OK : MEMORY_ALLOCATION;
+}
+cudaError_t cudaEventCreate(void **e) { return cudaEventCreateWithFlags(e, 0); }
+cudaError_t cudaEventDestroy(void *e) { return e ? OK : INVALID_VALUE; }
+cudaError_t cudaEventRecord(void *e, cudaStream_t s) { return e ? record_event(e, s) : INVALID_VALUE; }
+cudaError_t cudaEventRecord_ptsz(void *e, cudaStream_t s) { return cudaEventRecord(e, s); }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, void *e, unsigned flags) { return e ? wait_event(s, e) : INVALID_VALUE; }
+cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t s, void *e, unsigned flags) { return cudaStreamWaitEvent(s, e, flags); }
+cudaError_t cudaEventQuery(void *e) { return !e ? INVALID_VALUE : event_done(e) ? OK : 600; /* cudaErrorNotReady */ }
+cudaError_t cudaEventSynchronize(void *e) {
+    if (!e) return INVALID_VALUE;
+    sync_event(e);
+    return OK;
+}
+
+/* A kernel that runs (on its stream, with the arguments it was launched
+ * with), for tests of what the data holds when. */
+void cudaFakeSetKernel(const void *kernel, void (*body)(void **args)) {
+    pthread_mutex_lock(&stream_lock);
+    if (body_count < 64) {
+        bodies[body_count].kernel = kernel;
+        bodies[body_count].body = body;
+        body_count++;
+    }
+    pthread_mutex_unlock(&stream_lock);
 }
 
 __attribute__((unused)) static const char *where(struct cudaMemLocation loc, char *buf) {
@@ -203,6 +262,7 @@ typedef struct { unsigned x, y, z; } dim3;
                      cudaStream_t stream) {                                                          \
         if (no_device()) return NO_DEVICE;                                                           \
         int rc = known_kernel(first) ? OK : INVALID_DEVICE_FUNCTION;                                 \
+        if (rc == OK && enqueue_kernel(first, args, stream) < 0) rc = INVALID_VALUE;                  \
         trace(#name " kernel=%p grid=%u block=%u runtime=%d rc=%d", first, grid.x, block.x,           \
               FAKE_CUDA_MAJOR, rc);                                                                  \
         return rc;                                                                                   \

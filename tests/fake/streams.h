@@ -1,0 +1,177 @@
+/*
+ * Asynchronous streams for the fake runtime, run as a GPU runs them: each
+ * stream is a queue of work (copies, kernels, event records and waits) that
+ * a thread of its own runs in order, each item FAKE_CUDA_STREAM_DELAY_US
+ * after it is reached (default 0). Work ordered only by the host's call
+ * order, and not by a stream or an event, then shows up out of order: a
+ * copy on one stream reads a buffer before a kernel on another has written
+ * it, unless an event orders them, as on a GPU.
+ *
+ * A kernel runs on its stream if the test gave it a body
+ * (cudaFakeSetKernel); its arguments are copied at launch by its parameter
+ * layout (memory.h), as CUDA copies them. Other launches only log.
+ *
+ * The null stream is a stream like the others here (no implicit
+ * synchronisation with the rest); cudaMemcpy and cudaDeviceSynchronize wait
+ * for every stream.
+ */
+#define MAX_STREAMS 32
+#define QUEUED 4096
+#define ARG_BYTES 512
+
+enum work_kind { WORK_COPY, WORK_KERNEL, WORK_RECORD, WORK_WAIT };
+
+struct fake_event {
+    unsigned long recorded; /* records made (on the host) */
+    unsigned long done;     /* records the streams reached */
+};
+
+struct work {
+    int kind;
+    void *dst;
+    const void *src;
+    size_t bytes;
+    struct fake_event *event;
+    unsigned long generation;
+    void (*body)(void **args);
+    unsigned char values[ARG_BYTES];
+    void *args[MAX_PARAMS];
+};
+
+struct fake_stream {
+    int started;
+    pthread_t thread;
+    unsigned long head, tail; /* work taken, work queued */
+    struct work queue[QUEUED];
+};
+
+static struct fake_stream streams[MAX_STREAMS];
+static int streams_made = 1; /* streams[0] is the null stream */
+static pthread_mutex_t stream_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t stream_moved = PTHREAD_COND_INITIALIZER;
+static size_t stream_delay_us;
+__attribute__((constructor)) static void read_stream_settings(void) {
+    stream_delay_us = env_size("FAKE_CUDA_STREAM_DELAY_US", 0);
+}
+
+/* Kernels given a body by the test. */
+static struct { const void *kernel; void (*body)(void **args); } bodies[64];
+static int body_count;
+
+static void *run_stream(void *arg) {
+    struct fake_stream *s = arg;
+    pthread_mutex_lock(&stream_lock);
+    for (;;) {
+        while (s->head == s->tail) pthread_cond_wait(&stream_moved, &stream_lock);
+        struct work *w = &s->queue[s->head % QUEUED];
+        if (w->kind == WORK_WAIT) {
+            while (w->event->done < w->generation) pthread_cond_wait(&stream_moved, &stream_lock);
+        } else {
+            pthread_mutex_unlock(&stream_lock);
+            if (stream_delay_us) usleep((useconds_t)stream_delay_us);
+            if (w->kind == WORK_COPY) memcpy(w->dst, w->src, w->bytes);
+            if (w->kind == WORK_KERNEL) w->body(w->args);
+            pthread_mutex_lock(&stream_lock);
+            if (w->kind == WORK_RECORD && w->event->done < w->generation) w->event->done = w->generation;
+        }
+        s->head++;
+        pthread_cond_broadcast(&stream_moved);
+    }
+    return NULL;
+}
+
+static struct fake_stream *stream_of(void *handle) {
+    struct fake_stream *s = handle ? handle : &streams[0];
+    return s >= streams && s < streams + MAX_STREAMS ? s : NULL;
+}
+
+/* Queues `w` on `handle`'s stream; INVALID_VALUE for a stream not made here. */
+static int enqueue(void *handle, const struct work *w) {
+    struct fake_stream *s = stream_of(handle);
+    if (!s) return INVALID_VALUE;
+    pthread_mutex_lock(&stream_lock);
+    if (!s->started) {
+        s->started = 1;
+        pthread_create(&s->thread, NULL, run_stream, s);
+        pthread_detach(s->thread);
+    }
+    while (s->tail - s->head == QUEUED) pthread_cond_wait(&stream_moved, &stream_lock);
+    s->queue[s->tail % QUEUED] = *w;
+    struct work *queued = &s->queue[s->tail % QUEUED];
+    for (int i = 0; i < MAX_PARAMS; i++) queued->args[i] = queued->values + ((unsigned char *)w->args[i] - w->values);
+    s->tail++;
+    pthread_cond_broadcast(&stream_moved);
+    pthread_mutex_unlock(&stream_lock);
+    return OK;
+}
+
+static void *new_stream(void) {
+    pthread_mutex_lock(&stream_lock);
+    void *s = streams_made < MAX_STREAMS ? &streams[streams_made++] : NULL;
+    pthread_mutex_unlock(&stream_lock);
+    return s;
+}
+
+static void drain(struct fake_stream *s) {
+    pthread_mutex_lock(&stream_lock);
+    while (s->head != s->tail) pthread_cond_wait(&stream_moved, &stream_lock);
+    pthread_mutex_unlock(&stream_lock);
+}
+
+static void drain_all(void) {
+    for (int i = 0; i < MAX_STREAMS; i++) drain(&streams[i]);
+}
+
+static int enqueue_copy(void *dst, const void *src, size_t bytes, void *stream) {
+    struct work w = {.kind = WORK_COPY, .dst = dst, .src = src, .bytes = bytes};
+    for (int i = 0; i < MAX_PARAMS; i++) w.args[i] = w.values;
+    return enqueue(stream, &w);
+}
+
+static int record_event(struct fake_event *e, void *stream) {
+    pthread_mutex_lock(&stream_lock);
+    unsigned long generation = ++e->recorded;
+    pthread_mutex_unlock(&stream_lock);
+    struct work w = {.kind = WORK_RECORD, .event = e, .generation = generation};
+    for (int i = 0; i < MAX_PARAMS; i++) w.args[i] = w.values;
+    return enqueue(stream, &w);
+}
+
+static int wait_event(void *stream, struct fake_event *e) {
+    pthread_mutex_lock(&stream_lock);
+    unsigned long generation = e->recorded;
+    pthread_mutex_unlock(&stream_lock);
+    struct work w = {.kind = WORK_WAIT, .event = e, .generation = generation};
+    for (int i = 0; i < MAX_PARAMS; i++) w.args[i] = w.values;
+    return enqueue(stream, &w);
+}
+
+static int event_done(struct fake_event *e) {
+    pthread_mutex_lock(&stream_lock);
+    int done = e->done >= e->recorded;
+    pthread_mutex_unlock(&stream_lock);
+    return done;
+}
+
+static void sync_event(struct fake_event *e) {
+    pthread_mutex_lock(&stream_lock);
+    while (e->done < e->recorded) pthread_cond_wait(&stream_moved, &stream_lock);
+    pthread_mutex_unlock(&stream_lock);
+}
+
+/* A launch of `kernel` with `args` on `stream`: queued if it has a body
+ * (1), else nothing to run (0); -1 if its arguments do not fit. */
+static int enqueue_kernel(const void *kernel, void **args, void *stream) {
+    void (*body)(void **) = NULL;
+    for (int i = 0; i < body_count; i++)
+        if (bodies[i].kernel == kernel) body = bodies[i].body;
+    if (!body) return 0;
+    struct work w = {.kind = WORK_KERNEL, .body = body};
+    for (int i = 0; i < MAX_PARAMS; i++) w.args[i] = w.values;
+    for (size_t i = 0, offset, size; i < MAX_PARAMS && param_info(kernel, i, &offset, &size) == OK; i++) {
+        if (offset + size > ARG_BYTES) return -1;
+        memcpy(w.values + offset, args[i], size);
+        w.args[i] = w.values + offset;
+    }
+    return enqueue(stream, &w) == OK ? 1 : -1;
+}
