@@ -228,3 +228,41 @@ fn a_driver_without_host_physical_memory_answers_out_of_memory() {
     assert_eq!(rejects.len(), 1);
     assert_eq!(rejects[0]["rc"], 2);
 }
+
+#[test]
+fn a_mapping_reads_its_physical_memory_and_a_remapped_range_reads_the_new_one() {
+    // What moving a block at a fixed address rests on, on the fake driver
+    // as on a GPU: the bytes live in the physical memory, not the address.
+    let run = driver_client(
+        &[("VRAMSHARE_QUOTA", "32MiB")],
+        &[
+            "create:dev:2M",
+            "create:host:2M:host",
+            "reserve:va:2M",
+            "map:va:dev",
+            "poke:va:7",
+            "reserve:vb:2M",
+            "map:vb:dev",
+            "peek:vb",
+            "unmap:va:2M",
+            "map:va:host",
+            "peek:va",
+            "poke:va:9",
+            "unmap:va:2M",
+            "map:va:dev",
+            "peek:va",
+        ],
+    );
+    run.assert_ok();
+    let peeks: Vec<String> = run
+        .stdout
+        .lines()
+        .filter(|line| line.starts_with("peek"))
+        .map(|line| log_field(line, "byte"))
+        .collect();
+    assert_eq!(
+        peeks,
+        ["7", "0", "7"],
+        "an alias sees the write; another handle its own bytes; the first kept its own"
+    );
+}

@@ -18,6 +18,7 @@
  *   cuGetProcAddress)  endcapture  instantiate  replay (cuGraphLaunch)  destroy
  *   nodes:SRC:DST:CHILD (a graph built node by node: a kernel node naming SRC
  *   and DST, and a child graph whose kernel node names CHILD; "-" for none)
+ *   poke:NAME:BYTE (the host writes BYTE at NAME)  peek:NAME (and reads it)
  *   addnode:NAME (one more kernel node in that graph, naming NAME)
  *   graphdestroy (cuGraphDestroy)
  *   unload (cuModuleUnload)  redescribe (kernel's function, now of one
@@ -331,6 +332,11 @@ int main(int argc, char **argv) {
             size_t free_bytes = 0, total = 0;
             rc = cuMemGetInfo_v2(&free_bytes, &total);
             printf("meminfo rc=%d free=%zu total=%zu\n", rc, free_bytes, total);
+        } else if (!strcmp(op, "poke")) {
+            *(unsigned char *)names[slot(fields[1])].ptr = (unsigned char)atoi(fields[2]);
+            printf("poke %s ok\n", fields[1]);
+        } else if (!strcmp(op, "peek")) {
+            printf("peek %s byte=%d\n", fields[1], *(unsigned char *)names[slot(fields[1])].ptr);
         } else if (!strcmp(op, "touch")) {
             int i = slot(fields[1]);
             char *c = (char *)names[i].ptr;

@@ -4,7 +4,10 @@
  * each logged. Advice and prefetch exist in both forms, the CUdevice one
  * and the CUmemLocation one (`_v2`), and log which was called.
  */
+#define _GNU_SOURCE
 #include "memory.h"
+
+#include <sys/mman.h>
 
 #include <string.h>
 
@@ -108,23 +111,26 @@ CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice d, CUstream s) {
     return rc;
 }
 
-/* Physical memory of the virtual memory API: handles are small numbers;
- * device-located memory counts against the device's capacity until it is
- * both released and unmapped everywhere, as the driver's does. Address
- * space is handed out from a counter. */
+/* Physical memory of the virtual memory API: handles are small numbers,
+ * each backed by a memory file of its size; device-located memory counts
+ * against the device's capacity until it is both released and unmapped
+ * everywhere, as the driver's does. Reserved address space is real address
+ * space, inaccessible until mapped; a mapping maps the handle's file there,
+ * so two mappings of one handle see the same bytes and a range remapped to
+ * another handle sees that one's, as on a GPU. */
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef struct { int type; int requestedHandleTypes; CUmemLocation location; void *win32; unsigned char flags[8]; } CUmemAllocationProp;
 #define MAX_HANDLES 256
-static struct { CUmemGenericAllocationHandle handle; size_t size; int device; int mappings; int released; } handles[MAX_HANDLES];
+static struct { CUmemGenericAllocationHandle handle; size_t size; int device; int mappings; int released; int fd; } handles[MAX_HANDLES];
 static CUmemGenericAllocationHandle next_handle = 1;
 #define MAX_MAPPINGS 256
 static struct { CUdeviceptr ptr; size_t size; int handle_index; } mappings[MAX_MAPPINGS];
-static CUdeviceptr next_address = 0x600000000000ULL;
 
 /* With the lock held: frees a handle's memory once nothing holds it. */
 static void free_if_unused(int i) {
     if (!handles[i].released || handles[i].mappings > 0) return;
     if (handles[i].device >= 0) used[handles[i].device] -= handles[i].size;
+    close(handles[i].fd);
     handles[i].handle = 0;
 }
 
@@ -144,7 +150,11 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
     int i = 0;
     while (rc == OK && i < MAX_HANDLES && handles[i].handle) i++;
     if (rc == OK && i == MAX_HANDLES) rc = MEMORY_ALLOCATION;
+    int fd = rc == OK ? memfd_create("fake-cuda-handle", MFD_CLOEXEC) : -1;
+    if (rc == OK && (fd < 0 || ftruncate(fd, (off_t)size))) rc = MEMORY_ALLOCATION;
+    if (rc != OK && fd >= 0) close(fd);
     if (rc == OK) {
+        handles[i].fd = fd;
         handles[i].handle = next_handle++;
         handles[i].size = size;
         handles[i].device = on_device ? dev : -1;
@@ -173,13 +183,16 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
 }
 CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags) {
     if (!ptr || !size) return INVALID_VALUE;
-    pthread_mutex_lock(&lock);
-    *ptr = next_address;
-    next_address += (size + 0xfffff) & ~(CUdeviceptr)0xfffff;
-    pthread_mutex_unlock(&lock);
+    size = (size + 0xfffff) & ~(size_t)0xfffff;
+    void *at = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (at == MAP_FAILED) return MEMORY_ALLOCATION;
+    *ptr = (CUdeviceptr)at;
     return OK;
 }
-CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) { return ptr && size ? OK : INVALID_VALUE; }
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+    if (!ptr || !size) return INVALID_VALUE;
+    return munmap((void *)ptr, (size + 0xfffff) & ~(size_t)0xfffff) ? INVALID_VALUE : OK;
+}
 CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags) {
     CUresult rc = INVALID_VALUE;
     pthread_mutex_lock(&lock);
@@ -187,6 +200,8 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
         if (handle && handles[i].handle == handle && !handles[i].released && offset + size <= handles[i].size)
             for (int m = 0; m < MAX_MAPPINGS; m++)
                 if (!mappings[m].ptr) {
+                    void *at = mmap((void *)ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, handles[i].fd, (off_t)offset);
+                    if (at == MAP_FAILED) break;
                     mappings[m].ptr = ptr;
                     mappings[m].size = size;
                     mappings[m].handle_index = i;
@@ -205,6 +220,8 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     for (int m = 0; m < MAX_MAPPINGS; m++)
         if (mappings[m].ptr && mappings[m].ptr >= ptr && mappings[m].ptr + mappings[m].size <= ptr + size) {
             int i = mappings[m].handle_index;
+            /* Back to reserved, inaccessible address space. */
+            mmap((void *)mappings[m].ptr, mappings[m].size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
             mappings[m].ptr = 0;
             handles[i].mappings--;
             free_if_unused(i);
