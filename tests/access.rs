@@ -397,6 +397,71 @@ fn a_graph_changed_after_an_instantiation_is_read_again_at_the_next() {
     );
 }
 
+fn via(run: &Run, name: &str) -> Vec<String> {
+    block(run, name, &format!("malloc {name}"))["via"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn copies_and_memsets_name_the_blocks_they_touch_and_are_no_launches() {
+    let run = client(
+        Runtime::Fake13,
+        &[("VRAMSHARE_QUOTA", "32MiB")],
+        &[
+            "malloc:a:1M",
+            "malloc:b:1M",
+            "malloc:idle:1M",
+            "copyout:a:1",
+            "memset:b:3:2",
+            "sync",
+            "hostbytes",
+        ],
+    );
+    run.assert_ok();
+    assert_eq!((run.rc("copyout"), run.rc("memset")), (0, 0));
+    assert_eq!(
+        (uses(&run, "a"), uses(&run, "b"), uses(&run, "idle")),
+        (1, 1, 0)
+    );
+    assert_eq!(via(&run, "a"), ["copy"]);
+    assert_eq!(coverage(&run, "cudaMemcpyAsync"), [1, 0, 0, 0]);
+    assert_eq!(coverage(&run, "cudaMemsetAsync"), [1, 0, 0, 0]);
+    let process = &run.trace()["processes"][0];
+    assert_eq!(process["copies"]["cudaMemcpyAsync"], 1);
+    assert!(
+        process["launches"].get("cudaMemcpyAsync").is_none(),
+        "a copy is not a kernel launch"
+    );
+
+    let run = driver_client(
+        &[("VRAMSHARE_QUOTA", "32MiB")],
+        &[
+            "malloc:src:1M",
+            "malloc:dst:1M",
+            "malloc:set:1M",
+            "dcopy:src:dst",
+            "hcopy:src",
+            "dset:set",
+        ],
+    );
+    run.assert_ok();
+    assert_eq!(
+        (run.rc("dcopy"), run.rc("hcopy"), run.rc("dset")),
+        (0, 0, 0)
+    );
+    assert_eq!(
+        (uses(&run, "src"), uses(&run, "dst"), uses(&run, "set")),
+        (2, 1, 1)
+    );
+    assert_eq!(coverage(&run, "cuMemcpyDtoDAsync_v2"), [1, 0, 0, 0]);
+    assert_eq!(coverage(&run, "cuMemcpyHtoDAsync_v2"), [1, 0, 0, 0]);
+    assert_eq!(coverage(&run, "cuMemsetD8Async"), [1, 0, 0, 0]);
+}
+
 /// A step of a training loop, as launches: a kernel that runs once per step
 /// (the step's mark), `hot` named twice and `warm` once by a described
 /// kernel, and an opaque kernel.

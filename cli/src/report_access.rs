@@ -68,13 +68,14 @@ fn profile(access: &AccessJson) -> String {
     let mut out = format!("    steps: {} ({how})\n", access.steps);
     if let Some(step) = &access.last_step {
         out.push_str(&format!(
-            "    last complete step ({}): launches named {} of the {} live ({}); by kernels' parameters {}, by library calls {}\n",
+            "    last complete step ({}): launches named {} of the {} live ({}); by kernels' parameters {}, by library calls {}, by copies {}\n",
             step.step,
             human_bytes(step.touched_bytes),
             human_bytes(step.live_bytes),
             percent(step.touched_bytes, step.live_bytes),
             human_bytes(step.touched_by_kernels),
             human_bytes(step.touched_by_libraries),
+            human_bytes(step.touched_by_copies),
         ));
     }
     let per_step = |b: &BlockAccessJson| b.uses_per_step(found);

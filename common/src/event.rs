@@ -156,6 +156,19 @@ named_enum! {
         // Graphs destroyed: their addresses may be reused at once.
         cudaGraphDestroy = 77 => "cudaGraphDestroy",
         cuGraphDestroy = 78 => "cuGraphDestroy",
+        // Copies and memsets, read for the blocks they name.
+        cudaMemcpy = 79 => "cudaMemcpy",
+        cudaMemcpyAsync = 80 => "cudaMemcpyAsync",
+        cudaMemcpyAsync_ptsz = 81 => "cudaMemcpyAsync_ptsz",
+        cudaMemset = 82 => "cudaMemset",
+        cudaMemsetAsync = 83 => "cudaMemsetAsync",
+        cudaMemsetAsync_ptsz = 84 => "cudaMemsetAsync_ptsz",
+        cuMemcpyAsync = 85 => "cuMemcpyAsync",
+        cuMemcpyHtoDAsync_v2 = 86 => "cuMemcpyHtoDAsync_v2",
+        cuMemcpyDtoHAsync_v2 = 87 => "cuMemcpyDtoHAsync_v2",
+        cuMemcpyDtoDAsync_v2 = 88 => "cuMemcpyDtoDAsync_v2",
+        cuMemsetD8Async = 89 => "cuMemsetD8Async",
+        cuMemsetD32Async = 90 => "cuMemsetD32Async",
     }
 }
 
@@ -167,10 +180,25 @@ impl Api {
         !self.name().trim_start_matches('_').starts_with("cuda") && !self.is_library_call()
     }
 
+    /// Whether the call is a kernel launch (a kernel's, or an executable
+    /// graph's) rather than a library call or a copy.
+    pub fn is_launch(self) -> bool {
+        !self.is_library_call() && !self.is_copy()
+    }
+
     /// Whether the call is a math library's (cuBLAS, cuBLASLt, cuDNN)
     /// rather than a kernel launch of CUDA's.
     pub fn is_library_call(self) -> bool {
         self.name().starts_with("cublas") || self.name().starts_with("cudnn")
+    }
+
+    /// Whether the call is a copy or a memset (`cudaMemcpy…`, `cudaMemset…`,
+    /// `cuMemcpy…`, `cuMemset…`) rather than a kernel launch.
+    pub fn is_copy(self) -> bool {
+        let name = self.name();
+        ["cudaMemcpy", "cudaMemset", "cuMemcpy", "cuMemset"]
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
     }
 }
 

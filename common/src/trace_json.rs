@@ -140,6 +140,9 @@ pub struct ProcessJson {
     /// Math library calls whose operands were read, by call.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub library_calls: BTreeMap<String, u64>,
+    /// Copies and memsets whose operands were read, by call.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub copies: BTreeMap<String, u64>,
     /// What the launches touched, block by block (absent in a dump, and
     /// where nothing was launched).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -188,10 +191,11 @@ pub struct StepBytesJson {
     /// Bytes of the blocks that lived through the step.
     pub live_bytes: u64,
     /// Of those, the bytes of blocks some launch named in it; by kernels'
-    /// parameters and by library calls' operands.
+    /// parameters, by library calls' operands, and by copies and memsets.
     pub touched_bytes: u64,
     pub touched_by_kernels: u64,
     pub touched_by_libraries: u64,
+    pub touched_by_copies: u64,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]

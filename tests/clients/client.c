@@ -24,7 +24,8 @@
  *   S: 0 the null stream, 1 to 3 streams of the client's)  copyout:NAME:S (an
  *   asynchronous copy of NAME to the host, on S)  record:S (an event, recorded
  *   on S)  waitevent:S (S waits for it)  sync (cudaDeviceSynchronize)
- *   hostbytes (the first and last byte copied out)
+ *   hostbytes (the first and last byte copied out)  memset:NAME:BYTE:S
+ *   (cudaMemsetAsync of NAME on S)
  * SIZE is bytes, or with K, M or G (binary). Each step prints one line.
  */
 #define _GNU_SOURCE
@@ -345,6 +346,10 @@ static int run(char *step) {
         copied = calloc(copied_size, 1);
         rc = cudaMemcpyAsync(copied, names[i].ptr, copied_size, 2, stream_numbered(fields[2]));
         printf("copyout %s rc=%d\n", fields[1], rc);
+    } else if (!strcmp(op, "memset")) {
+        int i = slot(fields[1]);
+        rc = cudaMemsetAsync(names[i].ptr, atoi(fields[2]), names[i].size, stream_numbered(fields[3]));
+        printf("memset %s rc=%d\n", fields[1], rc);
     } else if (!strcmp(op, "record")) {
         if (!event) cudaEventCreate(&event);
         printf("record rc=%d\n", cudaEventRecord(event, stream_numbered(fields[1])));

@@ -18,6 +18,8 @@
  *   cuGetProcAddress)  endcapture  instantiate  replay (cuGraphLaunch)  destroy
  *   nodes:SRC:DST:CHILD (a graph built node by node: a kernel node naming SRC
  *   and DST, and a child graph whose kernel node names CHILD; "-" for none)
+ *   dcopy:SRC:DST (cuMemcpyDtoDAsync_v2)  hcopy:DST (cuMemcpyHtoDAsync_v2 of
+ *   host bytes)  dset:NAME (cuMemsetD8Async)
  *   poke:NAME:BYTE (the host writes BYTE at NAME)  peek:NAME (and reads it)
  *   addnode:NAME (one more kernel node in that graph, naming NAME)
  *   graphdestroy (cuGraphDestroy)
@@ -97,6 +99,9 @@ CUresult cuGraphCreate(void **graph, unsigned flags);
 CUresult cuGraphAddKernelNode_v2(void **node, void *graph, void **deps, size_t ndeps, const void *params);
 CUresult cuGraphAddChildGraphNode(void **node, void *graph, void **deps, size_t ndeps, void *child);
 CUresult cuGraphDestroy(void *graph);
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *stream);
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *stream);
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, void *stream);
 CUresult cuStreamBeginCapture_v2(void *stream, int mode);
 CUresult cuStreamEndCapture(void *stream, void **graph);
 CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
@@ -332,6 +337,18 @@ int main(int argc, char **argv) {
             size_t free_bytes = 0, total = 0;
             rc = cuMemGetInfo_v2(&free_bytes, &total);
             printf("meminfo rc=%d free=%zu total=%zu\n", rc, free_bytes, total);
+        } else if (!strcmp(op, "dcopy")) {
+            int src = slot(fields[1]), dst = slot(fields[2]);
+            rc = cuMemcpyDtoDAsync_v2(names[dst].ptr, names[src].ptr, names[src].size, NULL);
+            printf("dcopy rc=%d\n", rc);
+        } else if (!strcmp(op, "hcopy")) {
+            static char host[4096];
+            rc = cuMemcpyHtoDAsync_v2(names[slot(fields[1])].ptr, host, sizeof host, NULL);
+            printf("hcopy rc=%d\n", rc);
+        } else if (!strcmp(op, "dset")) {
+            int i = slot(fields[1]);
+            rc = cuMemsetD8Async(names[i].ptr, 5, names[i].size, NULL);
+            printf("dset rc=%d\n", rc);
         } else if (!strcmp(op, "poke")) {
             *(unsigned char *)names[slot(fields[1])].ptr = (unsigned char)atoi(fields[2]);
             printf("poke %s ok\n", fields[1]);

@@ -332,6 +332,18 @@ CUresult cuGraphChildGraphNodeGetGraph(void *node, void **graph) {
 }
 CUresult cuGraphDestroy(void *graph) { trace("cuGraphDestroy graph=%p", graph); return OK; }
 
+/* Copies and memsets of the driver, made at once (its streams do not run
+ * work apart from the host's here). */
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { memcpy((void *)dst, (void *)src, n); return OK; }
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s) { memcpy((void *)dst, src, n); return OK; }
+CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) { memcpy(dst, (void *)src, n); return OK; }
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { memcpy((void *)dst, (void *)src, n); return OK; }
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream s) { memset((void *)dst, value, n); return OK; }
+CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned value, size_t n, CUstream s) {
+    for (size_t i = 0; i < n; i++) ((unsigned *)dst)[i] = value;
+    return OK;
+}
+
 /* Modules come and go; their functions' addresses are reused. */
 CUresult cuModuleUnload(void *module) { trace("cuModuleUnload module=%p", module); return OK; }
 CUresult cuLibraryUnload(void *library) { trace("cuLibraryUnload library=%p", library); return OK; }

@@ -128,6 +128,18 @@ cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t n, int kind,
     return cudaMemcpyAsync(dst, src, n, kind, s);
 }
 
+cudaError_t cudaMemset(void *p, int value, size_t n) {
+    if (no_device()) return NO_DEVICE;
+    drain_all();
+    memset(p, value, n);
+    return OK;
+}
+cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s) {
+    if (no_device()) return NO_DEVICE;
+    return enqueue_set(p, value, n, s);
+}
+cudaError_t cudaMemsetAsync_ptsz(void *p, int value, size_t n, cudaStream_t s) { return cudaMemsetAsync(p, value, n, s); }
+
 /* Events, recorded and waited for on streams. */
 cudaError_t cudaEventCreateWithFlags(void **e, unsigned flags) {
     if (no_device()) return NO_DEVICE;

@@ -19,7 +19,7 @@
 #define QUEUED 4096
 #define ARG_BYTES 512
 
-enum work_kind { WORK_COPY, WORK_KERNEL, WORK_RECORD, WORK_WAIT };
+enum work_kind { WORK_COPY, WORK_SET, WORK_KERNEL, WORK_RECORD, WORK_WAIT };
 
 struct fake_event {
     unsigned long recorded; /* records made (on the host) */
@@ -70,6 +70,7 @@ static void *run_stream(void *arg) {
             pthread_mutex_unlock(&stream_lock);
             if (stream_delay_us) usleep((useconds_t)stream_delay_us);
             if (w->kind == WORK_COPY) memcpy(w->dst, w->src, w->bytes);
+            if (w->kind == WORK_SET) memset(w->dst, (int)w->generation, w->bytes);
             if (w->kind == WORK_KERNEL) w->body(w->args);
             pthread_mutex_lock(&stream_lock);
             if (w->kind == WORK_RECORD && w->event->done < w->generation) w->event->done = w->generation;
@@ -124,6 +125,12 @@ static void drain_all(void) {
 
 static int enqueue_copy(void *dst, const void *src, size_t bytes, void *stream) {
     struct work w = {.kind = WORK_COPY, .dst = dst, .src = src, .bytes = bytes};
+    for (int i = 0; i < MAX_PARAMS; i++) w.args[i] = w.values;
+    return enqueue(stream, &w);
+}
+
+static int enqueue_set(void *dst, int value, size_t bytes, void *stream) {
+    struct work w = {.kind = WORK_SET, .dst = dst, .generation = (unsigned char)value, .bytes = bytes};
     for (int i = 0; i < MAX_PARAMS; i++) w.args[i] = w.values;
     return enqueue(stream, &w);
 }

@@ -87,6 +87,20 @@ macro_rules! cuda_functions {
                 fn cuGraphExecDestroy(exec: CUgraphExec);
                 fn cudaGraphDestroy(graph: cudaGraph_t);
                 fn cuGraphDestroy(graph: cudaGraph_t);
+                // Copies and memsets: uses of the blocks they name, as a
+                // kernel's are (the copy itself goes to CUDA unchanged).
+                fn cudaMemcpy(dst: *mut c_void, src: *const c_void, count: usize, kind: c_int);
+                fn cudaMemcpyAsync(dst: *mut c_void, src: *const c_void, count: usize, kind: c_int, stream: cudaStream_t);
+                fn cudaMemcpyAsync_ptsz(dst: *mut c_void, src: *const c_void, count: usize, kind: c_int, stream: cudaStream_t);
+                fn cudaMemset(ptr: *mut c_void, value: c_int, count: usize);
+                fn cudaMemsetAsync(ptr: *mut c_void, value: c_int, count: usize, stream: cudaStream_t);
+                fn cudaMemsetAsync_ptsz(ptr: *mut c_void, value: c_int, count: usize, stream: cudaStream_t);
+                fn cuMemcpyAsync(dst: CUdeviceptr, src: CUdeviceptr, count: usize, stream: CUstream);
+                fn cuMemcpyHtoDAsync_v2(dst: CUdeviceptr, src: *const c_void, count: usize, stream: CUstream);
+                fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr, count: usize, stream: CUstream);
+                fn cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, count: usize, stream: CUstream);
+                fn cuMemsetD8Async(dst: CUdeviceptr, value: u8, count: usize, stream: CUstream);
+                fn cuMemsetD32Async(dst: CUdeviceptr, value: c_uint, count: usize, stream: CUstream);
                 // Math library calls whose kernels hide their operands: the
                 // call's own operand pointers are read instead.
                 fn cublasLtMatmul(handle: LibraryHandle, desc: LibraryHandle, alpha: *const c_void, a: *const c_void, a_layout: LibraryHandle, b: *const c_void, b_layout: LibraryHandle, beta: *const c_void, c: *const c_void, c_layout: LibraryHandle, d: *mut c_void, d_layout: LibraryHandle, algo: *const c_void, workspace: *mut c_void, workspace_size: usize, stream: cudaStream_t);

@@ -39,7 +39,15 @@ fn per_thread_by_default(flags: u64) -> u64 {
 }
 
 /// Functions whose current form is `_v2`, from CUDA 3.2 (version 3020).
-const V2_SINCE_3020: &[&str] = &["cuMemAlloc", "cuMemFree", "cuMemGetInfo", "cuMemAllocPitch"];
+const V2_SINCE_3020: &[&str] = &[
+    "cuMemAlloc",
+    "cuMemFree",
+    "cuMemGetInfo",
+    "cuMemAllocPitch",
+    "cuMemcpyHtoDAsync",
+    "cuMemcpyDtoHAsync",
+    "cuMemcpyDtoDAsync",
+];
 /// Functions with a `_ptsz` form for the per-thread default stream.
 const PER_THREAD_FORMS: &[&str] = &[
     "cuMemAllocAsync",
@@ -49,6 +57,12 @@ const PER_THREAD_FORMS: &[&str] = &[
     "cuLaunchKernelEx",
     "cuLaunchCooperativeKernel",
     "cuGraphLaunch",
+    "cuMemcpyAsync",
+    "cuMemcpyHtoDAsync",
+    "cuMemcpyDtoHAsync",
+    "cuMemcpyDtoDAsync",
+    "cuMemsetD8Async",
+    "cuMemsetD32Async",
 ];
 
 /// The name of the form of `symbol` that a lookup at CUDA `version` (None:
@@ -243,6 +257,18 @@ mod tests {
             form_of("cuMemCreate", Some(12000), true).as_deref(),
             Some("cuMemCreate")
         );
+        // A per-thread copy is asked for in its own form, which has no
+        // hook: the caller gets the driver's, never the legacy stream's hook.
+        assert_eq!(
+            form_of("cuMemcpyAsync", Some(12000), true).as_deref(),
+            Some("cuMemcpyAsync_ptsz")
+        );
+        assert!(super::super::hook_named(b"cuMemcpyAsync_ptsz").is_none());
+        assert_eq!(
+            form_of("cuMemcpyHtoDAsync", None, false).as_deref(),
+            Some("cuMemcpyHtoDAsync_v2")
+        );
+        assert!(super::super::hook_named(b"cuMemcpyHtoDAsync_v2").is_some());
         assert!(super::super::hook_named(b"cuMemAllocAsync_ptsz").is_some());
         assert!(super::super::hook_named(b"cuInit").is_none());
     }

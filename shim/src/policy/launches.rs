@@ -397,6 +397,34 @@ pub fn library_call(
     rc
 }
 
+/// A copy or memset through `api` with these operand pointers (device
+/// addresses, or host memory, which names nothing) on `stream`: its
+/// operands give the blocks it used; then `real` makes it, inside the hook
+/// (what CUDA calls meanwhile passes through).
+pub fn copy_call(api: Api, operands: &[u64], stream: usize, real: impl FnOnce() -> c_int) -> c_int {
+    let state = state();
+    let read = |naming: &mut Naming| {
+        for operand in operands {
+            naming.word(*operand);
+        }
+    };
+    let named = if state.access.graphs.capturing(stream) {
+        state.access.capture(&state.ledger, stream, read)
+    } else {
+        let copy = (api as usize, Launch::Copy);
+        state
+            .access
+            .launch(&state.ledger, copy, None, stream as u64, read)
+    };
+    let how = if named > 0 {
+        Attribution::Named
+    } else {
+        Attribution::Unnamed
+    };
+    state.count_launch(api, how);
+    real()
+}
+
 /// The data pointers and workspace of a cuDNN variant pack.
 pub fn variant_pack_pointers(pack: *mut c_void) -> Vec<*const c_void> {
     const DATA_POINTERS: c_int = 1001;

@@ -109,11 +109,11 @@ impl LaunchCounts {
             .collect()
     }
 
-    /// Kernel launches in all (library calls are not launches).
+    /// Kernel launches in all (library calls and copies are not launches).
     pub fn total(&self) -> u64 {
         self.by_api()
             .iter()
-            .filter(|(api, _)| !api.is_library_call())
+            .filter(|(api, _)| api.is_launch())
             .map(|(_, count)| count)
             .fold(0, |a, b| a.saturating_add(*b))
     }

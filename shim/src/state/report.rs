@@ -96,12 +96,17 @@ pub fn process_summary(state: &State) -> ProcessJson {
         runtime_version: crate::cuda::backend::runtime_version(),
         launches: by_api
             .iter()
-            .filter(|(api, _)| !api.is_library_call())
+            .filter(|(api, _)| api.is_launch())
             .map(|(api, count)| (api.name().to_string(), *count))
             .collect(),
         library_calls: by_api
             .iter()
             .filter(|(api, _)| api.is_library_call())
+            .map(|(api, count)| (api.name().to_string(), *count))
+            .collect(),
+        copies: by_api
+            .iter()
+            .filter(|(api, _)| api.is_copy())
             .map(|(api, count)| (api.name().to_string(), *count))
             .collect(),
         coverage: state

@@ -11,9 +11,11 @@ use vramshare_common::event::Api;
 use crate::cuda::backend::Backend;
 use crate::cuda::real;
 
+mod copies;
 mod graphs;
 mod launches;
 mod libraries;
+pub use copies::*;
 pub use graphs::*;
 pub use launches::*;
 pub use libraries::*;

@@ -32,12 +32,14 @@ pub struct Access {
 }
 
 /// What made a use: a kernel's launch, an executable graph's (a step's worth
-/// of work by itself), or a library call (whose own kernels are not read).
+/// of work by itself), a library call (whose own kernels are not read), or
+/// a copy or memset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Launch {
     Kernel,
     Graph,
     Library,
+    Copy,
 }
 
 impl Launch {
@@ -45,13 +47,14 @@ impl Launch {
         match self {
             Launch::Kernel | Launch::Graph => profile::VIA_KERNEL,
             Launch::Library => profile::VIA_LIBRARY,
+            Launch::Copy => profile::VIA_COPY,
         }
     }
 
     fn shortest_step(self) -> u64 {
         match self {
             Launch::Graph => 1,
-            Launch::Kernel | Launch::Library => steps::SHORTEST,
+            Launch::Kernel | Launch::Library | Launch::Copy => steps::SHORTEST,
         }
     }
 }

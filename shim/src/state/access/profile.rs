@@ -8,10 +8,12 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::steps::Place;
 
-/// Which kind of call named a block: a kernel's own parameters, or the
-/// operands of a library call (cuBLAS, cuDNN) made for it.
+/// Which kind of call named a block: a kernel's own parameters, the
+/// operands of a library call (cuBLAS, cuDNN) made for it, or a copy's or
+/// memset's.
 pub const VIA_KERNEL: u64 = 1;
 pub const VIA_LIBRARY: u64 = 2;
+pub const VIA_COPY: u64 = 4;
 
 /// Cache-line aligned: blocks named by launches on different threads do not
 /// share a line. What a launch updates lies in the first line, so that a

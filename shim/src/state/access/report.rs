@@ -4,7 +4,7 @@
 use vramshare_common::event::Placement;
 use vramshare_common::trace_json::{AccessJson, BlockAccessJson, StepBytesJson, StepUseJson};
 
-use super::profile::{BlockProfile, VIA_KERNEL, VIA_LIBRARY};
+use super::profile::{BlockProfile, VIA_COPY, VIA_KERNEL, VIA_LIBRARY};
 use crate::state::State;
 
 /// The profile of every block, with the latest complete step's bytes;
@@ -56,6 +56,9 @@ fn step_bytes(profiles: &[std::sync::Arc<BlockProfile>], step: u64) -> StepBytes
                 bytes.touched_by_libraries =
                     bytes.touched_by_libraries.saturating_add(profile.size);
             }
+            if used.via & VIA_COPY != 0 {
+                bytes.touched_by_copies = bytes.touched_by_copies.saturating_add(profile.size);
+            }
         }
     }
     bytes
@@ -89,6 +92,9 @@ fn block_json(
     }
     if profile.via() & VIA_LIBRARY != 0 {
         via.push("library".to_string());
+    }
+    if profile.via() & VIA_COPY != 0 {
+        via.push("copy".to_string());
     }
     BlockAccessJson {
         ptr: format!("{:#x}", profile.start),

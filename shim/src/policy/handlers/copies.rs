@@ -1,0 +1,94 @@
+//! The handlers of copies and memsets: each names the blocks its device
+//! operands point into (a use, as a kernel's), then makes the call.
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use std::ffi::{c_int, c_uint, c_void};
+
+use cudart_sys::*;
+use vramshare_common::event::Api;
+
+use crate::cuda::real;
+
+/// The runtime's copies: both ends may be device memory.
+macro_rules! runtime_copies {
+    ($($name:ident($($stream:ident)?);)*) => {$(
+        pub unsafe fn $name(
+            dst: *mut c_void,
+            src: *const c_void,
+            count: usize,
+            kind: c_int,
+            $($stream: cudaStream_t,)?
+        ) -> cudaError_t {
+            let stream = 0usize $(+ $stream as usize)?;
+            super::super::copy_call(Api::$name, &[dst as u64, src as u64], stream, || {
+                // SAFETY: the caller's arguments, as CUDA would receive them.
+                unsafe { real::$name(dst, src, count, kind $(, $stream)?) }
+            })
+        }
+    )*};
+}
+
+runtime_copies! {
+    cudaMemcpy();
+    cudaMemcpyAsync(stream);
+    cudaMemcpyAsync_ptsz(stream);
+}
+
+macro_rules! runtime_memsets {
+    ($($name:ident($($stream:ident)?);)*) => {$(
+        pub unsafe fn $name(
+            ptr: *mut c_void,
+            value: c_int,
+            count: usize,
+            $($stream: cudaStream_t,)?
+        ) -> cudaError_t {
+            let stream = 0usize $(+ $stream as usize)?;
+            super::super::copy_call(Api::$name, &[ptr as u64], stream, || {
+                // SAFETY: the caller's arguments, as CUDA would receive them.
+                unsafe { real::$name(ptr, value, count $(, $stream)?) }
+            })
+        }
+    )*};
+}
+
+runtime_memsets! {
+    cudaMemset();
+    cudaMemsetAsync(stream);
+    cudaMemsetAsync_ptsz(stream);
+}
+
+/// The driver's asynchronous copies, by the types of their two ends.
+macro_rules! driver_copies {
+    ($($name:ident($dst:ty, $src:ty);)*) => {$(
+        pub unsafe fn $name(dst: $dst, src: $src, count: usize, stream: CUstream) -> cudaError_t {
+            let operands = [dst as u64, src as u64];
+            super::super::copy_call(Api::$name, &operands, stream as usize, || {
+                // SAFETY: the caller's arguments, as CUDA would receive them.
+                unsafe { real::$name(dst, src, count, stream) }
+            })
+        }
+    )*};
+}
+
+driver_copies! {
+    cuMemcpyAsync(CUdeviceptr, CUdeviceptr);
+    cuMemcpyHtoDAsync_v2(CUdeviceptr, *const c_void);
+    cuMemcpyDtoHAsync_v2(*mut c_void, CUdeviceptr);
+    cuMemcpyDtoDAsync_v2(CUdeviceptr, CUdeviceptr);
+}
+
+macro_rules! driver_memsets {
+    ($($name:ident($value:ty);)*) => {$(
+        pub unsafe fn $name(dst: CUdeviceptr, value: $value, count: usize, stream: CUstream) -> cudaError_t {
+            super::super::copy_call(Api::$name, &[dst as u64], stream as usize, || {
+                // SAFETY: the caller's arguments, as CUDA would receive them.
+                unsafe { real::$name(dst, value, count, stream) }
+            })
+        }
+    )*};
+}
+
+driver_memsets! {
+    cuMemsetD8Async(u8);
+    cuMemsetD32Async(c_uint);
+}
