@@ -462,6 +462,46 @@ fn copies_and_memsets_name_the_blocks_they_touch_and_are_no_launches() {
     assert_eq!(coverage(&run, "cuMemsetD8Async"), [1, 0, 0, 0]);
 }
 
+#[test]
+fn uses_of_a_spilled_block_are_counted_as_found_in_host_memory() {
+    let run = client(
+        Runtime::Fake13,
+        &[("VRAMSHARE_QUOTA", "2MiB")],
+        &[
+            "malloc:a:1M",
+            "malloc:b:4M",
+            "kernel:rt:a:b:-",
+            "kernel:rt:a:b:-",
+            "kernel:rt:b:-:-",
+        ],
+    );
+    run.assert_ok();
+    let a = block(&run, "a", "malloc a");
+    let b = block(&run, "b", "malloc b");
+    assert_eq!(b["placement"], "host", "b spilled");
+    assert_eq!(
+        (a["uses"].as_u64(), a["uses_in_host"].as_u64()),
+        (Some(2), Some(0))
+    );
+    assert_eq!(
+        (b["uses"].as_u64(), b["uses_in_host"].as_u64()),
+        (Some(3), Some(3))
+    );
+    let access = &run.trace()["processes"][0]["access"];
+    assert_eq!(
+        (access["uses"].as_u64(), access["uses_in_host"].as_u64()),
+        (Some(5), Some(3))
+    );
+    let trace = run.dir.path().join("spilled.json");
+    std::fs::write(&trace, serde_json::to_string(run.trace()).unwrap()).unwrap();
+    let report = vramshare(&["report", trace.to_str().unwrap()]);
+    let stdout = text(&report.stdout);
+    assert!(
+        stdout.contains("uses of blocks: 5, 3 of them found their block in host memory (60%)"),
+        "{stdout}"
+    );
+}
+
 /// A step of a training loop, as launches: a kernel that runs once per step
 /// (the step's mark), `hot` named twice and `warm` once by a described
 /// kernel, and an opaque kernel.

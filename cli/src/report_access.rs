@@ -66,6 +66,14 @@ fn profile(access: &AccessJson) -> String {
         "none found".to_string()
     };
     let mut out = format!("    steps: {} ({how})\n", access.steps);
+    if access.uses > 0 {
+        out.push_str(&format!(
+            "    uses of blocks: {}, {} of them found their block in host memory ({})\n",
+            access.uses,
+            access.uses_in_host,
+            percent(access.uses_in_host, access.uses)
+        ));
+    }
     if let Some(step) = &access.last_step {
         out.push_str(&format!(
             "    last complete step ({}): launches named {} of the {} live ({}); by kernels' parameters {}, by library calls {}, by copies {}\n",

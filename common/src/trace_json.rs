@@ -178,6 +178,11 @@ pub struct AccessJson {
     /// Functions launched, and of those, the ones CUDA described.
     pub functions: u64,
     pub functions_described: u64,
+    /// Uses of the blocks listed (launches, library calls, copies and
+    /// memsets naming them), and of those, the ones that found their block
+    /// in host memory (spilled).
+    pub uses: u64,
+    pub uses_in_host: u64,
     /// Every live block and the most used freed ones.
     pub blocks: Vec<BlockAccessJson>,
     /// Freed blocks' profiles not kept (past the bound).
@@ -206,8 +211,10 @@ pub struct BlockAccessJson {
     pub device: u32,
     /// Where it lived at exit (`"device"`, `"host"`), or `"freed"`.
     pub placement: String,
-    /// Launches that named it, in all.
+    /// Launches that named it, in all, and of those, the ones that found
+    /// it in host memory.
     pub uses: u64,
+    pub uses_in_host: u64,
     /// Steps in which some launch named it, and steps it lived through.
     pub steps_used: u64,
     pub steps_alive: u64,
@@ -216,7 +223,7 @@ pub struct BlockAccessJson {
     pub last_step: Option<StepUseJson>,
     /// The stream of its latest use.
     pub stream: String,
-    /// `"kernel"`, `"library"`: which kinds of call named it.
+    /// `"kernel"`, `"library"`, `"copy"`: which kinds of call named it.
     pub via: Vec<String>,
 }
 

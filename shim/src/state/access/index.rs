@@ -17,8 +17,9 @@ use std::sync::{Arc, Mutex};
 use super::profile::BlockProfile;
 use crate::state::lock;
 
-/// A live range: start, size, device.
-pub type Range = (usize, u64, u32);
+/// A live range: start, size, device, and whether it is in host memory (a
+/// spilled block).
+pub type Range = (usize, u64, u32, bool);
 
 pub struct Snapshot {
     generation: u64,
@@ -28,6 +29,8 @@ pub struct Snapshot {
     high: u64,
     /// Each block's start and end, side by side: a lookup reads one line.
     spans: Vec<[u64; 2]>,
+    /// Whether each block was in host memory when the snapshot was made.
+    in_host: Vec<bool>,
     /// A directory over [low, high) in buckets of 2^shift bytes: for each
     /// bucket's first byte, the last block starting at or before it. A
     /// lookup searches only between two neighbouring entries, one or two
@@ -44,6 +47,7 @@ impl Snapshot {
             low: u64::MAX,
             high: 0,
             spans: Vec::new(),
+            in_host: Vec::new(),
             shift: 0,
             directory: Vec::new(),
             profiles: Vec::new(),
@@ -66,6 +70,11 @@ impl Snapshot {
                 after.saturating_sub(1) as u32
             })
             .collect();
+    }
+
+    /// Whether the block at `index` was in host memory.
+    pub fn in_host(&self, index: usize) -> bool {
+        self.in_host.get(index).copied().unwrap_or(false)
     }
 
     /// The index of the block holding address `value`.
@@ -250,14 +259,14 @@ fn rebuild(
     mut live: Vec<Range>,
     step: u64,
 ) -> (Snapshot, Vec<Arc<BlockProfile>>) {
-    live.sort_unstable_by_key(|(start, _, _)| *start);
+    live.sort_unstable_by_key(|(start, _, _, _)| *start);
     // Overlapping ranges (not made by CUDA) keep the first.
     live.dedup_by(|next, kept| (next.0 as u64) < kept.0 as u64 + kept.1);
     let mut snapshot = Snapshot::empty();
     snapshot.generation = generation;
     let mut gone = Vec::new();
     let mut old_index = 0;
-    for (start, size, device) in live {
+    for (start, size, device, host) in live {
         while old_index < old.profiles.len() && old.profiles[old_index].start < start {
             gone.push(old.profiles[old_index].clone());
             old_index += 1;
@@ -277,6 +286,7 @@ fn rebuild(
         snapshot.low = snapshot.low.min(start as u64);
         snapshot.high = snapshot.high.max(end);
         snapshot.spans.push([start as u64, end]);
+        snapshot.in_host.push(host);
         snapshot.profiles.push(profile);
     }
     gone.extend(old.profiles[old_index..].iter().cloned());
@@ -292,7 +302,11 @@ mod tests {
     #[test]
     fn a_pointer_inside_a_block_finds_it_and_profiles_survive_rebuilds() {
         let index = BlockIndex::new();
-        let blocks = vec![(0x1000, 0x100, 0), (0x3000, 0x1000, 0), (0x2000, 0x10, 1)];
+        let blocks = vec![
+            (0x1000, 0x100, 0, false),
+            (0x3000, 0x1000, 0, false),
+            (0x2000, 0x10, 1, false),
+        ];
         let found = index.with(
             1,
             || blocks.clone(),
@@ -328,10 +342,11 @@ mod tests {
                     },
                     7,
                     1,
+                    false,
                 );
             },
         );
-        let after = vec![(0x1000, 0x100, 0), (0x3000, 0x1000, 0)];
+        let after = vec![(0x1000, 0x100, 0, false), (0x3000, 0x1000, 0, false)];
         // Past the least time between rebuilds.
         index.wait_until_due();
         let uses = index.with(
@@ -359,7 +374,7 @@ mod tests {
             index.built_at.store(0, Relaxed);
             index.with(
                 round + 1,
-                || vec![(start, 0x1000, 0)],
+                || vec![(start, 0x1000, 0, false)],
                 0,
                 |s| {
                     let profile = &s.profiles[0];
@@ -373,6 +388,7 @@ mod tests {
                             },
                             0,
                             1,
+                            false,
                         );
                     }
                 },
@@ -405,7 +421,7 @@ mod tests {
                 if layout == 1 && i == 150 {
                     at += 1 << 40;
                 }
-                blocks.push((at, size, 0));
+                blocks.push((at, size, 0, false));
                 at += size as usize + (next() % 3) as usize * 4096 * (layout as usize);
             }
             let index = BlockIndex::new();
@@ -415,11 +431,11 @@ mod tests {
                 0,
                 |s| {
                     for _ in 0..20_000 {
-                        let (start, size, _) = blocks[(next() % 300) as usize];
+                        let (start, size, _, _) = blocks[(next() % 300) as usize];
                         let probe = (start as u64 + next() % (size * 2)).wrapping_sub(size / 2);
                         let expected = blocks
                             .iter()
-                            .position(|(b, n, _)| probe >= *b as u64 && probe < *b as u64 + n);
+                            .position(|(b, n, _, _)| probe >= *b as u64 && probe < *b as u64 + n);
                         assert_eq!(s.find(probe), expected, "{probe:#x} in layout {layout}");
                     }
                 },
@@ -448,7 +464,7 @@ mod tests {
             generation += 1;
             let live = || {
                 builds.fetch_add(1, Relaxed);
-                vec![(0x1000, 0x100, 0)]
+                vec![(0x1000, 0x100, 0, false)]
             };
             assert!(index.with(generation, live, 0, |s| s.find(0x1010).is_some()));
         }
@@ -461,7 +477,7 @@ mod tests {
         index.wait_until_due();
         let found = index.with(
             generation + 1,
-            || vec![(0x5000, 0x100, 0)],
+            || vec![(0x5000, 0x100, 0, false)],
             0,
             |s| s.find(0x5000),
         );
@@ -480,7 +496,7 @@ mod tests {
                             5,
                             || {
                                 builds.fetch_add(1, Relaxed);
-                                vec![(0x1000, 0x100, 0)]
+                                vec![(0x1000, 0x100, 0, false)]
                             },
                             0,
                             |s| assert!(s.find(0x1010).is_some()),

@@ -132,7 +132,7 @@ impl Access {
                 let mut naming = Naming::new(snapshot);
                 read(&mut naming);
                 for index in naming.named() {
-                    snapshot.profiles[index].touch(place, stream, via);
+                    snapshot.profiles[index].touch(place, stream, via, snapshot.in_host(index));
                 }
                 naming.count
             })

@@ -40,6 +40,8 @@ pub struct BlockProfile {
     pub born: u64,
     freed: AtomicU64,
     steps_used: AtomicU64,
+    /// Uses that found it in host memory (spilled): touched only then.
+    uses_in_host: AtomicU64,
     /// The same for the step before that one in which it was used.
     prior_step: AtomicU64,
     prior_in_step: AtomicU64,
@@ -68,6 +70,7 @@ impl BlockProfile {
             freed: AtomicU64::new(u64::MAX),
             uses: AtomicU64::new(0),
             steps_used: AtomicU64::new(0),
+            uses_in_host: AtomicU64::new(0),
             step: AtomicU64::new(0),
             in_step: AtomicU64::new(0),
             first: AtomicU64::new(0),
@@ -83,9 +86,13 @@ impl BlockProfile {
         }
     }
 
-    /// A launch at `place`, on `stream`, named the block.
+    /// A launch at `place`, on `stream`, named the block, which was in host
+    /// memory if `in_host`.
     #[inline]
-    pub fn touch(&self, place: Place, stream: u64, via: u64) {
+    pub fn touch(&self, place: Place, stream: u64, via: u64, in_host: bool) {
+        if in_host {
+            self.uses_in_host.fetch_add(1, Relaxed);
+        }
         let tag = place.step + 1;
         let seen = self.step.load(Relaxed);
         if seen != tag && self.step.swap(tag, Relaxed) != tag {
@@ -124,6 +131,9 @@ impl BlockProfile {
     }
     pub fn steps_used(&self) -> u64 {
         self.steps_used.load(Relaxed)
+    }
+    pub fn uses_in_host(&self) -> u64 {
+        self.uses_in_host.load(Relaxed)
     }
     pub fn stream(&self) -> u64 {
         self.stream.load(Relaxed)
@@ -202,9 +212,10 @@ mod tests {
     fn a_step_rolls_into_the_prior_one() {
         let profile = BlockProfile::new(0x1000, 4096, 0, 0);
         let at = |step, position| Place { step, position };
-        profile.touch(at(1, 3), 7, VIA_KERNEL);
-        profile.touch(at(1, 9), 7, VIA_KERNEL);
-        profile.touch(at(2, 4), 8, VIA_LIBRARY);
+        profile.touch(at(1, 3), 7, VIA_KERNEL, false);
+        profile.touch(at(1, 9), 7, VIA_KERNEL, true);
+        profile.touch(at(2, 4), 8, VIA_LIBRARY, false);
+        assert_eq!(profile.uses_in_host(), 1);
         assert_eq!(profile.uses(), 3);
         assert_eq!(profile.steps_used(), 2);
         assert_eq!(

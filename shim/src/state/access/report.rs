@@ -21,10 +21,12 @@ pub fn access_json(state: &State) -> Option<AccessJson> {
     let last = (found > 0 && current > found).then(|| current - 1);
     let last_step = last.map(|step| step_bytes(&profiles, step));
     let (functions, described) = access.functions.described();
-    let blocks = profiles
+    let blocks: Vec<BlockAccessJson> = profiles
         .iter()
         .map(|profile| block_json(state, profile, last, (found, current)))
         .collect();
+    let uses = blocks.iter().map(|b| b.uses).sum();
+    let uses_in_host = blocks.iter().map(|b| b.uses_in_host).sum();
     Some(AccessJson {
         steps: access.steps.steps(),
         marked: access.steps.marked(),
@@ -32,6 +34,8 @@ pub fn access_json(state: &State) -> Option<AccessJson> {
         last_step,
         functions: functions as u64,
         functions_described: described as u64,
+        uses,
+        uses_in_host,
         blocks,
         blocks_forgotten: access
             .index
@@ -102,6 +106,7 @@ fn block_json(
         device: profile.device,
         placement,
         uses: profile.uses(),
+        uses_in_host: profile.uses_in_host(),
         // Uses in the guessed steps before are not told apart: at most the
         // steps it lived through since.
         steps_used: profile.steps_used().min(alive),

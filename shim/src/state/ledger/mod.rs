@@ -311,23 +311,32 @@ impl Ledger {
     }
 
     /// Every live range: blocks and mapped physical memory, as (address,
-    /// size, device).
-    pub fn ranges(&self) -> Vec<(usize, u64, u32)> {
-        let mut ranges: Vec<(usize, u64, u32)> = self
+    /// size, device, whether it is in host memory).
+    pub fn ranges(&self) -> Vec<(usize, u64, u32, bool)> {
+        let spilled = |block: &Block| block.placement == Placement::Host;
+        let mut ranges: Vec<(usize, u64, u32, bool)> = self
             .blocks
             .iter()
-            .map(|e| (*e.key(), e.value().size, e.value().device.index() as u32))
+            .map(|e| {
+                let block = e.value();
+                (
+                    *e.key(),
+                    block.size,
+                    block.device.index() as u32,
+                    spilled(block),
+                )
+            })
             .collect();
         let mappings: Vec<(usize, u64, usize)> = lock(&self.mappings)
             .iter()
             .map(|(address, (handle, size))| (*address, *handle, *size))
             .collect();
         for (address, handle, size) in mappings {
-            let device = self
-                .handles
-                .get(&handle)
-                .map_or(0, |physical| physical.block.device.index() as u32);
-            ranges.push((address, size as u64, device));
+            let (device, host) = self.handles.get(&handle).map_or((0, false), |physical| {
+                let block = &physical.block;
+                (block.device.index() as u32, spilled(block))
+            });
+            ranges.push((address, size as u64, device, host));
         }
         ranges
     }
@@ -461,10 +470,13 @@ impl Ledger {
         Some(block.api)
     }
 
+    /// The move of the block at `ptr` is over. Its placement changed, and
+    /// the launches' index of blocks shows placements: it is rebuilt.
     pub fn end_move(&self, ptr: usize) {
         if let Some(mut block) = self.blocks.get_mut(&ptr) {
             block.moving = false;
         }
+        self.changed();
     }
 
     /// Every block still recorded, by address, then every physical
