@@ -76,7 +76,10 @@ pub fn form_of(symbol: &str, version: Option<c_int>, per_thread: bool) -> Option
         }
         name.push_str("_v2");
     }
-    if per_thread && PER_THREAD_FORMS.contains(&symbol) {
+    // A name asked for with its `_v2` already (not the driver's way, but
+    // possible) has its per-thread form all the same.
+    let base = symbol.strip_suffix("_v2").unwrap_or(symbol);
+    if per_thread && PER_THREAD_FORMS.contains(&base) {
         name.push_str("_ptsz");
     }
     Some(name)
@@ -269,6 +272,10 @@ mod tests {
             Some("cuMemcpyHtoDAsync_v2")
         );
         assert!(super::super::hook_named(b"cuMemcpyHtoDAsync_v2").is_some());
+        assert_eq!(
+            form_of("cuMemcpyHtoDAsync_v2", None, true).as_deref(),
+            Some("cuMemcpyHtoDAsync_v2_ptsz")
+        );
         assert!(super::super::hook_named(b"cuMemAllocAsync_ptsz").is_some());
         assert!(super::super::hook_named(b"cuInit").is_none());
     }

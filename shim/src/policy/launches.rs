@@ -403,6 +403,13 @@ pub fn library_call(
 /// (what CUDA calls meanwhile passes through).
 pub fn copy_call(api: Api, operands: &[u64], stream: usize, real: impl FnOnce() -> c_int) -> c_int {
     let state = state();
+    let inside = IN_LIBRARY.try_with(|inside| inside.get()).ok();
+    if let Some(Library::Inside(_)) = inside {
+        // A library's own copy (a workspace cleared, say): the library
+        // call's operands name what it uses.
+        state.count_launch(api, Attribution::InLibrary);
+        return real();
+    }
     let read = |naming: &mut Naming| {
         for operand in operands {
             naming.word(*operand);

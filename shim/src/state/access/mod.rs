@@ -124,7 +124,11 @@ impl Access {
         stream: u64,
         read: impl FnOnce(&mut Naming),
     ) -> usize {
-        let place = self.steps.launch(key, recurrence, kind.shortest_step());
+        let place = if kind == Launch::Copy {
+            self.steps.place_now()
+        } else {
+            self.steps.launch(key, recurrence, kind.shortest_step())
+        };
         let via = kind.via();
         let live = || ledger.ranges();
         self.index

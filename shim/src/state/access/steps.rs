@@ -104,6 +104,8 @@ pub struct Steps {
     broken: AtomicBool,
     /// The job marks its steps itself.
     marked: AtomicBool,
+    /// A copy or memset was placed (they take no launch number).
+    placed: AtomicBool,
 }
 
 /// A launch's place: its step, and how many launches into the step it is.
@@ -132,6 +134,7 @@ impl Steps {
             found_at: AtomicU64::new(0),
             broken: AtomicBool::new(false),
             marked: AtomicBool::new(false),
+            placed: AtomicBool::new(false),
         }
     }
 
@@ -154,6 +157,28 @@ impl Steps {
         Place {
             step: self.step.load(Relaxed),
             position: seq.saturating_sub(start),
+        }
+    }
+
+    /// The place of a call that is not a launch (a copy, a memset): where
+    /// the thread's next launch will be, without taking its number, so that
+    /// copies made on some steps only (a loss read every tenth step) do not
+    /// change how launches recur.
+    pub fn place_now(&self) -> Place {
+        if !self.placed.load(Relaxed) {
+            self.placed.store(true, Relaxed);
+        }
+        let next = CLAIM
+            .try_with(|claim| {
+                let (id, next, end, _) = claim.get();
+                (id == self.id && next < end).then_some(next)
+            })
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| self.seq.0.load(Relaxed));
+        Place {
+            step: self.step.load(Relaxed),
+            position: next.saturating_sub(self.start.load(Relaxed)),
         }
     }
 
@@ -257,9 +282,9 @@ impl Steps {
         self.marked.load(Relaxed)
     }
 
-    /// Whether any launch was placed.
+    /// Whether any launch, copy or memset was placed.
     pub fn any(&self) -> bool {
-        self.seq.0.load(Relaxed) > 0
+        self.seq.0.load(Relaxed) > 0 || self.placed.load(Relaxed)
     }
 }
 
@@ -314,6 +339,25 @@ mod tests {
         assert_eq!((replays.steps(), replays.period()), (7, 1));
         let place = steps.launch(2, seen.get_mut(&2), SHORTEST);
         assert_eq!(place.position, 1);
+    }
+
+    #[test]
+    fn copies_made_on_some_steps_only_leave_the_step_as_it_is() {
+        let steps = Steps::new();
+        let mut seen = HashMap::new();
+        for round in 0..20 {
+            run(&steps, &[1, 2, 3, 4, 5], 1, &mut seen);
+            if round % 3 == 0 {
+                let place = steps.place_now();
+                assert_eq!(place.step, steps.current());
+            }
+        }
+        assert_eq!(steps.period(), 5);
+        assert_eq!(
+            steps.steps(),
+            17,
+            "found at the fourth step, one a step since"
+        );
     }
 
     #[test]
