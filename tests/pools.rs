@@ -493,3 +493,52 @@ fn others_leave_the_room_a_high_priority_member_wants_for_its_spilled_block() {
         "x left the free 8 MiB to h, which wanted 24"
     );
 }
+
+#[test]
+fn a_member_killed_in_the_middle_of_a_move_leaves_the_pool_exact() {
+    let _serial = one_at_a_time();
+    let work = tempfile::tempdir().unwrap();
+    let shm = work.path().join("shm");
+    let stay = spawn_member(
+        &shm,
+        "client",
+        &["malloc:s:4M", "sleep:8000"],
+        "mv",
+        "32MiB",
+    );
+    wait_for_pool(&shm, "mv", 4 * MIB);
+    // m spills (24 + 16 > 28 left); freeing x gives it room, and its move
+    // back keeps the shim three seconds, as a large move over the link does.
+    let mover = member_command(
+        &shm,
+        "client",
+        &["malloc:x:24M", "malloc:m:16M", "free:x", "sleep:10000"],
+        "mv",
+        "32MiB",
+        "normal",
+    )
+    .env("FAKE_CUDA_MOVE_DELAY_MS", "3000")
+    .spawn()
+    .unwrap();
+    // In flight: the pool counts m's 16 MiB on the device already.
+    wait_for_pool(&shm, "mv", 20 * MIB);
+    let mut mover = mover;
+    mover.kill().unwrap(); // SIGKILL, mid-move
+    mover.wait().unwrap();
+    poll_until(
+        Duration::from_secs(1),
+        || pool_bytes(&shm, "mv") == Some(4 * MIB),
+        |waited| {
+            format!(
+                "after {waited:?} the pool still counts {:?}",
+                pool_bytes(&shm, "mv")
+            )
+        },
+    );
+    assert!(stay.wait_with_output().unwrap().status.success());
+    assert_eq!(
+        pool_bytes(&shm, "mv"),
+        None,
+        "the last to leave freed the pool"
+    );
+}
