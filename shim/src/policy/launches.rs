@@ -124,7 +124,6 @@ pub unsafe fn launch(
 unsafe fn attribute(state: &State, launched: &Launched) -> Attribution {
     let entry = launched.entry;
     let ask = || layout(entry, launched.key);
-    let capturing = state.access.graphs.capturing(launched.stream);
     state
         .access
         .functions
@@ -141,15 +140,14 @@ unsafe fn attribute(state: &State, launched: &Launched) -> Attribution {
             // parameters are (or the driver's `extra`).
             let read =
                 |naming: &mut Naming| unsafe { read_params(launched.params, layout, naming) };
-            let named = if capturing {
-                state.access.capture(&state.ledger, launched.stream, read)
-            } else {
-                let stream = launched.stream as u64;
-                let kernel = (launched.key, Launch::Kernel);
-                state
-                    .access
-                    .launch(&state.ledger, kernel, recurrence, stream, read)
-            };
+            let kernel = (launched.key, Launch::Kernel);
+            let named = state.access.use_or_capture(
+                &state.ledger,
+                kernel,
+                recurrence,
+                launched.stream,
+                read,
+            );
             match (readable, named) {
                 (false, _) => Attribution::Undecoded,
                 (true, 0) => Attribution::Unnamed,
@@ -370,31 +368,35 @@ pub fn library_call(
         _ => 0,
     };
     drop(leave);
-    let state = state();
-    let stream = stream.unwrap_or(inner);
-    let read = |naming: &mut Naming| {
-        for operand in operands {
-            naming.word(*operand as u64);
-        }
-    };
-    let named = if state.access.graphs.capturing(stream) {
-        state.access.capture(&state.ledger, stream, read)
-    } else {
-        state.access.launch(
-            &state.ledger,
-            (api as usize, Launch::Library),
-            None,
-            stream as u64,
-            read,
-        )
-    };
+    let operands = operands.iter().map(|operand| *operand as u64);
+    name_operands(
+        state(),
+        (api, Launch::Library),
+        operands,
+        stream.unwrap_or(inner),
+    );
+    rc
+}
+
+/// A use by `api` (a library call, a copy) on `stream` of the blocks its
+/// operand pointers point into, counted by whether it named any.
+fn name_operands(
+    state: &State,
+    (api, kind): (Api, Launch),
+    operands: impl Iterator<Item = u64>,
+    stream: usize,
+) {
+    let read = |naming: &mut Naming| operands.for_each(|operand| naming.word(operand));
+    let key = (api as usize, kind);
+    let named = state
+        .access
+        .use_or_capture(&state.ledger, key, None, stream, read);
     let how = if named > 0 {
         Attribution::Named
     } else {
         Attribution::Unnamed
     };
     state.count_launch(api, how);
-    rc
 }
 
 /// A copy or memset through `api` with these operand pointers (device
@@ -410,25 +412,7 @@ pub fn copy_call(api: Api, operands: &[u64], stream: usize, real: impl FnOnce() 
         state.count_launch(api, Attribution::InLibrary);
         return real();
     }
-    let read = |naming: &mut Naming| {
-        for operand in operands {
-            naming.word(*operand);
-        }
-    };
-    let named = if state.access.graphs.capturing(stream) {
-        state.access.capture(&state.ledger, stream, read)
-    } else {
-        let copy = (api as usize, Launch::Copy);
-        state
-            .access
-            .launch(&state.ledger, copy, None, stream as u64, read)
-    };
-    let how = if named > 0 {
-        Attribution::Named
-    } else {
-        Attribution::Unnamed
-    };
-    state.count_launch(api, how);
+    name_operands(state, (api, Launch::Copy), operands.iter().copied(), stream);
     real()
 }
 

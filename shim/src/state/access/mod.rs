@@ -142,10 +142,28 @@ impl Access {
             })
     }
 
+    /// A use by `key` on `stream`, as [`Access::launch`] makes it; or, on a
+    /// stream being captured into a graph, the graph's
+    /// ([`Access::capture`]). The number of blocks named.
+    pub fn use_or_capture(
+        &self,
+        ledger: &Ledger,
+        key: (usize, Launch),
+        recurrence: Option<&mut Recurrence>,
+        stream: usize,
+        read: impl FnOnce(&mut Naming),
+    ) -> usize {
+        if self.graphs.capturing(stream) {
+            self.capture(ledger, stream, read)
+        } else {
+            self.launch(ledger, key, recurrence, stream as u64, read)
+        }
+    }
+
     /// A launch on a stream being captured into a graph: it does not run
     /// now, so it is no use; the blocks it names are the graph's. Their
     /// number.
-    pub fn capture(&self, ledger: &Ledger, stream: usize, read: impl FnOnce(&mut Naming)) -> usize {
+    fn capture(&self, ledger: &Ledger, stream: usize, read: impl FnOnce(&mut Naming)) -> usize {
         let named = self.blocks_named(ledger, read);
         self.graphs.record(stream, &named);
         named.len()
