@@ -34,8 +34,9 @@ struct work {
     struct fake_event *event;
     unsigned long generation;
     void (*body)(void **args);
+    /* A kernel's argument values, and where each lies among them. */
     unsigned char values[ARG_BYTES];
-    void *args[MAX_PARAMS];
+    size_t offsets[MAX_PARAMS];
 };
 
 struct fake_stream {
@@ -71,7 +72,11 @@ static void *run_stream(void *arg) {
             if (stream_delay_us) usleep((useconds_t)stream_delay_us);
             if (w->kind == WORK_COPY) memcpy(w->dst, w->src, w->bytes);
             if (w->kind == WORK_SET) memset(w->dst, (int)w->generation, w->bytes);
-            if (w->kind == WORK_KERNEL) w->body(w->args);
+            if (w->kind == WORK_KERNEL) {
+                void *args[MAX_PARAMS];
+                for (int i = 0; i < MAX_PARAMS; i++) args[i] = w->values + w->offsets[i];
+                w->body(args);
+            }
             pthread_mutex_lock(&stream_lock);
             if (w->kind == WORK_RECORD && w->event->done < w->generation) w->event->done = w->generation;
         }
@@ -98,8 +103,6 @@ static int enqueue(void *handle, const struct work *w) {
     }
     while (s->tail - s->head == QUEUED) pthread_cond_wait(&stream_moved, &stream_lock);
     s->queue[s->tail % QUEUED] = *w;
-    struct work *queued = &s->queue[s->tail % QUEUED];
-    for (int i = 0; i < MAX_PARAMS; i++) queued->args[i] = queued->values + ((unsigned char *)w->args[i] - w->values);
     s->tail++;
     pthread_cond_broadcast(&stream_moved);
     pthread_mutex_unlock(&stream_lock);
@@ -125,13 +128,11 @@ static void drain_all(void) {
 
 static int enqueue_copy(void *dst, const void *src, size_t bytes, void *stream) {
     struct work w = {.kind = WORK_COPY, .dst = dst, .src = src, .bytes = bytes};
-    for (int i = 0; i < MAX_PARAMS; i++) w.args[i] = w.values;
     return enqueue(stream, &w);
 }
 
 static int enqueue_set(void *dst, int value, size_t bytes, void *stream) {
     struct work w = {.kind = WORK_SET, .dst = dst, .generation = (unsigned char)value, .bytes = bytes};
-    for (int i = 0; i < MAX_PARAMS; i++) w.args[i] = w.values;
     return enqueue(stream, &w);
 }
 
@@ -140,7 +141,6 @@ static int record_event(struct fake_event *e, void *stream) {
     unsigned long generation = ++e->recorded;
     pthread_mutex_unlock(&stream_lock);
     struct work w = {.kind = WORK_RECORD, .event = e, .generation = generation};
-    for (int i = 0; i < MAX_PARAMS; i++) w.args[i] = w.values;
     return enqueue(stream, &w);
 }
 
@@ -149,7 +149,6 @@ static int wait_event(void *stream, struct fake_event *e) {
     unsigned long generation = e->recorded;
     pthread_mutex_unlock(&stream_lock);
     struct work w = {.kind = WORK_WAIT, .event = e, .generation = generation};
-    for (int i = 0; i < MAX_PARAMS; i++) w.args[i] = w.values;
     return enqueue(stream, &w);
 }
 
@@ -174,11 +173,10 @@ static int enqueue_kernel(const void *kernel, void **args, void *stream) {
         if (bodies[i].kernel == kernel) body = bodies[i].body;
     if (!body) return 0;
     struct work w = {.kind = WORK_KERNEL, .body = body};
-    for (int i = 0; i < MAX_PARAMS; i++) w.args[i] = w.values;
     for (size_t i = 0, offset, size; i < MAX_PARAMS && param_info(kernel, i, &offset, &size) == OK; i++) {
         if (offset + size > ARG_BYTES) return -1;
         memcpy(w.values + offset, args[i], size);
-        w.args[i] = w.values + offset;
+        w.offsets[i] = offset;
     }
     return enqueue(stream, &w) == OK ? 1 : -1;
 }
