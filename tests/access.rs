@@ -366,8 +366,8 @@ fn a_graph_built_node_by_node_names_what_its_kernel_nodes_and_child_graphs_name(
     for step in ["nodes", "instantiate", "graphdestroy", "destroy"] {
         assert_eq!(run.rc(step), 0, "{step}");
     }
-    // Read from the driver's copies of the arguments (the client zeroed its
-    // own after adding the nodes), the child graph's included.
+    // Read from the driver's copies of the arguments (the client's own were
+    // gone once the nodes were added), the child graph's included.
     assert_eq!(uses(&run, "src"), 3);
     assert_eq!(uses(&run, "dst"), 3);
     assert_eq!(uses(&run, "extra"), 3, "named by the child graph's node");

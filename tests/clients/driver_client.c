@@ -153,6 +153,23 @@ static int slot(const char *name) {
     exit(3);
 }
 
+/* The address of NAME, or 0 for "-". */
+static CUdeviceptr named_or_zero(const char *name) { return strcmp(name, "-") ? names[slot(name)].ptr : 0; }
+
+/* A kernel node of the kernel steps' function in `graph`, naming SRC and
+ * DST in its struct and EXTRA as its last argument. The arguments live
+ * here only: the driver keeps its own copy. */
+static CUresult add_kernel_node(void *graph, CUdeviceptr src, CUdeviceptr dst, CUdeviceptr extra) {
+    struct { void *func; unsigned grid[3], block[3], shared; void **params, **extra; void *kern, *ctx; } node_params = {0};
+    describe_kernel();
+    int n = 64;
+    struct kernel_pair pair = {7, 0, src, 1, 2, dst};
+    void *params[3] = {&n, &pair, &extra}, *node = NULL;
+    node_params.func = &kernel_function;
+    node_params.params = params;
+    return cuGraphAddKernelNode_v2(&node, graph, NULL, 0, &node_params);
+}
+
 int main(int argc, char **argv) {
     if (cuInit(0)) printf("cuInit failed\n");
     for (int a = 1; a < argc; a++) {
@@ -242,36 +259,14 @@ int main(int argc, char **argv) {
             if (rc == -1) { fprintf(stderr, "driver_client: unknown launch %s\n", fields[1]); return 3; }
             printf("kernel %s rc=%d\n", fields[1], rc);
         } else if (!strcmp(op, "nodes")) {
-            describe_kernel();
-            struct { void *func; unsigned grid[3], block[3], shared; void **params, **extra; void *kern, *ctx; } node_params = {0};
             void *child = NULL, *node = NULL;
-            int n = 64;
-            struct kernel_pair pair = {7, 0, 0, 1, 2, 0}, none = {7, 0, 0, 1, 2, 0};
-            CUdeviceptr child_ptr = 0, no_ptr = 0;
-            if (strcmp(fields[1], "-")) pair.src = names[slot(fields[1])].ptr;
-            if (strcmp(fields[2], "-")) pair.dst = names[slot(fields[2])].ptr;
-            if (strcmp(fields[3], "-")) child_ptr = names[slot(fields[3])].ptr;
-            void *params[3] = {&n, &pair, &no_ptr}, *child_params[3] = {&n, &none, &child_ptr};
-            node_params.func = &kernel_function;
             rc = cuGraphCreate(&graph, 0) || cuGraphCreate(&child, 0);
-            node_params.params = child_params;
-            rc = rc || cuGraphAddKernelNode_v2(&node, child, NULL, 0, &node_params);
-            node_params.params = params;
-            rc = rc || cuGraphAddKernelNode_v2(&node, graph, NULL, 0, &node_params);
+            rc = rc || add_kernel_node(child, 0, 0, named_or_zero(fields[3]));
+            rc = rc || add_kernel_node(graph, named_or_zero(fields[1]), named_or_zero(fields[2]), 0);
             rc = rc || cuGraphAddChildGraphNode(&node, graph, NULL, 0, child);
-            /* The arguments are the driver's now: ours may change. */
-            pair.src = pair.dst = child_ptr = 0;
             printf("nodes rc=%d\n", rc);
         } else if (!strcmp(op, "addnode")) {
-            /* One more kernel node in the graph, naming NAME as its source. */
-            struct { void *func; unsigned grid[3], block[3], shared; void **params, **extra; void *kern, *ctx; } node_params = {0};
-            int n = 64;
-            struct kernel_pair pair = {7, 0, names[slot(fields[1])].ptr, 1, 2, 0};
-            CUdeviceptr no_ptr = 0;
-            void *params[3] = {&n, &pair, &no_ptr}, *node = NULL;
-            node_params.func = &kernel_function;
-            node_params.params = params;
-            printf("addnode rc=%d\n", cuGraphAddKernelNode_v2(&node, graph, NULL, 0, &node_params));
+            printf("addnode rc=%d\n", add_kernel_node(graph, names[slot(fields[1])].ptr, 0, 0));
         } else if (!strcmp(op, "graphdestroy")) {
             printf("graphdestroy rc=%d\n", cuGraphDestroy(graph));
         } else if (!strcmp(op, "capture")) {
