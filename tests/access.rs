@@ -48,16 +48,7 @@ const BLOCKS: [&str; 4] = [
 
 #[test]
 fn every_runtime_launch_path_names_the_blocks_its_parameters_point_into() {
-    let paths = [
-        ("rt", "cudaLaunchKernel"),
-        ("rt_ptsz", "cudaLaunchKernel_ptsz"),
-        ("stub", "__cudaLaunchKernel"),
-        ("stub_ptsz", "__cudaLaunchKernel_ptsz"),
-        ("exc", "cudaLaunchKernelExC"),
-        ("exc_ptsz", "cudaLaunchKernelExC_ptsz"),
-        ("coop", "cudaLaunchCooperativeKernel"),
-        ("coop_ptsz", "cudaLaunchCooperativeKernel_ptsz"),
-    ];
+    let paths = RUNTIME_KERNEL_PATHS;
     let mut steps: Vec<String> = BLOCKS.iter().map(|s| s.to_string()).collect();
     // Pointers inside the blocks (a tensor inside its segment), held at
     // offsets 8 and 24 of a struct parameter, and a pointer parameter.
@@ -91,14 +82,7 @@ fn every_runtime_launch_path_names_the_blocks_its_parameters_point_into() {
 
 #[test]
 fn every_driver_launch_path_names_its_blocks_also_from_a_packed_buffer() {
-    let paths = [
-        ("cu", "cuLaunchKernel"),
-        ("cu_ptsz", "cuLaunchKernel_ptsz"),
-        ("ex", "cuLaunchKernelEx"),
-        ("ex_ptsz", "cuLaunchKernelEx_ptsz"),
-        ("coop", "cuLaunchCooperativeKernel"),
-        ("coop_ptsz", "cuLaunchCooperativeKernel_ptsz"),
-    ];
+    let paths = DRIVER_KERNEL_PATHS;
     let mut steps: Vec<String> = BLOCKS.iter().map(|s| s.to_string()).collect();
     steps.push("fetch:proc".into());
     for (how, _) in paths {

@@ -21,18 +21,11 @@ fn counted(run: &Run) -> Vec<(String, u64)> {
 
 #[test]
 fn every_runtime_launch_path_reaches_cuda_once_and_is_counted() {
-    let paths = [
-        ("rt", "cudaLaunchKernel"),
-        ("rt_ptsz", "cudaLaunchKernel_ptsz"),
-        ("stub", "__cudaLaunchKernel"),
-        ("stub_ptsz", "__cudaLaunchKernel_ptsz"),
-        ("exc", "cudaLaunchKernelExC"),
-        ("exc_ptsz", "cudaLaunchKernelExC_ptsz"),
-        ("coop", "cudaLaunchCooperativeKernel"),
-        ("coop_ptsz", "cudaLaunchCooperativeKernel_ptsz"),
+    let graphs = [
         ("graph", "cudaGraphLaunch"),
         ("graph_ptsz", "cudaGraphLaunch_ptsz"),
     ];
+    let paths: Vec<(&str, &str)> = RUNTIME_KERNEL_PATHS.into_iter().chain(graphs).collect();
     let mut steps: Vec<String> = paths
         .iter()
         .map(|(how, _)| format!("launch:{how}"))
@@ -41,7 +34,7 @@ fn every_runtime_launch_path_reaches_cuda_once_and_is_counted() {
     let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
     let run = client(Runtime::Fake13, &[("VRAMSHARE_QUOTA", "32MiB")], &steps);
     run.assert_ok();
-    for (how, api) in paths {
+    for &(how, api) in &paths {
         assert_eq!(run.rc(&format!("launch {how}")), 0, "{how}");
         let expected = if how == "stub" { 2 } else { 1 };
         assert_eq!(
@@ -61,16 +54,11 @@ fn every_runtime_launch_path_reaches_cuda_once_and_is_counted() {
 
 #[test]
 fn every_driver_launch_path_is_counted_also_when_fetched_by_name() {
-    let paths = [
-        ("cu", "cuLaunchKernel"),
-        ("cu_ptsz", "cuLaunchKernel_ptsz"),
-        ("ex", "cuLaunchKernelEx"),
-        ("ex_ptsz", "cuLaunchKernelEx_ptsz"),
-        ("coop", "cuLaunchCooperativeKernel"),
-        ("coop_ptsz", "cuLaunchCooperativeKernel_ptsz"),
+    let graphs = [
         ("graph", "cuGraphLaunch"),
         ("graph_ptsz", "cuGraphLaunch_ptsz"),
     ];
+    let paths: Vec<(&str, &str)> = DRIVER_KERNEL_PATHS.into_iter().chain(graphs).collect();
     let mut steps: Vec<String> = paths
         .iter()
         .map(|(how, _)| format!("launch:{how}"))

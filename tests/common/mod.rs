@@ -11,6 +11,27 @@ use serde_json::Value;
 
 pub const MIB: u64 = 1 << 20;
 
+/// The test clients' kernel launch paths: each step's HOW, and the call it
+/// makes; the runtime's, then the driver's (graph launches apart).
+pub const RUNTIME_KERNEL_PATHS: [(&str, &str); 8] = [
+    ("rt", "cudaLaunchKernel"),
+    ("rt_ptsz", "cudaLaunchKernel_ptsz"),
+    ("stub", "__cudaLaunchKernel"),
+    ("stub_ptsz", "__cudaLaunchKernel_ptsz"),
+    ("exc", "cudaLaunchKernelExC"),
+    ("exc_ptsz", "cudaLaunchKernelExC_ptsz"),
+    ("coop", "cudaLaunchCooperativeKernel"),
+    ("coop_ptsz", "cudaLaunchCooperativeKernel_ptsz"),
+];
+pub const DRIVER_KERNEL_PATHS: [(&str, &str); 6] = [
+    ("cu", "cuLaunchKernel"),
+    ("cu_ptsz", "cuLaunchKernel_ptsz"),
+    ("ex", "cuLaunchKernelEx"),
+    ("ex_ptsz", "cuLaunchKernelEx_ptsz"),
+    ("coop", "cuLaunchCooperativeKernel"),
+    ("coop_ptsz", "cuLaunchCooperativeKernel_ptsz"),
+];
+
 /// The quota most tests run under: small enough to fill with a few blocks.
 pub const Q32: &str = "32MiB";
 
