@@ -1,6 +1,7 @@
 """What the benchmark jobs share: options, the allocator choice, timing and
 the one JSON line each job prints."""
 import argparse
+import bisect
 import ctypes
 import json
 import os
@@ -115,7 +116,6 @@ def record_touched(step, path, marker):
     for address, size in segments:
         live.setdefault(address, [size, False])
     starts = [address for address, _ in segments]
-    import bisect
     for entry in (e for trace in snapshot["device_traces"] for e in trace):
         if entry["action"] == "segment_alloc":
             # A segment made during the step, held for an allocation in it

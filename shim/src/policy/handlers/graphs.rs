@@ -121,12 +121,12 @@ unsafe fn instantiated(
         let made = unsafe { *exec } as usize;
         let state = state();
         let graphs = &state.access.graphs;
-        if graphs.knows(graph as usize) {
-            graphs.instantiate(made, graph as usize);
-        } else if let Some(blocks) = crate::policy::blocks_of_nodes(state, graph) {
+        if !graphs.instantiate(made, graph as usize) {
             // Built node by node: its kernel nodes say what it uses now
             // (read at each instantiation, since nodes may change between).
-            graphs.add_exec(made, blocks);
+            if let Some(blocks) = crate::policy::blocks_of_nodes(state, graph) {
+                graphs.add_exec(made, blocks);
+            }
         }
     }
     rc

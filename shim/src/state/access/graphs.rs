@@ -65,11 +65,6 @@ impl Graphs {
         }
     }
 
-    /// Whether `graph` was captured here.
-    pub fn knows(&self, graph: usize) -> bool {
-        lock(&self.graphs).contains_key(&graph)
-    }
-
     /// `exec` was made from a graph whose nodes name `blocks`.
     pub fn add_exec(&self, exec: usize, mut blocks: Vec<usize>) {
         blocks.truncate(MAX_BLOCKS);
@@ -84,15 +79,17 @@ impl Graphs {
         lock(&self.graphs).remove(&graph);
     }
 
-    /// `exec` was made from `graph`.
-    pub fn instantiate(&self, exec: usize, graph: usize) {
+    /// `exec` was made from `graph`; whether `graph` was captured here (if
+    /// not, `exec` names nothing until [`Graphs::add_exec`] says what).
+    pub fn instantiate(&self, exec: usize, graph: usize) -> bool {
         let Some(named) = lock(&self.graphs).get(&graph).cloned() else {
-            return;
+            return false;
         };
         let mut execs = lock(&self.execs);
         if execs.len() < MAX_GRAPHS {
             execs.insert(exec, named);
         }
+        true
     }
 
     pub fn destroy_exec(&self, exec: usize) {
@@ -120,8 +117,11 @@ mod tests {
         graphs.record(0x51, &[0x2000, 0x3000]);
         graphs.end_capture(0x51, 0xaaa);
         assert!(!graphs.capturing(0x51));
-        graphs.instantiate(0xe1, 0xaaa);
-        graphs.instantiate(0xe2, 0xbbb);
+        assert!(graphs.instantiate(0xe1, 0xaaa));
+        assert!(
+            !graphs.instantiate(0xe2, 0xbbb),
+            "a graph not captured here"
+        );
         assert_eq!(
             graphs.blocks_of(0xe1).as_deref(),
             Some(&[0x1000, 0x2000, 0x3000][..])
@@ -130,10 +130,9 @@ mod tests {
         graphs.destroy_exec(0xe1);
         assert_eq!(graphs.blocks_of(0xe1), None);
         // A graph destroyed is forgotten; its executable graphs are not.
-        graphs.instantiate(0xe3, 0xaaa);
+        assert!(graphs.instantiate(0xe3, 0xaaa));
         graphs.destroy_graph(0xaaa);
-        assert!(!graphs.knows(0xaaa));
-        graphs.instantiate(0xe4, 0xaaa);
+        assert!(!graphs.instantiate(0xe4, 0xaaa));
         assert_eq!(graphs.blocks_of(0xe4), None);
         assert!(graphs.blocks_of(0xe3).is_some());
         graphs.add_exec(0xe2, vec![0x4000]);
