@@ -74,6 +74,17 @@ setting! {
 }
 
 setting! {
+    /// `VRAMSHARE_MOVES`: whether blocks move between device and host
+    /// memory as the job's kernels need them (`on`), or stay where they
+    /// were allocated and are read in place over the link (`off`).
+    Moves {
+        On = "on", 1;
+        Off = "off", 0;
+    }
+    default On
+}
+
+setting! {
     /// `VRAMSHARE_PRIORITY`: who gives way when a pool is full.
     Priority {
         High = "high", 2;

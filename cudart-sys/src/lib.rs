@@ -191,6 +191,18 @@ pub type cuMemPrefetchAsync_fn =
 /// `CUmemGenericAllocationHandle`: physical memory of the virtual memory API.
 pub type CUmemGenericAllocationHandle = u64;
 
+/// `CUmemAccessDesc`: who may read and write a mapped range.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUmemAccessDesc {
+    pub location: CUmemLocation,
+    pub flags: c_int,
+}
+/// `CU_MEM_ACCESS_FLAGS_PROT_READWRITE`.
+pub const CU_MEM_ACCESS_FLAGS_PROT_READWRITE: c_int = 3;
+/// `CU_MEM_ALLOCATION_TYPE_PINNED`.
+pub const CU_MEM_ALLOCATION_TYPE_PINNED: c_int = 1;
+
 /// `CUmemAllocationProp` (what `cuMemCreate` is asked for); vramshare reads
 /// only `location`.
 #[repr(C)]

@@ -10,12 +10,13 @@ use vramshare_common::size::parse_quota;
 pub use vramshare_common::size::{human_bytes, Device, Limit, Quota, MAX_DEVICES, QUOTA_FORMS};
 
 use vramshare_common::settings::forms;
-pub use vramshare_common::settings::{Level, Priority, Spill};
+pub use vramshare_common::settings::{Level, Moves, Priority, Spill};
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Config {
     pub quota: Quota,
     pub spill: Spill,
+    pub moves: Moves,
     /// `VRAMSHARE_TRACE` as given; `%p` is replaced when the file is written.
     pub trace: Option<String>,
     pub log: Level,
@@ -67,6 +68,16 @@ impl Config {
                     value.clone(),
                     "unknown mode",
                     forms(Spill::NAMES),
+                )
+            })?;
+        }
+        if let Some(value) = var("VRAMSHARE_MOVES") {
+            config.moves = Moves::parse(&value).ok_or_else(|| {
+                invalid(
+                    "VRAMSHARE_MOVES",
+                    value.clone(),
+                    "unknown mode",
+                    forms(Moves::NAMES),
                 )
             })?;
         }

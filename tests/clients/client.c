@@ -25,7 +25,9 @@
  *   asynchronous copy of NAME to the host, on S)  record:S (an event, recorded
  *   on S)  waitevent:S (S waits for it)  sync (cudaDeviceSynchronize)
  *   hostbytes (the first and last byte copied out)  memset:NAME:BYTE:S
- *   (cudaMemsetAsync of NAME on S)
+ *   (cudaMemsetAsync of NAME on S)  peekvia:NAME:S (a kernel on S that reads
+ *   the first and last byte of NAME through a pointer kept in host memory,
+ *   which its parameters do not show; then cudaDeviceSynchronize)
  * SIZE is bytes, or with K, M or G (binary). Each step prints one line.
  */
 #define _GNU_SOURCE
@@ -125,6 +127,18 @@ static char fill_kernel;
 /* fill's body, run by the fake runtime on the kernel's stream. */
 static void fill_body(void **args) {
     memset(*(void **)args[0], *(int *)args[2], *(size_t *)args[1]);
+}
+
+/* peekvia's kernel: it finds its block through host memory it is handed
+ * a pointer to, as a kernel reading a table of pointers would. */
+static char peek_kernel;
+static unsigned char *peek_target;
+static size_t peek_size;
+static volatile int peek_first = -1, peek_last = -1;
+static void peek_body(void **args) {
+    unsigned char *block = **(unsigned char ***)args[0];
+    peek_first = block[0];
+    peek_last = block[peek_size - 1];
 }
 
 static void *named_or_null(const char *name) { return strcmp(name, "-") ? lookup(name) : NULL; }
@@ -359,6 +373,24 @@ static int run(char *step) {
         printf("sync rc=%d\n", cudaDeviceSynchronize());
     } else if (!strcmp(op, "hostbytes")) {
         printf("hostbytes rc=0 first=%d last=%d\n", copied_size ? copied[0] : -1, copied_size ? copied[copied_size - 1] : -1);
+    } else if (!strcmp(op, "peekvia")) {
+        static int described;
+        if (!described) {
+            size_t sizes[1] = {8};
+            describe(&peek_kernel, 1, sizes);
+            void (*set)(const void *, void (*)(void **)) =
+                (void (*)(const void *, void (*)(void **)))dlsym(RTLD_DEFAULT, "cudaFakeSetKernel");
+            if (set) set(&peek_kernel, peek_body);
+            described = 1;
+        }
+        int i = slot(fields[1]);
+        peek_target = names[i].ptr;
+        peek_size = names[i].size;
+        unsigned char **where = &peek_target;
+        void *args[1] = {&where};
+        rc = launch_by("rt", &peek_kernel, args, stream_numbered(fields[2]));
+        cudaDeviceSynchronize();
+        printf("peekvia %s rc=%d first=%d last=%d\n", fields[1], rc, peek_first, peek_last);
     } else if (!strcmp(op, "sleep")) {
         usleep(atoi(fields[1]) * 1000);
     } else {

@@ -379,6 +379,9 @@ pub fn run_in(
         }
     }
     command.env("FAKE_CUDA_LOG", &log);
+    // Blocks over the quota are read in place unless a test turns the spill
+    // tier's moves on (tests/tier.rs does).
+    command.env("VRAMSHARE_MOVES", "off");
     // The shared registry and ring of this run alone.
     command.env("VRAMSHARE_DIR", work.path().join("shm"));
     command.env("VRAMSHARE_TRACE", work.path().join("trace-%p.json"));
@@ -436,6 +439,7 @@ pub fn client_command(shm: &Path, env: &[(&str, &str)], steps: &[&str]) -> Comma
         .args(steps)
         .env("LD_PRELOAD", shim_library())
         .env("VRAMSHARE_DIR", shm)
+        .env("VRAMSHARE_MOVES", "off")
         .envs(env.iter().copied())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());

@@ -213,6 +213,14 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
     trace("cuMemMap ptr=%#llx size=%zu handle=%llu rc=%d", ptr, size, handle, rc);
     return rc;
 }
+/* Access is always granted here: mappings are readable and writable. */
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t count) {
+    trace("cuMemSetAccess ptr=%#llx size=%zu", ptr, size);
+    return desc && count ? OK : INVALID_VALUE;
+}
+/* The driver's copies run at once here, so a wait has nothing to wait for. */
+CUresult cuStreamSynchronize(CUstream stream) { return OK; }
+CUresult cuCtxSynchronize(void) { trace("cuCtxSynchronize"); return OK; }
 /* Unmaps every mapping inside [ptr, ptr + size). */
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     CUresult rc = INVALID_VALUE;
@@ -334,7 +342,11 @@ CUresult cuGraphDestroy(void *graph) { trace("cuGraphDestroy graph=%p", graph); 
 
 /* Copies and memsets of the driver, made at once (its streams do not run
  * work apart from the host's here). */
-CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { memcpy((void *)dst, (void *)src, n); return OK; }
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+    memcpy((void *)dst, (void *)src, n);
+    trace("cuMemcpyAsync dst=%#llx src=%#llx size=%zu", dst, src, n);
+    return OK;
+}
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s) { memcpy((void *)dst, src, n); return OK; }
 CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) { memcpy(dst, (void *)src, n); return OK; }
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { memcpy((void *)dst, (void *)src, n); return OK; }

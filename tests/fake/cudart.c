@@ -1,3 +1,4 @@
+#define _GNU_SOURCE
 /*
  * A fake CUDA runtime for testing vramshare without a GPU.
  *
@@ -39,6 +40,19 @@ cudaError_t cudaSetDevice(int d) {
     current_device = d;
     return OK;
 }
+/* As NVIDIA's runtime does when it starts, the driver beside it is loaded
+ * (the shim finds the driver's functions only in a loaded driver). */
+__attribute__((constructor)) static void load_driver(void) {
+    Dl_info self;
+    if (!dladdr((void *)load_driver, &self) || !self.dli_fname) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s", self.dli_fname);
+    char *slash = strrchr(path, '/');
+    if (!slash) return;
+    snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "libcuda.so.1");
+    (void)dlopen(path, RTLD_NOW | RTLD_LOCAL);
+}
+
 cudaError_t cudaDeviceSynchronize(void) {
     if (no_device()) return NO_DEVICE;
     drain_all();

@@ -23,6 +23,8 @@ def options(description, steps):
                         help="sample the GPU's PCIe traffic (NVML) during the timed steps")
     parser.add_argument("--mark", action="store_true",
                         help="mark each step for the shim (vramshare_step) instead of letting it find them")
+    parser.add_argument("--strict", action="store_true",
+                        help="deterministic algorithms only (an op without one raises), for comparing losses bit for bit")
     parser.add_argument("--touched", metavar="FILE",
                         help="after the timed steps, one more, with PyTorch's account of the memory it uses in FILE")
     args = parser.parse_args()
@@ -43,7 +45,7 @@ def options(description, steps):
         previous(kind, error, traceback)
 
     sys.excepthook = on_error
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.use_deterministic_algorithms(True, warn_only=not args.strict)
     return args
 
 

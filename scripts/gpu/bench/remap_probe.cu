@@ -6,7 +6,7 @@
 // again. Also the host cost of cudaEventRecord, which a tier would make
 // after the launches whose blocks it may move.
 //   remap_probe
-// Prints one JSON line. Everything it allocates is freed before it exits.
+// Prints two JSON lines. Everything it allocates is freed before it exits.
 #include <cstdio>
 #include <cstdlib>
 #include <chrono>
@@ -152,6 +152,79 @@ int main() {
     float on_device_ms = 0;
     RT(cudaEventElapsedTime(&on_device_ms, start, stop));
     RT(cudaMemcpy(&after, result, sizeof(double), cudaMemcpyDeviceToHost));
+
+    // What a tier pays to make and drop whole blocks' physical memory, and
+    // to remap a whole block with one handle, at sizes PyTorch's segments
+    // take; and both copy directions at once on two streams.
+    const size_t sizes[] = {2 << 20, 64 << 20, 512 << 20};
+    double create_ms[2][3], release_ms[2][3], remap_whole_ms[3] = {0, 0, 0};
+    for (int where = 0; where < 2; where++) {
+        for (int s = 0; s < 3; s++) {
+            CUmemGenericAllocationHandle handle;
+            double r0 = now_ms();
+            CU(cuMemCreate(&handle, sizes[s], where ? &host : &device, 0));
+            double r1 = now_ms();
+            if (where == 0) {
+                CUdeviceptr range = 0;
+                CU(cuMemAddressReserve(&range, sizes[s], chunk, 0, 0));
+                CU(cuMemMap(range, sizes[s], 0, handle, 0));
+                CU(cuMemSetAccess(range, sizes[s], &access, 1));
+                double m0 = now_ms();
+                CU(cuMemUnmap(range, sizes[s]));
+                CU(cuMemMap(range, sizes[s], 0, handle, 0));
+                CU(cuMemSetAccess(range, sizes[s], &access, 1));
+                remap_whole_ms[s] = now_ms() - m0;
+                CU(cuMemUnmap(range, sizes[s]));
+                CU(cuMemAddressFree(range, sizes[s]));
+            }
+            double r2 = now_ms();
+            CU(cuMemRelease(handle));
+            create_ms[where][s] = r1 - r0;
+            release_ms[where][s] = now_ms() - r2;
+        }
+    }
+    const size_t big = 512 << 20;
+    CUdeviceptr dev_a = 0, dev_b = 0, host_a = 0, host_b = 0;
+    CUmemGenericAllocationHandle handles[4];
+    CUdeviceptr *ranges[4] = {&dev_a, &dev_b, &host_a, &host_b};
+    for (int i = 0; i < 4; i++) {
+        CU(cuMemCreate(&handles[i], big, i < 2 ? &device : &host, 0));
+        CU(cuMemAddressReserve(ranges[i], big, chunk, 0, 0));
+        CU(cuMemMap(*ranges[i], big, 0, handles[i], 0));
+        CU(cuMemSetAccess(*ranges[i], big, &access, 1));
+    }
+    cudaStream_t other;
+    RT(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+    RT(cudaDeviceSynchronize());
+    double b0 = now_ms();
+    RT(cudaMemcpyAsync((void *)dev_a, (void *)host_a, big, cudaMemcpyDefault, mover));
+    RT(cudaMemcpyAsync((void *)host_b, (void *)dev_b, big, cudaMemcpyDefault, other));
+    RT(cudaDeviceSynchronize());
+    double both_ms = now_ms() - b0;
+    double one0 = now_ms();
+    RT(cudaMemcpyAsync((void *)dev_a, (void *)host_a, big, cudaMemcpyDefault, mover));
+    RT(cudaDeviceSynchronize());
+    double in_ms = now_ms() - one0;
+    double idle0 = now_ms();
+    for (int i = 0; i < 1000; i++) RT(cudaDeviceSynchronize());
+    double idle_sync_us = now_ms() - idle0;
+    double q0 = now_ms();
+    for (int i = 0; i < 10000; i++) cudaEventQuery(copied);
+    double query_ns = (now_ms() - q0) * 1e6 / 10000;
+    for (int i = 0; i < 4; i++) {
+        CU(cuMemUnmap(*ranges[i], big));
+        CU(cuMemAddressFree(*ranges[i], big));
+        CU(cuMemRelease(handles[i]));
+    }
+    printf("{\"create_ms\": {\"device\": [%.3f, %.3f, %.3f], \"host\": [%.3f, %.3f, %.3f]}, "
+           "\"release_ms\": {\"device\": [%.3f, %.3f, %.3f], \"host\": [%.3f, %.3f, %.3f]}, "
+           "\"remap_whole_ms\": [%.3f, %.3f, %.3f], \"sizes_MiB\": [2, 64, 512], "
+           "\"in_GBps\": %.2f, \"both_directions_GBps_each\": %.2f, "
+           "\"idle_device_sync_us\": %.2f, \"event_query_ns\": %.1f}\n",
+           create_ms[0][0], create_ms[0][1], create_ms[0][2], create_ms[1][0], create_ms[1][1],
+           create_ms[1][2], release_ms[0][0], release_ms[0][1], release_ms[0][2], release_ms[1][0],
+           release_ms[1][1], release_ms[1][2], remap_whole_ms[0], remap_whole_ms[1],
+           remap_whole_ms[2], big / in_ms / 1e6, big / both_ms / 1e6, idle_sync_us, query_ns);
 
     printf("{\"block_bytes\": %zu, \"chunk_bytes\": %zu, \"host_granularity\": %zu, "
            "\"event_record_ns\": %.1f, \"copy_ms\": %.3f, \"copy_GBps\": %.2f, "

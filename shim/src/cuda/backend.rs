@@ -327,7 +327,7 @@ impl Backend {
     /// default stream) if it cannot be made. The driver's is made in the
     /// calling thread's current context, which is the block's when its own
     /// free triggers the promotion.
-    fn stream(self, device: Device) -> *mut c_void {
+    pub fn stream(self, device: Device) -> *mut c_void {
         let slot = match self {
             Backend::Runtime => &STREAMS[device.index()],
             Backend::Driver => &DRIVER_STREAMS[device.index()],

@@ -151,6 +151,14 @@ macro_rules! cuda_functions {
                 fn cuGraphNodeGetType(node: *mut c_void, kind: *mut c_int);
                 fn cuGraphKernelNodeGetParams_v2(node: *mut c_void, params: *mut c_void);
                 fn cuGraphChildGraphNodeGetGraph(node: *mut c_void, graph: *mut cudaGraph_t);
+                // The spill tier's own virtual memory: address ranges, access,
+                // and the waits that order its moves after the job's work.
+                fn cuMemAddressReserve(ptr: *mut CUdeviceptr, size: usize, alignment: usize, addr: CUdeviceptr, flags: u64);
+                fn cuMemAddressFree(ptr: CUdeviceptr, size: usize);
+                fn cuMemSetAccess(ptr: CUdeviceptr, size: usize, desc: *const CUmemAccessDesc, count: usize);
+                fn cuStreamSynchronize(stream: CUstream);
+                fn cuCtxSynchronize();
+                fn cudaDeviceSynchronize();
                 fn cudnnBackendGetAttribute(descriptor: LibraryHandle, name: c_int, kind: c_int, requested: i64, count: *mut i64, elements: *mut c_void);
             }
         }

@@ -227,7 +227,9 @@ pub unsafe fn free(
             }
         }
     };
-    let rc = if block.managed && !matches!(api, Api::cudaFree | Api::cuMemFree_v2) {
+    let rc = if block.tiered {
+        super::tier::free(state, api, ptr as usize, &block)
+    } else if block.managed && !matches!(api, Api::cudaFree | Api::cuMemFree_v2) {
         Backend::of(api).free_managed(ptr)
     } else {
         real_free(ptr)

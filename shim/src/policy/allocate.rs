@@ -17,6 +17,7 @@ use crate::state::{config, state, State};
 use super::moves::wait_for_room;
 use super::quota::device_quota;
 use super::stream_pools;
+use super::tier;
 
 /// How the real allocation is made and its result handed to the caller.
 pub(super) struct Request<D, H> {
@@ -61,6 +62,12 @@ where
         }
     };
     let quota = device_quota(state, device, backend);
+    let tiered = if movable(state, api) {
+        None
+    } else {
+        tier::tier_size(api, size as usize, quota)
+    };
+    let size = tiered.unwrap_or(size);
     let usage = state.ledger.device(device);
     let pool = pool.and_then(|given| stream_pools::resolve(backend, given, device));
     // No quota of its own: only a pool's budget can refuse.
@@ -77,6 +84,16 @@ where
     if fits && movable(state, api) {
         return place_movable(state, api, device, size, on_host);
     }
+    // The tier's blocks: on the device if they fit, else in host memory,
+    // whence they move onto it as kernels need them.
+    let mut on_host = Some(on_host);
+    if tiered.is_some() {
+        let out = |ptr| (on_host.take().expect("handed out once"))(ptr);
+        if let Some(rc) = tier::place(state, api, device, size, fits, out) {
+            return rc;
+        }
+    }
+    let on_host = on_host.expect("not handed out");
     if fits {
         let (rc, ptr, taken) = on_device();
         if rc != cudaSuccess || ptr.is_null() {
@@ -102,6 +119,7 @@ where
             api,
             managed,
             moving: false,
+            tiered: false,
         };
         record_allocation(state, ptr, block);
         if let Some(pool) = pool {
@@ -213,6 +231,7 @@ fn place_movable(
             api,
             managed: true,
             moving: false,
+            tiered: false,
         },
     );
     on_host(ptr);
@@ -273,6 +292,7 @@ fn spill(
         api,
         managed: true,
         moving: false,
+        tiered: false,
     };
     record_allocation(state, ptr, block);
     on_host(ptr);

@@ -15,7 +15,9 @@ use vramshare_common::event::Api;
 
 use crate::cuda::real;
 use crate::state::access::functions::Param;
-use crate::state::access::{Launch, Naming};
+use crate::state::access::{InHost, Launch, Naming};
+
+use super::tier;
 use crate::state::{state, Attribution, State};
 
 /// What a launch names its function by, which says how to ask CUDA for the
@@ -102,6 +104,7 @@ pub unsafe fn launch(
     let library = IN_LIBRARY
         .try_with(|inside| inside.get())
         .unwrap_or(Library::Outside);
+    let mut in_host = InHost::default();
     let how = match library {
         // The library call's own operands name its blocks: its kernels'
         // parameters are not read too (that would count each use twice).
@@ -113,15 +116,17 @@ pub unsafe fn launch(
             Attribution::InLibrary
         }
         // SAFETY: as the caller promises.
-        Library::Outside => unsafe { attribute(state, &launched) },
+        Library::Outside => unsafe { attribute(state, &launched, &mut in_host) },
     };
     state.count_launch(api, how);
+    tier::fetch(state, api, in_host.starts());
+    let _inside = tier::enter(state);
     real()
 }
 
 /// Reads the launch's parameters for blocks; what came of it. A launch on
 /// a stream being captured is recorded for its graph instead.
-unsafe fn attribute(state: &State, launched: &Launched) -> Attribution {
+unsafe fn attribute(state: &State, launched: &Launched, in_host: &mut InHost) -> Attribution {
     let entry = launched.entry;
     let ask = || layout(entry, launched.key);
     state
@@ -129,7 +134,7 @@ unsafe fn attribute(state: &State, launched: &Launched) -> Attribution {
         .functions
         .with(launched.key, ask, |info, recurrence| {
             if entry == Entry::Graph {
-                return graph_launch(state, launched, recurrence);
+                return graph_launch(state, launched, recurrence, in_host);
             }
             let layout = info.and_then(|info| info.params.as_deref());
             let readable = match launched.params {
@@ -147,6 +152,7 @@ unsafe fn attribute(state: &State, launched: &Launched) -> Attribution {
                 recurrence,
                 launched.stream,
                 read,
+                in_host,
             );
             match (readable, named) {
                 (false, _) => Attribution::Undecoded,
@@ -162,6 +168,7 @@ fn graph_launch(
     state: &State,
     launched: &Launched,
     recurrence: Option<&mut crate::state::access::steps::Recurrence>,
+    in_host: &mut InHost,
 ) -> Attribution {
     let blocks = state.access.graphs.blocks_of(launched.key);
     let stream = launched.stream as u64;
@@ -175,6 +182,7 @@ fn graph_launch(
                 naming.word(*block as u64);
             }
         },
+        in_host,
     );
     match (blocks, named) {
         (None, _) => Attribution::Undecoded,
@@ -360,9 +368,13 @@ pub fn library_call(
         // reads the operands.
         return real::outside_hook(real);
     };
+    let state = state();
+    fetch_operands(state, api, operands);
+    let inside = tier::enter(state);
     let _ = IN_LIBRARY.try_with(|inside| inside.set(Library::Inside(None)));
     let leave = Leave;
     let rc = real::outside_hook(real);
+    drop(inside);
     let inner = match IN_LIBRARY.try_with(|inside| inside.get()) {
         Ok(Library::Inside(Some(stream))) => stream,
         _ => 0,
@@ -370,12 +382,28 @@ pub fn library_call(
     drop(leave);
     let operands = operands.iter().map(|operand| *operand as u64);
     name_operands(
-        state(),
+        state,
         (api, Launch::Library),
         operands,
         stream.unwrap_or(inner),
+        &mut InHost::default(),
     );
     rc
+}
+
+/// Before a library call: its operands in host memory come onto the
+/// device, as a launch's do (the call's use is made after it returns).
+fn fetch_operands(state: &State, api: Api, operands: &[*const c_void]) {
+    if state.tier.bytes_in_host.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+        return;
+    }
+    let read = |naming: &mut Naming| {
+        operands
+            .iter()
+            .for_each(|operand| naming.word(*operand as u64))
+    };
+    let named = state.access.blocks_named(&state.ledger, read);
+    tier::fetch(state, api, &named);
 }
 
 /// A use by `api` (a library call, a copy) on `stream` of the blocks its
@@ -385,12 +413,13 @@ fn name_operands(
     (api, kind): (Api, Launch),
     operands: impl Iterator<Item = u64>,
     stream: usize,
+    in_host: &mut InHost,
 ) {
     let read = |naming: &mut Naming| operands.for_each(|operand| naming.word(operand));
     let key = (api as usize, kind);
     let named = state
         .access
-        .use_or_capture(&state.ledger, key, None, stream, read);
+        .use_or_capture(&state.ledger, key, None, stream, read, in_host);
     let how = if named > 0 {
         Attribution::Named
     } else {
@@ -412,7 +441,11 @@ pub fn copy_call(api: Api, operands: &[u64], stream: usize, real: impl FnOnce() 
         state.count_launch(api, Attribution::InLibrary);
         return real();
     }
-    name_operands(state, (api, Launch::Copy), operands.iter().copied(), stream);
+    let mut in_host = InHost::default();
+    let operands = operands.iter().copied();
+    name_operands(state, (api, Launch::Copy), operands, stream, &mut in_host);
+    tier::fetch(state, api, in_host.starts());
+    let _inside = tier::enter(state);
     real()
 }
 

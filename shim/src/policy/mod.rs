@@ -11,6 +11,7 @@ mod launches;
 mod moves;
 mod quota;
 pub mod stream_pools;
+mod tier;
 mod vmm;
 
 pub use adapters::{free, malloc, malloc_3d, malloc_managed, malloc_pitch, malloc_pooled};

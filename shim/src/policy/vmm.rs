@@ -108,6 +108,7 @@ pub unsafe fn mem_create(
             api,
             managed: false,
             moving: false,
+            tiered: false,
         },
     );
     let usage = state.ledger.device(device);

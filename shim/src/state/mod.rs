@@ -25,6 +25,7 @@ mod launch_counts;
 pub mod ledger;
 pub mod report;
 mod shared;
+pub mod tier;
 pub mod trace;
 
 use access::Access;
@@ -68,6 +69,8 @@ pub struct State {
     launch_total: &'static AtomicU64,
     /// What the launches touch: the blocks each names, profiled per step.
     pub access: Access,
+    /// The spill tier's blocks and its gate.
+    pub tier: tier::Tier,
 }
 
 /// What the shim counted for a stream-ordered pool at its last reading.
@@ -233,6 +236,7 @@ impl State {
             launches: LaunchCounts::new(),
             launch_total,
             access: Access::default(),
+            tier: tier::Tier::default(),
         }
     }
 

@@ -34,6 +34,12 @@ impl Graphs {
         self.capturing.load(Relaxed) > 0 && lock(&self.captures).contains_key(&stream)
     }
 
+    /// Whether any stream is being captured (a wait for the whole device
+    /// would then end the capture in error).
+    pub fn capturing_any(&self) -> bool {
+        self.capturing.load(Relaxed) > 0
+    }
+
     pub fn begin_capture(&self, stream: usize) {
         if lock(&self.captures).insert(stream, Vec::new()).is_none() {
             self.capturing.fetch_add(1, Relaxed);

@@ -59,6 +59,27 @@ impl Launch {
     }
 }
 
+/// Blocks a use named that were in host memory, by start: what the spill
+/// tier may bring onto the device before the use is made.
+#[derive(Default)]
+pub struct InHost {
+    starts: [usize; 8],
+    count: usize,
+}
+
+impl InHost {
+    fn push(&mut self, start: usize) {
+        if self.count < self.starts.len() {
+            self.starts[self.count] = start;
+            self.count += 1;
+        }
+    }
+
+    pub fn starts(&self) -> &[usize] {
+        &self.starts[..self.count]
+    }
+}
+
 /// The blocks one launch names, as its parameters are read.
 pub struct Naming<'a> {
     snapshot: &'a Snapshot,
@@ -114,8 +135,8 @@ impl<'a> Naming<'a> {
 impl Access {
     /// One launch of function `key` (`recurrence`: how it recurs on this
     /// thread; `None` for a library call) on `stream`: `read` feeds its
-    /// parameters to the naming; each block named gets the use. The number
-    /// of blocks named.
+    /// parameters to the naming; each block named gets the use, and those in
+    /// host memory are noted in `in_host`. The number of blocks named.
     pub fn launch(
         &self,
         ledger: &Ledger,
@@ -123,6 +144,7 @@ impl Access {
         recurrence: Option<&mut Recurrence>,
         stream: u64,
         read: impl FnOnce(&mut Naming),
+        in_host: &mut InHost,
     ) -> usize {
         let place = if kind == Launch::Copy {
             self.steps.place_now()
@@ -136,7 +158,11 @@ impl Access {
                 let mut naming = Naming::new(snapshot);
                 read(&mut naming);
                 for index in naming.named() {
-                    snapshot.profiles[index].touch(place, stream, via, snapshot.in_host(index));
+                    let spilled = snapshot.in_host(index);
+                    snapshot.profiles[index].touch(place, stream, via, spilled);
+                    if spilled {
+                        in_host.push(snapshot.profiles[index].start);
+                    }
                 }
                 naming.count
             })
@@ -144,7 +170,8 @@ impl Access {
 
     /// A use by `key` on `stream`, as [`Access::launch`] makes it; or, on a
     /// stream being captured into a graph, the graph's
-    /// ([`Access::capture`]). The number of blocks named.
+    /// ([`Access::capture`]). The number of blocks named; those in host
+    /// memory are noted in `in_host`.
     pub fn use_or_capture(
         &self,
         ledger: &Ledger,
@@ -152,11 +179,12 @@ impl Access {
         recurrence: Option<&mut Recurrence>,
         stream: usize,
         read: impl FnOnce(&mut Naming),
+        in_host: &mut InHost,
     ) -> usize {
         if self.graphs.capturing(stream) {
             self.capture(ledger, stream, read)
         } else {
-            self.launch(ledger, key, recurrence, stream as u64, read)
+            self.launch(ledger, key, recurrence, stream as u64, read, in_host)
         }
     }
 
@@ -167,6 +195,26 @@ impl Access {
         let named = self.blocks_named(ledger, read);
         self.graphs.record(stream, &named);
         named.len()
+    }
+
+    /// For each block (by start), the launches until its next use, as its
+    /// uses in this step and the one before predict ([`next_use`]).
+    pub fn next_uses(&self, ledger: &Ledger, starts: &[usize]) -> Vec<u64> {
+        let live = || ledger.ranges();
+        // The launch being made has taken its number: it is now.
+        let mut place = self.steps.place_now();
+        place.position = place.position.saturating_sub(1);
+        let length = self.steps.length();
+        self.index
+            .with(ledger.generation(), live, place.step, |snapshot| {
+                starts
+                    .iter()
+                    .map(|start| match snapshot.find(*start as u64) {
+                        Some(index) => next_use(&snapshot.profiles[index], place, length),
+                        None => u64::MAX,
+                    })
+                    .collect()
+            })
     }
 
     /// The blocks (by start) that `read` names, with no use made of them.
@@ -182,6 +230,34 @@ impl Access {
                     .map(|index| snapshot.profiles[index].start)
                     .collect()
             })
+    }
+}
+
+/// Launches from `place` until the block's next use, in a job whose steps
+/// are `length` launches long: steps repeat, so the step before this one
+/// says. A block it used later than now is used within its mean gap
+/// between uses (or at its first use, if that is still ahead and this step
+/// has not used it yet); one whose uses there are all behind, at its first
+/// use of the next step. A block with no use in the step before is a step
+/// away if this step used it, and never used (`u64::MAX`) if not.
+pub fn next_use(profile: &profile::BlockProfile, place: steps::Place, length: u64) -> u64 {
+    let now = place.position;
+    let this = profile.in_step(place.step);
+    let before = place
+        .step
+        .checked_sub(1)
+        .and_then(|step| profile.in_step(step));
+    match (before, this) {
+        (Some(before), this) if before.last > now => {
+            if this.is_none() && before.first > now {
+                before.first - now
+            } else {
+                ((before.last - before.first) / before.uses.max(1)).max(1)
+            }
+        }
+        (Some(before), _) => length.saturating_sub(now) + before.first,
+        (None, Some(_)) => length.max(1),
+        (None, None) => u64::MAX,
     }
 }
 
@@ -207,6 +283,7 @@ mod tests {
                 pool: 0,
                 managed: false,
                 moving: false,
+                tiered: false,
             };
             ledger.insert(*ptr, block);
         }
@@ -223,7 +300,7 @@ mod tests {
         let named = access.launch(&ledger, kernel, Some(&mut recurrence), 5, |n| {
             // SAFETY: the array is 40 readable bytes.
             unsafe { n.words(params.as_ptr().cast(), 40) }
-        });
+        }, &mut InHost::default());
         assert_eq!(named, 2, "two pointers into the first block count once");
         let profiles = access.index.profiles();
         assert!(profiles.iter().all(|p| p.uses() == 1 && p.stream() == 5));
@@ -237,13 +314,13 @@ mod tests {
         let named = access.launch(&ledger, kernel, Some(&mut recurrence), 5, |n| {
             // SAFETY: 12 readable bytes.
             unsafe { n.words(bytes.as_ptr(), 12) }
-        });
+        }, &mut InHost::default());
         assert_eq!(named, 0);
         // A block freed is no longer named (once the index is rebuilt: at
         // most every 100 µs).
         let _ = ledger.take(0x20000);
         std::thread::sleep(std::time::Duration::from_micros(300));
-        let named = access.launch(&ledger, kernel, None, 5, |n| n.word(0x20008));
+        let named = access.launch(&ledger, kernel, None, 5, |n| n.word(0x20008), &mut InHost::default());
         assert_eq!(named, 0);
     }
 }

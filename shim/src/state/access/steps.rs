@@ -106,6 +106,8 @@ pub struct Steps {
     marked: AtomicBool,
     /// A copy or memset was placed (they take no launch number).
     placed: AtomicBool,
+    /// Launches in the latest complete step (0: none yet).
+    length: AtomicU64,
 }
 
 /// A launch's place: its step, and how many launches into the step it is.
@@ -135,6 +137,7 @@ impl Steps {
             broken: AtomicBool::new(false),
             marked: AtomicBool::new(false),
             placed: AtomicBool::new(false),
+            length: AtomicU64::new(0),
         }
     }
 
@@ -234,7 +237,10 @@ impl Steps {
 
     /// Begins a step at launch `seq`; its number.
     fn begin(&self, seq: u64) -> u64 {
-        self.start.store(seq, Relaxed);
+        let before = self.start.swap(seq, Relaxed);
+        if before > 0 {
+            self.length.store(seq.saturating_sub(before), Relaxed);
+        }
         self.step.fetch_add(1, Relaxed) + 1
     }
 
@@ -248,6 +254,11 @@ impl Steps {
     }
 
     /// The number of the step under way (0 before any was found).
+    /// Launches in the latest complete step (0: none yet).
+    pub fn length(&self) -> u64 {
+        self.length.load(Relaxed)
+    }
+
     pub fn current(&self) -> u64 {
         self.step.load(Relaxed)
     }

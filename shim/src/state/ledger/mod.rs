@@ -42,6 +42,10 @@ pub struct Block {
     /// A promotion is changing this block's placement: a free waits for it,
     /// so that the address is not reused while CUDA is still advising it.
     pub moving: bool,
+    /// Made by the spill tier ([`crate::policy::tier`]): physical memory at
+    /// a reserved address, which the tier moves between device and host.
+    /// Never a promotion or demotion candidate; the tier moves it.
+    pub tiered: bool,
 }
 
 /// Physical memory by handle: the driver frees it once its handle is
@@ -217,7 +221,8 @@ impl Ledger {
             self.release(ptr, &old);
         }
         if block.placement == Placement::Host {
-            self.count_spilled(block.device, block.spilled_part(), Some(ptr));
+            let candidate = (!block.tiered).then_some(ptr);
+            self.count_spilled(block.device, block.spilled_part(), candidate);
         }
         stale
     }
@@ -372,7 +377,8 @@ impl Ledger {
             Placement::Device => self.unreserve(block.device, block.size),
             Placement::Host => {
                 self.unreserve(block.device, block.device_part);
-                self.uncount_spilled(block.device, block.spilled_part(), Some(ptr));
+                let candidate = (!block.tiered).then_some(ptr);
+                self.uncount_spilled(block.device, block.spilled_part(), candidate);
             }
             Placement::Unknown => {}
         }
@@ -468,6 +474,64 @@ impl Ledger {
         self.unreserve(block.device, size);
         self.count_spilled(block.device, size, Some(ptr));
         Some(block.api)
+    }
+
+    /// Marks the tier's block at `ptr` as moving; the block, or `None` if
+    /// it is gone, moving already, or no block of the tier's.
+    pub fn begin_tier_move(&self, ptr: usize) -> Option<Block> {
+        let mut block = self.blocks.get_mut(&ptr)?;
+        if block.moving || !block.tiered {
+            return None;
+        }
+        block.moving = true;
+        Some(*block)
+    }
+
+    /// A tier move of the block at `ptr` is over; `to` is where it now
+    /// lives. Onto the device: the caller reserved its bytes, which stop
+    /// counting as spilled. To the host: its device bytes are given back
+    /// and count as spilled. A move that failed (`to` where it was) changes
+    /// no count.
+    pub fn end_tier_move(&self, ptr: usize, to: Placement) {
+        if let Some(mut block) = self.blocks.get_mut(&ptr) {
+            block.moving = false;
+            if block.placement != to {
+                let (device, size) = (block.device, block.size);
+                match to {
+                    Placement::Device => {
+                        self.uncount_spilled(device, size, None);
+                        self.device(device)
+                            .promotions
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => {
+                        self.unreserve(device, size);
+                        self.count_spilled(device, size, None);
+                    }
+                }
+                block.placement = to;
+                block.device_part = 0;
+            }
+        }
+        self.changed();
+    }
+
+    /// The tier's blocks on `device` now on it and not moving, as (address,
+    /// size): what it may move to the host to make room.
+    pub fn tier_on_device(&self, device: Device) -> Vec<(usize, u64)> {
+        self.blocks
+            .iter()
+            .filter(|entry| {
+                let b = entry.value();
+                b.tiered && !b.moving && b.device == device && b.placement == Placement::Device
+            })
+            .map(|entry| (*entry.key(), entry.value().size))
+            .collect()
+    }
+
+    /// The block recorded at `ptr` (its start), if any.
+    pub fn block_at(&self, ptr: usize) -> Option<Block> {
+        self.blocks.get(&ptr).map(|block| *block)
     }
 
     /// The move of the block at `ptr` is over. Its placement changed, and

@@ -16,6 +16,7 @@ fn block(size: u64, placement: Placement) -> Block {
         pool: 0,
         managed: placement == Placement::Host,
         moving: false,
+        tiered: false,
     }
 }
 

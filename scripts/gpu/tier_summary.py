@@ -1,0 +1,50 @@
+"""The table of scripts/gpu/tier-check: per job and run, the median step,
+the ratio to native's and to the floor, whether the losses equal native's,
+the most device bytes seen against the quota, and the link's bytes per step.
+
+The floor of a run with S bytes over its quota (native peak less quota) is
+max(native step, S / 55 GB/s): each of those bytes must cross the link at
+least once a step, at the copy engines' measured 51-55 GB/s, overlapped
+with compute at best."""
+import json
+import statistics
+import sys
+
+LINK_BYTES_PER_S = 55e9
+
+
+def median_step(result):
+    return statistics.median(result["step_ms_each"])
+
+
+def quota_of(env):
+    for word in env.split():
+        if word.startswith("VRAMSHARE_QUOTA="):
+            return int(word.split("=", 1)[1])
+    return None
+
+
+runs = [json.loads(line) for line in open(sys.argv[1])]
+native = {r["job"]: r for r in runs if r["name"].endswith("-native") and r["result"]}
+print("| run | exit | step ms (median) | x native | x floor | losses = native | most device bytes / quota | link GB/step (rx+tx) |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+for run in runs:
+    result = run["result"]
+    base = native.get(run["job"])
+    if not result or not base:
+        print(f"| {run['name']} | {run['exit']} | - | - | - | - | - | - |")
+        continue
+    step = median_step(result)
+    native_step = median_step(base["result"])
+    quota = quota_of(run["env"])
+    peak = base["result"]["max_allocated"]
+    floor = native_step
+    if quota:
+        floor = max(native_step, 1e3 * max(peak - quota, 0) / LINK_BYTES_PER_S)
+    same = result["values"] == base["result"]["values"]
+    seen = run.get("sampled_max_device_bytes", 0)
+    held = f"{seen / 2**30:.2f} / {quota / 2**30:.2f} GiB" if quota else "-"
+    link = "-"
+    if "link_rx_bytes_per_step" in result:
+        link = f"{(result['link_rx_bytes_per_step'] + result['link_tx_bytes_per_step']) / 1e9:.1f}"
+    print(f"| {run['name']} | {run['exit']} | {step:.1f} | {step / native_step:.2f} | {step / floor:.2f} | {same} | {held} | {link} |")

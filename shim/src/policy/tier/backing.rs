@@ -1,0 +1,167 @@
+//! The virtual memory calls behind the tier's blocks: a reserved range per
+//! block (the block, then its staging half), physical memory on the device
+//! or the host, mappings with the device's access, the copy engine's
+//! copies on the tier's own stream, and the wait for the device.
+//! Every call is the driver's real one; a failure is returned as CUDA's
+//! code, and the caller leaves the block as it was.
+
+use cudart_sys::*;
+use vramshare_common::event::Api;
+
+use crate::config::Device;
+use crate::cuda::backend::Backend;
+use crate::cuda::real;
+
+/// The granularity of the tier's blocks: the GPU's large page, which is
+/// also what the driver asks of device and host physical memory.
+pub const PAGE: u64 = 2 << 20;
+
+pub type Result<T> = std::result::Result<T, CUresult>;
+
+fn check(rc: CUresult) -> Result<()> {
+    if rc == CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(rc)
+    }
+}
+
+/// Makes the device's context current on this thread for the driver's
+/// calls: a runtime program's first allocation may come before it is.
+pub fn ready(api: Api) -> Result<()> {
+    if Backend::of(api) == Backend::Runtime {
+        // SAFETY: cudaFree(NULL) frees nothing; it makes the context.
+        check(unsafe { real::cudaFree(std::ptr::null_mut()) })?;
+    }
+    Ok(())
+}
+
+/// Reserves the range of a block of `size` bytes and its staging half.
+pub fn reserve(size: u64) -> Result<CUdeviceptr> {
+    let mut ptr: CUdeviceptr = 0;
+    // SAFETY: writes the address we own.
+    check(unsafe { real::cuMemAddressReserve(&mut ptr, 2 * size as usize, PAGE as usize, 0, 0) })?;
+    Ok(ptr)
+}
+
+/// Gives the block's range (both halves) back.
+pub fn unreserve(ptr: CUdeviceptr, size: u64) {
+    // SAFETY: a range `reserve` made, with nothing mapped in it.
+    let rc = unsafe { real::cuMemAddressFree(ptr, 2 * size as usize) };
+    if rc != CUDA_SUCCESS {
+        debug!("freeing the tier's range at {ptr:#x}: CUDA error {rc}");
+    }
+}
+
+/// Physical memory of `size` bytes for `device`: on it, or in host memory
+/// (the NUMA node nearest it, else anywhere on the host).
+pub fn create(size: u64, device: Device, on_device: bool) -> Result<u64> {
+    let prop = |type_, id| CUmemAllocationProp {
+        type_: CU_MEM_ALLOCATION_TYPE_PINNED,
+        requestedHandleTypes: 0,
+        location: CUmemLocation { type_, id },
+        win32HandleMetaData: std::ptr::null_mut(),
+        allocFlags: [0; 8],
+    };
+    let number = device.number() as i32;
+    let forms = if on_device {
+        vec![prop(CU_MEM_LOCATION_TYPE_DEVICE, number)]
+    } else {
+        vec![
+            prop(CU_MEM_LOCATION_TYPE_HOST_NUMA, host_numa_node(device)),
+            prop(CU_MEM_LOCATION_TYPE_HOST, 0),
+        ]
+    };
+    let mut first = CUDA_SUCCESS;
+    for prop in forms {
+        let mut handle = 0;
+        // SAFETY: the properties and the handle are ours.
+        let rc = unsafe { real::cuMemCreate(&mut handle, size as usize, &prop, 0) };
+        if rc == CUDA_SUCCESS {
+            return Ok(handle);
+        }
+        if first == CUDA_SUCCESS {
+            first = rc;
+        }
+    }
+    Err(first)
+}
+
+fn host_numa_node(device: Device) -> i32 {
+    let mut numa = -1;
+    // SAFETY: writes the int we own.
+    let rc = unsafe {
+        real::cuDeviceGetAttribute(
+            &mut numa,
+            CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID,
+            device.number() as CUdevice,
+        )
+    };
+    if rc == CUDA_SUCCESS && numa >= 0 {
+        numa
+    } else {
+        0
+    }
+}
+
+pub fn release(handle: u64) {
+    // SAFETY: a handle `create` made, released once.
+    let rc = unsafe { real::cuMemRelease(handle) };
+    if rc != CUDA_SUCCESS {
+        debug!("releasing the tier's memory {handle}: CUDA error {rc}");
+    }
+}
+
+/// Maps `handle` (`size` bytes) at `ptr` and lets `device` read and write it.
+pub fn map(ptr: CUdeviceptr, size: u64, handle: u64, device: Device) -> Result<()> {
+    // SAFETY: a reserved range with nothing mapped there, and a live handle.
+    check(unsafe { real::cuMemMap(ptr, size as usize, 0, handle, 0) })?;
+    let access = CUmemAccessDesc {
+        location: CUmemLocation {
+            type_: CU_MEM_LOCATION_TYPE_DEVICE,
+            id: device.number() as i32,
+        },
+        flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+    };
+    // SAFETY: the range just mapped, and one access descriptor of ours.
+    let rc = unsafe { real::cuMemSetAccess(ptr, size as usize, &access, 1) };
+    if rc != CUDA_SUCCESS {
+        unmap(ptr, size);
+        return Err(rc);
+    }
+    Ok(())
+}
+
+pub fn unmap(ptr: CUdeviceptr, size: u64) {
+    // SAFETY: a range of the tier's, mapped by `map`.
+    let rc = unsafe { real::cuMemUnmap(ptr, size as usize) };
+    if rc != CUDA_SUCCESS {
+        debug!("unmapping the tier's range at {ptr:#x}: CUDA error {rc}");
+    }
+}
+
+/// Copies `size` bytes from `src` to `dst` on the tier's stream for
+/// `device` and waits for the copy.
+pub fn copy(dst: CUdeviceptr, src: CUdeviceptr, size: u64, device: Device) -> Result<()> {
+    // The shim's own non-blocking stream, which waits for no job's stream:
+    // the drain before a move has waited for all of them.
+    let stream = Backend::Driver.stream(device);
+    if stream.is_null() {
+        return Err(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    // SAFETY: both ranges are mapped for the device, `size` bytes each.
+    check(unsafe { real::cuMemcpyAsync(dst, src, size as usize, stream) })?;
+    // SAFETY: the tier's own stream.
+    check(unsafe { real::cuStreamSynchronize(stream) })
+}
+
+/// Waits until the device has finished all the work it was given.
+pub fn drain(api: Api) -> Result<()> {
+    match Backend::of(api) {
+        // SAFETY: no arguments.
+        Backend::Runtime => check(unsafe { real::cudaDeviceSynchronize() }),
+        // SAFETY: no arguments.
+        Backend::Driver => check(unsafe { real::cuCtxSynchronize() }),
+    }
+}
+

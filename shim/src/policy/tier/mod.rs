@@ -1,0 +1,375 @@
+//! The spill tier: blocks that move between device and host memory at a
+//! fixed address, as the job's kernels need them.
+//!
+//! With a quota, spill `host` and moves `on`, a `cudaMalloc` or
+//! `cuMemAlloc` of at least one large page (and at most half the quota) is
+//! made as virtual memory ([`backing`]): physical memory on the device
+//! while it fits under the quota, in host memory when it does not. A
+//! kernel can read either in place, so a use the shim does not see still
+//! reads the block's current bytes; only its speed depends on where the
+//! block is.
+//!
+//! Before a launch, library call or copy that names a block in host
+//! memory, the tier brings it onto the device ([`fetch`]): room is made by
+//! moving to the host the tier's blocks on the device whose next use is
+//! furthest away (the access profile's prediction, from the step before),
+//! the block's bytes cross the link on a copy engine, and its range is
+//! remapped to the copy. Moves happen behind the gate
+//! ([`crate::state::tier::Gate`]): the job's other threads hold their work
+//! back, and the device has finished everything given to it, so no kernel
+//! is queued or running while a range is remapped.
+//!
+//! The device bytes the ledger counts never exceed the quota: a block's
+//! device memory is reserved before it is made, and a block moving out
+//! counts on the device until its device memory is released.
+
+pub mod backing;
+
+use std::ffi::c_void;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+
+use cudart_sys::*;
+use vramshare_common::event::{Api, Op, Placement};
+
+use crate::config::{human_bytes, Device, Moves, Spill};
+use crate::cuda::backend::Backend;
+use crate::state::ledger::Block;
+use crate::state::tier::{Backing, Inside};
+use crate::state::{config, State};
+
+use super::allocate::record_allocation;
+use super::quota::device_quota;
+use backing::PAGE;
+
+/// The size a tier block of `size` bytes takes: whole large pages, if the
+/// tier makes blocks of that size for `api` under `quota`.
+pub fn tier_size(api: Api, size: usize, quota: Option<u64>) -> Option<u64> {
+    let config = config();
+    let quota = quota?;
+    let rounded = (size as u64).checked_next_multiple_of(PAGE)?;
+    let made_here = matches!(api, Api::cudaMalloc | Api::cuMemAlloc_v2);
+    (config.moves == Moves::On
+        && config.spill == Spill::Host
+        && made_here
+        && size as u64 >= PAGE
+        && rounded <= quota / 2)
+        .then_some(rounded)
+}
+
+/// Makes a tier block of `size` bytes (whole pages) on `device`: on the
+/// device if its bytes are reserved (`on_device`), else in host memory;
+/// hands its address to `out`. `None` if the virtual memory calls failed:
+/// the caller makes the allocation as it would without the tier (any
+/// reservation is still held).
+pub fn place(
+    state: &State,
+    api: Api,
+    device: Device,
+    size: u64,
+    on_device: bool,
+    out: impl FnOnce(*mut c_void),
+) -> Option<cudaError_t> {
+    let failed = |what: &str, rc: CUresult| {
+        debug!("the spill tier could not make a block of {} ({what}: CUDA error {rc}); made without it", human_bytes(size));
+    };
+    backing::ready(api).map_err(|rc| failed("context", rc)).ok()?;
+    let ptr = backing::reserve(size)
+        .map_err(|rc| failed("address range", rc))
+        .ok()?;
+    let handle = match backing::create(size, device, on_device) {
+        Ok(handle) => handle,
+        Err(rc) => {
+            failed("physical memory", rc);
+            backing::unreserve(ptr, size);
+            return None;
+        }
+    };
+    if let Err(rc) = backing::map(ptr, size, handle, device) {
+        failed("mapping", rc);
+        backing::release(handle);
+        backing::unreserve(ptr, size);
+        return None;
+    }
+    let (on, host) = if on_device { (handle, 0) } else { (0, handle) };
+    let backing = Backing {
+        size,
+        device,
+        on_device: on,
+        in_host: host,
+    };
+    state.tier.blocks.insert(ptr as usize, backing);
+    if !on_device {
+        state.tier.bytes_in_host.fetch_add(size, SeqCst);
+        let usage = state.ledger.device(device);
+        if usage.spills.fetch_add(1, Relaxed) == 0 {
+            warn!("device {device} is at its quota: allocations now go to host memory, and move onto the device as kernels need them (the job slows down instead of failing)");
+        }
+    }
+    let placement = if on_device {
+        Placement::Device
+    } else {
+        Placement::Host
+    };
+    let block = Block {
+        size,
+        device,
+        pool: 0,
+        placement,
+        device_part: 0,
+        api,
+        managed: false,
+        moving: false,
+        tiered: true,
+    };
+    record_allocation(state, ptr as *mut c_void, block);
+    out(ptr as *mut c_void);
+    Some(cudaSuccess)
+}
+
+/// Gives back a tier block the ledger has let go of, once the device has
+/// finished with it (as `cudaFree` waits; unmapping would not).
+pub fn free(state: &State, api: Api, ptr: usize, block: &Block) -> cudaError_t {
+    let Some((_, backing)) = state.tier.blocks.remove(&ptr) else {
+        return cudaErrorInvalidValue;
+    };
+    if let Err(rc) = backing::drain(api) {
+        debug!("waiting for the device before freeing {ptr:#x}: CUDA error {rc}");
+    }
+    backing::unmap(ptr as CUdeviceptr, backing.size);
+    for handle in [backing.on_device, backing.in_host] {
+        if handle != 0 {
+            backing::release(handle);
+        }
+    }
+    backing::unreserve(ptr as CUdeviceptr, backing.size);
+    if block.placement == Placement::Host {
+        state.tier.bytes_in_host.fetch_sub(backing.size, SeqCst);
+    }
+    cudaSuccess
+}
+
+/// Enters the gate for work handed to CUDA, once the tier has blocks.
+pub fn enter(state: &State) -> Option<Inside<'_>> {
+    (!state.tier.blocks.is_empty()).then(|| state.tier.gate.enter())
+}
+
+/// Before work that names `wanted` (blocks in host memory, by start):
+/// brings the tier's among them onto the device where they fit, making
+/// room as the module says. A block that cannot come is read in place.
+pub fn fetch(state: &State, api: Api, wanted: &[usize]) {
+    if wanted.is_empty() || state.tier.bytes_in_host.load(Relaxed) == 0 {
+        return;
+    }
+    let backend = Backend::of(api);
+    // Only blocks that can come: the wait for the device is paid only then.
+    let movable = |ptr: &usize| {
+        state.ledger.block_at(*ptr).is_some_and(|b| {
+            b.tiered
+                && !b.moving
+                && b.placement == Placement::Host
+                && could_fit(state, b, device_quota(state, b.device, backend), wanted)
+        })
+    };
+    if !wanted.iter().any(movable) {
+        return;
+    }
+    // A wait for the whole device would end a capture in error.
+    if state.access.graphs.capturing_any() {
+        return;
+    }
+    let Some(_closed) = state.tier.gate.close() else {
+        return;
+    };
+    if let Err(rc) = backing::drain(api) {
+        debug!("waiting for the device before a move: CUDA error {rc}; nothing moves");
+        return;
+    }
+    for ptr in wanted.iter().copied().filter(movable) {
+        let Some(block) = state.ledger.block_at(ptr) else {
+            continue;
+        };
+        let quota = device_quota(state, block.device, backend).unwrap_or(u64::MAX);
+        if make_room(state, block.device, block.size, quota, wanted) {
+            move_in(state, ptr, block);
+        }
+    }
+}
+
+/// Whether `block` could come onto its device under `quota`: it takes at
+/// most half of it, and the room left plus the tier's blocks there that
+/// the work does not name (`keep`) would hold it.
+fn could_fit(state: &State, block: Block, quota: Option<u64>, keep: &[usize]) -> bool {
+    let Some(quota) = quota else {
+        return true;
+    };
+    if block.size > quota / 2 {
+        return false;
+    }
+    let used = state.ledger.device(block.device).device_bytes.load(Relaxed);
+    let room = quota.saturating_sub(used);
+    room >= block.size || {
+        let movable: u64 = state
+            .ledger
+            .tier_on_device(block.device)
+            .iter()
+            .filter(|(ptr, _)| !keep.contains(ptr))
+            .map(|(_, size)| size)
+            .sum();
+        room + movable >= block.size
+    }
+}
+
+/// Reserves `size` device bytes on `device` under `quota`, moving the
+/// tier's blocks whose next use is furthest to the host until they fit.
+/// Blocks in `keep` (the work's own) stay. False if there is no such room.
+fn make_room(state: &State, device: Device, size: u64, quota: u64, keep: &[usize]) -> bool {
+    if state.ledger.try_reserve(device, size, quota) {
+        return true;
+    }
+    let mut candidates: Vec<(usize, u64)> = state
+        .ledger
+        .tier_on_device(device)
+        .into_iter()
+        .filter(|(ptr, _)| !keep.contains(ptr))
+        .collect();
+    let used = state.ledger.device(device).device_bytes.load(SeqCst);
+    let movable: u64 = candidates.iter().map(|(_, size)| size).sum();
+    if used.saturating_add(size).saturating_sub(movable) > quota {
+        // Moving every candidate out would still leave too little room.
+        return false;
+    }
+    let starts: Vec<usize> = candidates.iter().map(|(ptr, _)| *ptr).collect();
+    let next = state.access.next_uses(&state.ledger, &starts);
+    let mut order: Vec<(u64, u64, usize)> = candidates
+        .drain(..)
+        .zip(next)
+        .map(|((ptr, size), next)| (next, size, ptr))
+        .collect();
+    // Furthest next use first; of equals, the largest.
+    order.sort_unstable_by(|a, b| b.cmp(a));
+    for (_, _, ptr) in order {
+        if move_out(state, ptr) && state.ledger.try_reserve(device, size, quota) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Copies a block in host memory onto the device (whose bytes the caller
+/// reserved) and remaps it there; on failure it stays where it is and the
+/// reservation is given back.
+fn move_in(state: &State, ptr: usize, block: Block) {
+    let (device, size) = (block.device, block.size);
+    if state.ledger.begin_tier_move(ptr).is_none() {
+        state.ledger.unreserve(device, size);
+        return;
+    }
+    let Some(backing) = state.tier.blocks.get(&ptr).map(|b| *b) else {
+        state.ledger.unreserve(device, size);
+        state.ledger.end_tier_move(ptr, Placement::Host);
+        return;
+    };
+    let result = backing::create(size, device, true)
+        .and_then(|handle| relocate(ptr, size, device, handle, backing.in_host).map(|_| handle));
+    let rc = match result {
+        Ok(handle) => {
+            if let Some(mut entry) = state.tier.blocks.get_mut(&ptr) {
+                entry.on_device = handle;
+            }
+            state.tier.bytes_in_host.fetch_sub(size, SeqCst);
+            state.tier.moved_in.fetch_add(size, Relaxed);
+            state.tier.moves.fetch_add(1, Relaxed);
+            state.ledger.end_tier_move(ptr, Placement::Device);
+            CUDA_SUCCESS
+        }
+        Err(rc) => {
+            state.ledger.unreserve(device, size);
+            state.ledger.end_tier_move(ptr, Placement::Host);
+            rc
+        }
+    };
+    state.record(
+        Op::Promote,
+        Api::cuMemcpyAsync,
+        device.number() as i32,
+        ptr,
+        size,
+        Placement::Device,
+        rc,
+    );
+}
+
+/// Copies a block on the device to its host memory (made on its first
+/// move out) and remaps it there; its device memory is released. False if
+/// it could not move (it stays on the device).
+fn move_out(state: &State, ptr: usize) -> bool {
+    let Some(block) = state.ledger.begin_tier_move(ptr) else {
+        return false;
+    };
+    let (device, size) = (block.device, block.size);
+    let Some(backing) = state.tier.blocks.get(&ptr).map(|b| *b) else {
+        state.ledger.end_tier_move(ptr, Placement::Device);
+        return false;
+    };
+    let host = if backing.in_host != 0 {
+        Ok(backing.in_host)
+    } else {
+        backing::create(size, device, false)
+    };
+    let result = host.and_then(|host| {
+        relocate(ptr, size, device, host, backing.on_device).map(|_| host)
+    });
+    let rc = match result {
+        Ok(host) => {
+            backing::release(backing.on_device);
+            if let Some(mut entry) = state.tier.blocks.get_mut(&ptr) {
+                entry.on_device = 0;
+                entry.in_host = host;
+            }
+            state.tier.bytes_in_host.fetch_add(size, SeqCst);
+            state.tier.moved_out.fetch_add(size, Relaxed);
+            state.tier.moves.fetch_add(1, Relaxed);
+            state.ledger.end_tier_move(ptr, Placement::Host);
+            CUDA_SUCCESS
+        }
+        Err(rc) => {
+            if backing.in_host == 0 {
+                if let Ok(host) = host {
+                    backing::release(host);
+                }
+            }
+            state.ledger.end_tier_move(ptr, Placement::Device);
+            rc
+        }
+    };
+    state.record(
+        Op::Demote,
+        Api::cuMemcpyAsync,
+        device.number() as i32,
+        ptr,
+        size,
+        Placement::Host,
+        rc,
+    );
+    rc == CUDA_SUCCESS
+}
+
+/// Moves the block at `ptr` (`size` bytes, mapped to `from`) to `to`: the
+/// bytes are copied into `to` mapped at the staging half, then the block's
+/// range is remapped to `to`. On failure the range still maps `from`.
+fn relocate(ptr: usize, size: u64, device: Device, to: u64, from: u64) -> backing::Result<()> {
+    let at = ptr as CUdeviceptr;
+    let staging = at + size;
+    backing::map(staging, size, to, device)?;
+    let copied = backing::copy(staging, at, size, device);
+    backing::unmap(staging, size);
+    copied?;
+    backing::unmap(at, size);
+    if let Err(rc) = backing::map(at, size, to, device) {
+        if let Err(again) = backing::map(at, size, from, device) {
+            error!("the spill tier could not map the block at {ptr:#x} again (CUDA errors {rc}, {again}); kernels that use it will fail");
+        }
+        return Err(rc);
+    }
+    Ok(())
+}

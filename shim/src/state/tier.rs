@@ -1,0 +1,181 @@
+//! What the spill tier keeps: the physical memory behind each of its blocks,
+//! and the gate that holds the job's launches back while blocks are remapped.
+//!
+//! A tier block is a reserved address range twice its size: the block at
+//! its start, and a staging half where a copy lands before the block's own
+//! range is remapped to the copy's memory. Its device memory (while it is
+//! on the device) and its host memory (made at its first move to the host,
+//! then kept, so a later move pays no pinning) are handles of the virtual
+//! memory API. The ledger says where it lives; this says with what.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::{Mutex, MutexGuard};
+
+use dashmap::DashMap;
+use rustc_hash::FxBuildHasher;
+
+use crate::config::Device;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backing {
+    /// The block's bytes (whole large pages); the range reserved is twice that.
+    pub size: u64,
+    pub device: Device,
+    /// The device memory mapped at the block (0: none, it is on the host).
+    pub on_device: u64,
+    /// Its host memory (0: none made yet).
+    pub in_host: u64,
+}
+
+#[derive(Default)]
+pub struct Tier {
+    /// By the block's address.
+    pub blocks: DashMap<usize, Backing, FxBuildHasher>,
+    /// Bytes of tier blocks on the host: moves are looked for only while
+    /// some are.
+    pub bytes_in_host: AtomicU64,
+    /// Bytes moved each way, and the moves, since the process began.
+    pub moved_in: AtomicU64,
+    pub moved_out: AtomicU64,
+    pub moves: AtomicU64,
+    pub gate: Gate,
+}
+
+/// Launches, copies and library calls enter the gate while they hand work
+/// to CUDA; a move closes it, waits until no thread is inside, and then
+/// waits for the device to finish everything the job gave it. While it
+/// remaps, no kernel of the job is queued or running, so none can read a
+/// block's range between its unmapping and its new mapping, whether or not
+/// the shim saw the kernel's pointer to it.
+#[derive(Default)]
+pub struct Gate {
+    closed: AtomicBool,
+    inside: AtomicU64,
+    mover: Mutex<()>,
+}
+
+/// How long a move waits for the threads inside to leave before it gives
+/// way (and the block it was for is read where it is).
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
+
+thread_local! {
+    /// How deep this thread is in gated calls (a library call's own
+    /// launches are inside its call).
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// A thread inside the gate; leaves it when dropped.
+pub struct Inside<'a> {
+    gate: &'a Gate,
+    /// Whether this entry is counted in `inside` (the thread's outermost).
+    counted: bool,
+}
+
+/// The gate closed for a move; opens when dropped.
+pub struct Closed<'a> {
+    gate: &'a Gate,
+    _mover: MutexGuard<'a, ()>,
+}
+
+impl Gate {
+    /// Enters, waiting while a move holds the gate closed. A thread
+    /// already inside (a library call's launches) goes on.
+    pub fn enter(&self) -> Inside<'_> {
+        let depth = DEPTH.try_with(|d| d.replace(d.get() + 1)).unwrap_or(1);
+        let counted = depth == 0;
+        if counted {
+            loop {
+                self.inside.fetch_add(1, SeqCst);
+                if !self.closed.load(SeqCst) {
+                    break;
+                }
+                self.inside.fetch_sub(1, SeqCst);
+                while self.closed.load(SeqCst) {
+                    std::thread::yield_now();
+                }
+            }
+        }
+        Inside {
+            gate: self,
+            counted,
+        }
+    }
+
+    /// Closes the gate for a move, once no other thread is inside; `None`
+    /// if this thread is inside (the move would wait for itself) or another
+    /// thread is moving (the caller's blocks are read where they are).
+    pub fn close(&self) -> Option<Closed<'_>> {
+        if DEPTH.try_with(|d| d.get()).unwrap_or(1) != 0 {
+            return None;
+        }
+        let mover = self.mover.try_lock().ok()?;
+        self.closed.store(true, SeqCst);
+        let closed = Closed {
+            gate: self,
+            _mover: mover,
+        };
+        // A thread inside may be waiting for work that another thread has
+        // yet to launch (a synchronous copy after an event): the move gives
+        // way rather than wait for ever.
+        let began = std::time::Instant::now();
+        while self.inside.load(SeqCst) != 0 {
+            if began.elapsed() > CLOSE_WAIT {
+                return None;
+            }
+            std::thread::yield_now();
+        }
+        Some(closed)
+    }
+}
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        let _ = DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
+        if self.counted {
+            self.gate.inside.fetch_sub(1, SeqCst);
+        }
+    }
+}
+
+impl Drop for Closed<'_> {
+    fn drop(&mut self) {
+        self.gate.closed.store(false, SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_move_waits_for_work_inside_gives_way_to_a_long_one_and_holds_new_work_back() {
+        let gate: &'static Gate = Box::leak(Box::default());
+        let inside = gate.enter();
+        // Nested entries (a library call's launches) do not wait.
+        drop(gate.enter());
+        assert!(gate.close().is_none(), "a thread inside cannot close");
+        // Another thread's move gives way to work that stays inside.
+        let began = Instant::now();
+        let gave_way = std::thread::spawn(move || gate.close().is_none());
+        assert!(gave_way.join().unwrap());
+        assert!(began.elapsed() >= CLOSE_WAIT);
+        // Work that leaves in time lets the move close the gate.
+        let mover = std::thread::spawn(move || {
+            let closed = gate.close().expect("the thread inside leaves in time");
+            std::thread::sleep(Duration::from_millis(50));
+            drop(closed);
+        });
+        std::thread::sleep(Duration::from_millis(2));
+        drop(inside);
+        std::thread::sleep(Duration::from_millis(10));
+        let began = Instant::now();
+        drop(gate.enter());
+        assert!(
+            began.elapsed() >= Duration::from_millis(20),
+            "new work waits for the move"
+        );
+        mover.join().unwrap();
+    }
+}

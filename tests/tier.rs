@@ -1,0 +1,218 @@
+//! The spill tier on the fake runtime: blocks over the quota are virtual
+//! memory in host memory, and move onto the device (by a copy and a remap
+//! at their own address) before the kernels that name them, while the
+//! blocks whose next use is furthest make room. The fake's streams run
+//! their work late, so a move not ordered after the job's kernels would
+//! copy stale bytes and the checks here would see them.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+use vramshare_common::files::open_existing;
+use vramshare_common::registry::{Registry, RegistryFile};
+
+/// An event's address, however the trace writes it.
+fn ptr_of(event: &Value) -> u64 {
+    match &event["ptr"] {
+        Value::String(text) => hex(text),
+        other => other.as_u64().unwrap(),
+    }
+}
+
+/// The tier's moves in the trace, in order, as (op, address).
+fn tier_moves(run: &Run) -> Vec<(String, u64)> {
+    run.trace()["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["op"] == "promote" || e["op"] == "demote")
+        .map(|e| (e["op"].as_str().unwrap().to_string(), ptr_of(e)))
+        .collect()
+}
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn a_block_in_host_memory_is_on_the_device_before_the_kernel_that_names_it_with_its_bytes() {
+    let run = client(
+        Runtime::Fake13,
+        // Work on the streams runs 20 ms after it is reached.
+        &[
+            ("VRAMSHARE_QUOTA", "8MiB"),
+            ("VRAMSHARE_MOVES", "on"),
+            ("FAKE_CUDA_STREAM_DELAY_US", "20000"),
+        ],
+        &[
+            "malloc:a:4M",
+            "malloc:b:4M",
+            "malloc:c:4M",
+            "fill:a:1:1",
+            "fill:b:2:1",
+            "fill:c:3:1",
+            "peekvia:a:1",
+            "peekvia:b:2",
+            "peekvia:c:1",
+            "copyout:c:2",
+            "sync",
+            "hostbytes",
+        ],
+    );
+    run.assert_ok();
+    let (a, b, c) = (
+        hex(&run.field("malloc a", "ptr")),
+        hex(&run.field("malloc b", "ptr")),
+        hex(&run.field("malloc c", "ptr")),
+    );
+    let allocations = run.allocations();
+    assert_eq!(
+        allocations.iter().map(|a| a.1.as_str()).collect::<Vec<_>>(),
+        ["device", "device", "host"],
+        "c is over the quota: {allocations:?}"
+    );
+    // Each block holds what its kernel wrote, read through a pointer the
+    // shim never saw, wherever the moves left it.
+    for (name, byte) in [("a", "1"), ("b", "2"), ("c", "3")] {
+        let line = run.line(&format!("peekvia {name}"));
+        assert_eq!(
+            (log_field(line, "first"), log_field(line, "last")),
+            (byte.to_string(), byte.to_string()),
+            "{line}"
+        );
+    }
+    assert_eq!(log_field(run.line("hostbytes"), "first"), "3");
+    assert_eq!(log_field(run.line("hostbytes"), "last"), "3");
+    // c came onto the device, at its own address, before the kernel that
+    // filled it was launched: device memory was mapped there first.
+    let launches: Vec<usize> = (0..run.calls.len())
+        .filter(|i| run.calls[*i].contains("cudaLaunchKernel "))
+        .collect();
+    let fill_c = launches[2];
+    let device_handles: Vec<String> = run
+        .calls_with(&["cuMemCreate", "location=device"])
+        .iter()
+        .map(|c| log_field(c, "handle"))
+        .collect();
+    let mapped_c = run.calls[..fill_c]
+        .iter()
+        .rev()
+        .find(|line| line.contains(&format!("cuMemMap ptr={c:#x} ")))
+        .unwrap_or_else(|| panic!("c mapped before its kernel:\n{:#?}", run.calls));
+    assert!(
+        device_handles.contains(&log_field(mapped_c, "handle")),
+        "{mapped_c} maps device memory"
+    );
+    let moves = tier_moves(&run);
+    assert!(moves.contains(&("promote".into(), c)), "{moves:?}");
+    let out: Vec<u64> = moves
+        .iter()
+        .filter(|m| m.0 == "demote")
+        .map(|m| m.1)
+        .collect();
+    assert!(!out.is_empty() && out.iter().all(|p| *p == a || *p == b), "{moves:?}");
+    let process = &run.trace()["processes"][0];
+    assert!(
+        process["peak_device"]["0"].as_u64().unwrap() <= 8 * MIB,
+        "{process}"
+    );
+}
+
+/// A step that uses a, b, a, c, b: at c, the least recently used block is
+/// b, but b is used next; a is not used again until the next step.
+const STEP: [&str; 6] = [
+    "step",
+    "fill:a:1:0",
+    "fill:b:2:0",
+    "fill:a:3:0",
+    "fill:c:4:0",
+    "fill:b:5:0",
+];
+
+#[test]
+fn eviction_moves_out_the_block_whose_next_use_is_furthest() {
+    let mut steps = vec!["malloc:a:4M", "malloc:b:4M", "malloc:c:4M", "repeat:4:6"];
+    steps.extend(STEP);
+    steps.extend(["peekvia:a:0", "peekvia:b:0", "peekvia:c:0"]);
+    let run = client(Runtime::Fake13, &[("VRAMSHARE_QUOTA", "8MiB"), ("VRAMSHARE_MOVES", "on")], &steps);
+    run.assert_ok();
+    let (a, c) = (
+        hex(&run.field("malloc a", "ptr")),
+        hex(&run.field("malloc c", "ptr")),
+    );
+    let moves = tier_moves(&run);
+    // The block moved out to make room for c, at each of c's uses after
+    // the first step (which has no step before it to predict from).
+    let victims: Vec<u64> = moves
+        .windows(2)
+        .filter(|pair| pair[1] == ("promote".to_string(), c) && pair[0].0 == "demote")
+        .map(|pair| pair[0].1)
+        .skip(1)
+        .collect();
+    assert_eq!(victims, [a, a, a], "{moves:?}");
+    for (name, byte) in [("a", "3"), ("b", "5"), ("c", "4")] {
+        let line = run.line(&format!("peekvia {name}"));
+        assert_eq!(log_field(line, "first"), byte, "{line}");
+    }
+}
+
+#[test]
+fn device_bytes_never_exceed_the_quota_over_thousands_of_moves() {
+    let work = tempfile::tempdir().unwrap();
+    let shm = work.path().join("shm");
+    let trace = work.path().join("trace.json");
+    let mut steps = vec!["malloc:a:2M", "malloc:b:2M", "malloc:c:2M", "repeat:1000:6"];
+    steps.extend(STEP);
+    let mut child = client_command(
+        &shm,
+        &[
+            ("VRAMSHARE_QUOTA", "4MiB"),
+            ("VRAMSHARE_MOVES", "on"),
+            ("VRAMSHARE_TRACE", trace.to_str().unwrap()),
+        ],
+        &steps,
+    )
+    .spawn()
+    .unwrap();
+    let pid = child.id();
+    let (mut samples, mut highest) = (0u64, 0u64);
+    let began = Instant::now();
+    let mut registry = None;
+    while child.try_wait().unwrap().is_none() && began.elapsed() < Duration::from_secs(120) {
+        if registry.is_none() {
+            registry = open_existing::<RegistryFile>(&shm)
+                .ok()
+                .and_then(|map| Registry::new(map).ok());
+        }
+        if let Some(slot) = registry.as_ref().and_then(|r| r.live_slot(pid)) {
+            let bytes = slot.devices()[0]
+                .device_bytes
+                .load(std::sync::atomic::Ordering::Relaxed);
+            highest = highest.max(bytes);
+            samples += 1;
+        }
+        // Leaves the client most of CI's two cores.
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let trace: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let moved = trace["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["op"] == "promote" || e["op"] == "demote")
+        .count();
+    assert!(moved >= 2000, "{moved} moves");
+    assert!(samples >= 100, "{samples} samples");
+    assert!(highest <= 4 * MIB, "device bytes reached {highest}");
+    assert!(
+        trace["processes"][0]["peak_device"]["0"].as_u64().unwrap() <= 4 * MIB,
+        "the process's own peak"
+    );
+}
