@@ -120,7 +120,8 @@ fn a_block_in_host_memory_is_on_the_device_before_the_kernel_that_names_it_with_
 }
 
 /// A step that uses a, b, a, c, b: at c, the least recently used block is
-/// b, but b is used next; a is not used again until the next step.
+/// b, but b is used next; a is not used again until the next step. Marked
+/// by the job, so that the step before predicts the next uses.
 const STEP: [&str; 6] = [
     "step",
     "fill:a:1:0",
@@ -158,6 +159,29 @@ fn eviction_moves_out_the_block_whose_next_use_is_furthest() {
 }
 
 #[test]
+fn without_marked_steps_eviction_moves_out_the_least_recently_used_block() {
+    let mut steps = vec!["malloc:a:4M", "malloc:b:4M", "malloc:c:4M", "repeat:4:5"];
+    steps.extend(&STEP[1..]);
+    let run = client(
+        Runtime::Fake13,
+        &[("VRAMSHARE_QUOTA", "8MiB"), ("VRAMSHARE_MOVES", "on")],
+        &steps,
+    );
+    run.assert_ok();
+    let (b, c) = (
+        hex(&run.field("malloc b", "ptr")),
+        hex(&run.field("malloc c", "ptr")),
+    );
+    let moves = tier_moves(&run);
+    let victims: Vec<u64> = moves
+        .windows(2)
+        .filter(|pair| pair[1] == ("promote".to_string(), c) && pair[0].0 == "demote")
+        .map(|pair| pair[0].1)
+        .collect();
+    assert_eq!(victims, [b, b, b, b], "{moves:?}");
+}
+
+#[test]
 fn device_bytes_never_exceed_the_quota_over_thousands_of_moves() {
     let work = tempfile::tempdir().unwrap();
     let shm = work.path().join("shm");
@@ -173,6 +197,8 @@ fn device_bytes_never_exceed_the_quota_over_thousands_of_moves() {
         ],
         &steps,
     )
+    // A line a step: unread, a pipe would fill and stop the client.
+    .stdout(std::process::Stdio::null())
     .spawn()
     .unwrap();
     let pid = child.id();

@@ -197,20 +197,31 @@ impl Access {
         named.len()
     }
 
-    /// For each block (by start), the launches until its next use, as its
-    /// uses in this step and the one before predict ([`next_use`]).
+    /// For each block (by start), how soon it is needed again, as a rank:
+    /// the greater, the later. Where the job marks its steps, the launches
+    /// until its next use, as its uses in this step and the one before
+    /// predict ([`next_use`]). Where steps are only guessed from the launch
+    /// sequence, a guess that is off (a step found inside the real one, or
+    /// positions of two launching threads interleaved) would predict badly:
+    /// the least recently used block ranks last, as the forward and
+    /// backward passes of training use their activations (in the order
+    /// made, then in the reverse order).
     pub fn next_uses(&self, ledger: &Ledger, starts: &[usize]) -> Vec<u64> {
         let live = || ledger.ranges();
         // The launch being made has taken its number: it is now.
         let mut place = self.steps.place_now();
         place.position = place.position.saturating_sub(1);
         let length = self.steps.length();
+        let marked = self.steps.marked();
         self.index
             .with(ledger.generation(), live, place.step, |snapshot| {
                 starts
                     .iter()
                     .map(|start| match snapshot.find(*start as u64) {
-                        Some(index) => next_use(&snapshot.profiles[index], place, length),
+                        Some(index) if marked => {
+                            next_use(&snapshot.profiles[index], place, length)
+                        }
+                        Some(index) => least_recent_first(&snapshot.profiles[index]),
                         None => u64::MAX,
                     })
                     .collect()
@@ -259,6 +270,17 @@ pub fn next_use(profile: &profile::BlockProfile, place: steps::Place, length: u6
         (None, Some(_)) => length.max(1),
         (None, None) => u64::MAX,
     }
+}
+
+/// A rank that puts the least recently used block last (the greatest):
+/// the step and position of its last use, inverted. Never used: last of all.
+fn least_recent_first(profile: &profile::BlockProfile) -> u64 {
+    let (step, position) = profile.last_use();
+    if step == 0 {
+        return u64::MAX;
+    }
+    // Steps in the high bits, positions (below 2^32 in any real step) low.
+    u64::MAX - 1 - ((step.min(u32::MAX as u64) << 32) | position.min(u32::MAX as u64))
 }
 
 #[cfg(test)]

@@ -122,6 +122,12 @@ impl BlockProfile {
         }
     }
 
+    /// When it was last used, as (step plus one, position): later uses
+    /// compare greater (0 if it was never used).
+    pub fn last_use(&self) -> (u64, u64) {
+        (self.step.load(Relaxed), self.last.load(Relaxed))
+    }
+
     pub fn retire(&self, step: u64) {
         self.freed.store(step, Relaxed);
     }
