@@ -147,6 +147,28 @@ pub struct ProcessJson {
     /// where nothing was launched).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access: Option<AccessJson>,
+    /// The spill tier's moves (absent where it made none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moves: Option<MovesJson>,
+}
+
+/// What the spill tier moved between device and host memory.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct MovesJson {
+    /// Blocks moved, each way, and their bytes.
+    pub to_device: u64,
+    pub to_host: u64,
+    pub bytes_to_device: u64,
+    pub bytes_to_host: u64,
+    /// Times a move found the block had come in already this step and
+    /// left it in host memory, read in place.
+    pub left_in_place: u64,
+    /// Time spent moving: waiting for the device, copying and remapping,
+    /// while the job's launches were held back.
+    pub seconds: f64,
+    /// Steps begun while the process ran (0: none found).
+    pub steps: u64,
 }
 
 /// Launches of one call by what their operands named.

@@ -123,6 +123,7 @@ pub fn process_summary(state: &State) -> ProcessJson {
             })
             .collect(),
         access: super::access::report::access_json(state),
+        moves: moves_json(state),
         ..ProcessJson::default()
     }
     .with_devices(&devices);
@@ -221,4 +222,20 @@ fn merge_into(path: &str, mut trace: TraceJson) -> std::io::Result<()> {
     file.seek(SeekFrom::Start(0))?;
     serde_json::to_writer(&mut file, &trace)?;
     file.write_all(b"\n")
+}
+
+/// The spill tier's moves, if it made any.
+fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let tier = &state.tier;
+    let (to_device, to_host) = (tier.moves_in.load(Relaxed), tier.moves_out.load(Relaxed));
+    (to_device + to_host > 0).then(|| vramshare_common::trace_json::MovesJson {
+        to_device,
+        to_host,
+        bytes_to_device: tier.moved_in.load(Relaxed),
+        bytes_to_host: tier.moved_out.load(Relaxed),
+        left_in_place: tier.left_in_place.load(Relaxed),
+        seconds: tier.move_ns.load(Relaxed) as f64 / 1e9,
+        steps: state.access.steps.current(),
+    })
 }

@@ -26,6 +26,8 @@ pub struct Backing {
     pub on_device: u64,
     /// Its host memory (0: none made yet).
     pub in_host: u64,
+    /// The step (plus one) in which it last came onto the device.
+    pub fetched_in: u64,
 }
 
 #[derive(Default)]
@@ -35,10 +37,15 @@ pub struct Tier {
     /// Bytes of tier blocks on the host: moves are looked for only while
     /// some are.
     pub bytes_in_host: AtomicU64,
-    /// Bytes moved each way, and the moves, since the process began.
+    /// Moves each way and their bytes, since the process began; uses left
+    /// in place since their block had come in already that step; and the
+    /// time moves held the job back.
+    pub moves_in: AtomicU64,
+    pub moves_out: AtomicU64,
     pub moved_in: AtomicU64,
     pub moved_out: AtomicU64,
-    pub moves: AtomicU64,
+    pub left_in_place: AtomicU64,
+    pub move_ns: AtomicU64,
     pub gate: Gate,
 }
 

@@ -96,6 +96,7 @@ pub fn place(
         device,
         on_device: on,
         in_host: host,
+        fetched_in: 0,
     };
     state.tier.blocks.insert(ptr as usize, backing);
     if !on_device {
@@ -161,12 +162,22 @@ pub fn fetch(state: &State, api: Api, wanted: &[usize]) {
         return;
     }
     let backend = Backend::of(api);
+    // No step found yet: no cap (0 matches no block's step).
+    let step = if state.access.steps.steps() > 0 {
+        state.access.steps.current() + 1
+    } else {
+        0
+    };
     // Only blocks that can come: the wait for the device is paid only then.
+    // A block comes once a step: one the step needs again after it made
+    // room for others is read in place, so that blocks used all through a
+    // step do not chase each other over the link.
     let movable = |ptr: &usize| {
         state.ledger.block_at(*ptr).is_some_and(|b| {
             b.tiered
                 && !b.moving
                 && b.placement == Placement::Host
+                && !fetched_in(state, *ptr, step)
                 && could_fit(state, b, device_quota(state, b.device, backend), wanted)
         })
     };
@@ -180,10 +191,12 @@ pub fn fetch(state: &State, api: Api, wanted: &[usize]) {
     let Some(_closed) = state.tier.gate.close() else {
         return;
     };
+    let began = std::time::Instant::now();
     if let Err(rc) = backing::drain(api) {
         debug!("waiting for the device before a move: CUDA error {rc}; nothing moves");
         return;
     }
+    let _timed = Timed(state, began);
     for ptr in wanted.iter().copied().filter(movable) {
         let Some(block) = state.ledger.block_at(ptr) else {
             continue;
@@ -193,6 +206,30 @@ pub fn fetch(state: &State, api: Api, wanted: &[usize]) {
             move_in(state, ptr, block);
         }
     }
+}
+
+/// Counts the time a move held the job back, when dropped.
+struct Timed<'a>(&'a State, std::time::Instant);
+
+impl Drop for Timed<'_> {
+    fn drop(&mut self) {
+        let spent = self.1.elapsed().as_nanos() as u64;
+        self.0.tier.move_ns.fetch_add(spent, Relaxed);
+    }
+}
+
+/// Whether the tier block at `ptr` came onto the device in `step` (plus
+/// one) already; such a use is counted as left in place.
+fn fetched_in(state: &State, ptr: usize, step: u64) -> bool {
+    let again = state
+        .tier
+        .blocks
+        .get(&ptr)
+        .is_some_and(|b| step != 0 && b.fetched_in == step);
+    if again {
+        state.tier.left_in_place.fetch_add(1, Relaxed);
+    }
+    again
 }
 
 /// Whether `block` could come onto its device under `quota`: it takes at
@@ -275,10 +312,11 @@ fn move_in(state: &State, ptr: usize, block: Block) {
         Ok(handle) => {
             if let Some(mut entry) = state.tier.blocks.get_mut(&ptr) {
                 entry.on_device = handle;
+                entry.fetched_in = state.access.steps.current() + 1;
             }
             state.tier.bytes_in_host.fetch_sub(size, SeqCst);
             state.tier.moved_in.fetch_add(size, Relaxed);
-            state.tier.moves.fetch_add(1, Relaxed);
+            state.tier.moves_in.fetch_add(1, Relaxed);
             state.ledger.end_tier_move(ptr, Placement::Device);
             CUDA_SUCCESS
         }
@@ -328,7 +366,7 @@ fn move_out(state: &State, ptr: usize) -> bool {
             }
             state.tier.bytes_in_host.fetch_add(size, SeqCst);
             state.tier.moved_out.fetch_add(size, Relaxed);
-            state.tier.moves.fetch_add(1, Relaxed);
+            state.tier.moves_out.fetch_add(1, Relaxed);
             state.ledger.end_tier_move(ptr, Placement::Host);
             CUDA_SUCCESS
         }
