@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
-use vramshare_common::files::open_existing;
+use vramshare_common::files::{open_existing, open_existing_mut};
 use vramshare_common::registry::{Registry, RegistryFile};
 
 /// An event's address, however the trace writes it.
@@ -241,4 +241,77 @@ fn device_bytes_never_exceed_the_quota_over_thousands_of_moves() {
         trace["processes"][0]["peak_device"]["0"].as_u64().unwrap() <= 4 * MIB,
         "the process's own peak"
     );
+}
+
+#[test]
+fn a_quota_cut_moves_the_tiers_blocks_to_the_host_with_their_bytes() {
+    let work = tempfile::tempdir().unwrap();
+    let shm = work.path().join("shm");
+    let child = client_command(
+        &shm,
+        &[("VRAMSHARE_QUOTA", "16MiB"), ("VRAMSHARE_MOVES", "on")],
+        &[
+            "malloc:a:4M",
+            "malloc:b:4M",
+            "malloc:c:4M",
+            "fill:a:1:0",
+            "fill:b:2:0",
+            "fill:c:3:0",
+            "sync",
+            "sleep:1500",
+            "peekvia:a:0",
+            "peekvia:b:0",
+            "peekvia:c:0",
+        ],
+    )
+    .spawn()
+    .unwrap();
+    let pid = child.id();
+    let began = Instant::now();
+    let registry = loop {
+        let found = open_existing_mut::<RegistryFile>(&shm)
+            .ok()
+            .and_then(|map| Registry::new(map).ok());
+        if let Some(registry) = found.filter(|r| {
+            r.live_slot(pid).is_some_and(|slot| {
+                slot.devices()[0].device_bytes.load(std::sync::atomic::Ordering::Relaxed)
+                    == 12 * MIB
+            })
+        }) {
+            break registry;
+        }
+        assert!(began.elapsed() < Duration::from_secs(5), "the client's blocks");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let counters = &registry.live_slot(pid).unwrap().devices()[0];
+    // What `vramshare quota set` writes.
+    counters
+        .quota
+        .store(6 * MIB, std::sync::atomic::Ordering::Release);
+    let cut = Instant::now();
+    while counters
+        .device_bytes
+        .load(std::sync::atomic::Ordering::Acquire)
+        > 6 * MIB
+    {
+        assert!(cut.elapsed() < Duration::from_secs(1), "held to the new quota");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        counters
+            .spilled_bytes
+            .load(std::sync::atomic::Ordering::Acquire),
+        8 * MIB,
+        "two of the three blocks went to the host"
+    );
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for (name, byte) in [("a", "1"), ("b", "2"), ("c", "3")] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("peekvia {name}")))
+            .unwrap();
+        assert_eq!(log_field(line, "first"), byte, "{line}");
+    }
 }

@@ -164,9 +164,12 @@ pub struct MovesJson {
     /// Times a move found the block had come in already this step and
     /// left it in host memory, read in place.
     pub left_in_place: u64,
-    /// Time spent moving: waiting for the device, copying and remapping,
-    /// while the job's launches were held back.
+    /// Time spent copying and remapping, while the job's launches were
+    /// held back and the device had nothing else to do.
     pub seconds: f64,
+    /// Time the moves first waited for the device to finish the job's
+    /// work (the job's own compute, with no new work queued behind it).
+    pub drain_seconds: f64,
     /// Steps begun while the process ran (0: none found).
     pub steps: u64,
 }

@@ -101,7 +101,8 @@ pub fn demote_for(state: &State, device: Device, wanted: impl Fn() -> u64) {
     demote_while(state, device, |_| pool_room(state, device) < wanted());
 }
 
-/// Demotes the device's managed blocks, largest first, while `more(freed)`.
+/// Demotes the device's managed blocks, largest first, then the spill
+/// tier's, while `more(freed)`.
 fn demote_while(state: &State, device: Device, mut more: impl FnMut(u64) -> bool) -> u64 {
     let mut freed = 0;
     for (size, ptr) in state.ledger.demotion_candidates(device) {
@@ -128,6 +129,11 @@ fn demote_while(state: &State, device: Device, mut more: impl FnMut(u64) -> bool
             human_bytes(size)
         );
         freed += size;
+    }
+    // Then the spill tier's blocks, least needed first.
+    if more(freed) {
+        let before = freed;
+        freed += super::tier::evict_while(state, device, |moved| more(before + moved));
     }
     freed
 }

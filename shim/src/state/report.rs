@@ -236,6 +236,7 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
         bytes_to_host: tier.moved_out.load(Relaxed),
         left_in_place: tier.left_in_place.load(Relaxed),
         seconds: tier.move_ns.load(Relaxed) as f64 / 1e9,
+        drain_seconds: tier.drain_ns.load(Relaxed) as f64 / 1e9,
         steps: state.access.steps.current(),
     })
 }

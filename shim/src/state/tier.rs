@@ -46,6 +46,8 @@ pub struct Tier {
     pub moved_out: AtomicU64,
     pub left_in_place: AtomicU64,
     pub move_ns: AtomicU64,
+    /// Time the moves waited for the device to finish the job's work.
+    pub drain_ns: AtomicU64,
     pub gate: Gate,
 }
 

@@ -192,11 +192,16 @@ pub fn fetch(state: &State, api: Api, wanted: &[usize]) {
         return;
     };
     let began = std::time::Instant::now();
-    if let Err(rc) = backing::drain(api) {
+    let drained = backing::drain(api);
+    state
+        .tier
+        .drain_ns
+        .fetch_add(began.elapsed().as_nanos() as u64, Relaxed);
+    if let Err(rc) = drained {
         debug!("waiting for the device before a move: CUDA error {rc}; nothing moves");
         return;
     }
-    let _timed = Timed(state, began);
+    let _timed = Timed(state, std::time::Instant::now());
     for ptr in wanted.iter().copied().filter(movable) {
         let Some(block) = state.ledger.block_at(ptr) else {
             continue;
@@ -256,6 +261,53 @@ fn could_fit(state: &State, block: Block, quota: Option<u64>, keep: &[usize]) ->
     }
 }
 
+/// Moves the tier's blocks on `device` to the host, the least needed
+/// first, while `more(bytes moved so far)` (a quota or a pool's budget
+/// cut, or a pool member of higher priority wanting room). The bytes moved.
+pub fn evict_while(state: &State, device: Device, mut more: impl FnMut(u64) -> bool) -> u64 {
+    let candidates = state.ledger.tier_on_device(device);
+    let Some(api) = candidates
+        .first()
+        .and_then(|(ptr, _)| state.ledger.block_at(*ptr))
+        .map(|block| block.api)
+    else {
+        return 0;
+    };
+    if state.access.graphs.capturing_any() || backing::ready(api).is_err() {
+        return 0;
+    }
+    let Some(_closed) = state.tier.gate.close() else {
+        return 0;
+    };
+    if backing::drain(api).is_err() {
+        return 0;
+    }
+    let mut moved = 0;
+    for (_, size, ptr) in by_next_use(state, candidates) {
+        if !more(moved) {
+            break;
+        }
+        if move_out(state, ptr) {
+            moved += size;
+        }
+    }
+    moved
+}
+
+/// Blocks as (next use, size, address), the furthest next use first; of
+/// equals, the largest.
+fn by_next_use(state: &State, blocks: Vec<(usize, u64)>) -> Vec<(u64, u64, usize)> {
+    let starts: Vec<usize> = blocks.iter().map(|(ptr, _)| *ptr).collect();
+    let next = state.access.next_uses(&state.ledger, &starts);
+    let mut order: Vec<(u64, u64, usize)> = blocks
+        .into_iter()
+        .zip(next)
+        .map(|((ptr, size), next)| (next, size, ptr))
+        .collect();
+    order.sort_unstable_by(|a, b| b.cmp(a));
+    order
+}
+
 /// Reserves `size` device bytes on `device` under `quota`, moving the
 /// tier's blocks whose next use is furthest to the host until they fit.
 /// Blocks in `keep` (the work's own) stay. False if there is no such room.
@@ -263,7 +315,7 @@ fn make_room(state: &State, device: Device, size: u64, quota: u64, keep: &[usize
     if state.ledger.try_reserve(device, size, quota) {
         return true;
     }
-    let mut candidates: Vec<(usize, u64)> = state
+    let candidates: Vec<(usize, u64)> = state
         .ledger
         .tier_on_device(device)
         .into_iter()
@@ -275,16 +327,7 @@ fn make_room(state: &State, device: Device, size: u64, quota: u64, keep: &[usize
         // Moving every candidate out would still leave too little room.
         return false;
     }
-    let starts: Vec<usize> = candidates.iter().map(|(ptr, _)| *ptr).collect();
-    let next = state.access.next_uses(&state.ledger, &starts);
-    let mut order: Vec<(u64, u64, usize)> = candidates
-        .drain(..)
-        .zip(next)
-        .map(|((ptr, size), next)| (next, size, ptr))
-        .collect();
-    // Furthest next use first; of equals, the largest.
-    order.sort_unstable_by(|a, b| b.cmp(a));
-    for (_, _, ptr) in order {
+    for (_, _, ptr) in by_next_use(state, candidates) {
         if move_out(state, ptr) && state.ledger.try_reserve(device, size, quota) {
             return true;
         }
