@@ -315,3 +315,58 @@ fn a_quota_cut_moves_the_tiers_blocks_to_the_host_with_their_bytes() {
         assert_eq!(log_field(line, "first"), byte, "{line}");
     }
 }
+
+#[test]
+fn blocks_moving_out_ahead_overlap_a_block_coming_in_and_every_block_keeps_its_bytes() {
+    // Ten blocks of 2 MiB under a 16 MiB quota, whose move budget (an
+    // eighth) holds one: after a block comes in, another moves out ahead.
+    let names: Vec<String> = (0..10).map(|i| format!("b{i}")).collect();
+    let mut steps: Vec<String> = names.iter().map(|n| format!("malloc:{n}:2M")).collect();
+    steps.push(format!("repeat:3:{}", names.len() + 1));
+    steps.push("step".into());
+    steps.extend(names.iter().enumerate().map(|(i, n)| format!("fill:{n}:{}:1", i + 1)));
+    steps.extend(names.iter().map(|n| format!("peekvia:{n}:2")));
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let run = client(
+        Runtime::Fake13,
+        &[
+            ("VRAMSHARE_QUOTA", "16MiB"),
+            ("VRAMSHARE_MOVES", "on"),
+            ("FAKE_CUDA_STREAM_DELAY_US", "2000"),
+        ],
+        &steps,
+    );
+    run.assert_ok();
+    for (i, name) in names.iter().enumerate() {
+        let line = run.line(&format!("peekvia {name}"));
+        let byte = (i + 1).to_string();
+        assert_eq!(
+            (log_field(line, "first"), log_field(line, "last")),
+            (byte.clone(), byte),
+            "{line}"
+        );
+    }
+    // Two copies at once: a move's copy followed by another's before the
+    // first block's range was remapped.
+    let copies: Vec<usize> = (0..run.calls.len())
+        .filter(|i| run.calls[*i].contains("cuMemcpyAsync "))
+        .collect();
+    let overlapped = copies.windows(2).any(|pair| {
+        let src = log_field(&run.calls[pair[0]], "src");
+        let remapped = run.calls[pair[0]..]
+            .iter()
+            .position(|c| c.contains(&format!("cuMemMap ptr={src} ")))
+            .map(|offset| pair[0] + offset);
+        remapped.is_some_and(|at| at > pair[1])
+    });
+    assert!(overlapped, "{:#?}", run.calls);
+    let moves = tier_moves(&run);
+    assert!(
+        moves
+            .windows(2)
+            .any(|pair| pair[0].0 == "promote" && pair[1].0 == "demote"),
+        "{moves:?}"
+    );
+    let process = &run.trace()["processes"][0];
+    assert!(process["peak_device"]["0"].as_u64().unwrap() <= 16 * MIB);
+}

@@ -127,10 +127,15 @@ static STREAMS: [AtomicPtr<c_void>; MAX_DEVICES] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_DEVICES];
 static DRIVER_STREAMS: [AtomicPtr<c_void>; MAX_DEVICES] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_DEVICES];
+/// A second driver stream per device: the spill tier's copies to the host
+/// run on it while its copies to the device run on the first, so that the
+/// link carries both directions at once.
+static DRIVER_STREAMS_OUT: [AtomicPtr<c_void>; MAX_DEVICES] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_DEVICES];
 
 /// In a forked child: the parent's streams are not the child's.
 pub fn forget_streams() {
-    for slot in STREAMS.iter().chain(&DRIVER_STREAMS) {
+    for slot in STREAMS.iter().chain(&DRIVER_STREAMS).chain(&DRIVER_STREAMS_OUT) {
         slot.store(std::ptr::null_mut(), Ordering::Release);
     }
 }
@@ -328,40 +333,50 @@ impl Backend {
     /// calling thread's current context, which is the block's when its own
     /// free triggers the promotion.
     pub fn stream(self, device: Device) -> *mut c_void {
-        let slot = match self {
-            Backend::Runtime => &STREAMS[device.index()],
-            Backend::Driver => &DRIVER_STREAMS[device.index()],
-        };
-        let known = slot.load(Ordering::Acquire);
-        if !known.is_null() {
-            return known;
+        match self {
+            Backend::Runtime => made_once(&STREAMS[device.index()], || runtime_stream(device)),
+            Backend::Driver => made_once(&DRIVER_STREAMS[device.index()], driver_stream),
         }
-        let stream = match self {
-            Backend::Runtime => runtime_stream(device),
-            Backend::Driver => {
-                let mut stream: CUstream = std::ptr::null_mut();
-                // SAFETY: writes a handle we own.
-                let rc = unsafe { real::cuStreamCreate(&mut stream, CU_STREAM_NON_BLOCKING) };
-                if rc == CUDA_SUCCESS {
-                    stream
-                } else {
-                    std::ptr::null_mut()
-                }
-            }
-        };
-        if stream.is_null() {
-            return stream;
-        }
-        match slot.compare_exchange(
-            std::ptr::null_mut(),
-            stream,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => stream,
-            // Another thread made one first; ours stays unused (streams are cheap).
-            Err(theirs) => theirs,
-        }
+    }
+
+    /// The driver's second stream for `device` (see [`DRIVER_STREAMS_OUT`]).
+    pub fn second_stream(device: Device) -> *mut c_void {
+        made_once(&DRIVER_STREAMS_OUT[device.index()], driver_stream)
+    }
+}
+
+/// The stream in `slot`, made by `make` the first time (null if it cannot
+/// be made).
+fn made_once(slot: &AtomicPtr<c_void>, make: impl FnOnce() -> *mut c_void) -> *mut c_void {
+    let known = slot.load(Ordering::Acquire);
+    if !known.is_null() {
+        return known;
+    }
+    let stream = make();
+    if stream.is_null() {
+        return stream;
+    }
+    match slot.compare_exchange(
+        std::ptr::null_mut(),
+        stream,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        Ok(_) => stream,
+        // Another thread made one first; ours stays unused (streams are cheap).
+        Err(theirs) => theirs,
+    }
+}
+
+/// A non-blocking driver stream in the calling thread's current context.
+fn driver_stream() -> *mut c_void {
+    let mut stream: CUstream = std::ptr::null_mut();
+    // SAFETY: writes a handle we own.
+    let rc = unsafe { real::cuStreamCreate(&mut stream, CU_STREAM_NON_BLOCKING) };
+    if rc == CUDA_SUCCESS {
+        stream
+    } else {
+        std::ptr::null_mut()
     }
 }
 

@@ -140,18 +140,47 @@ pub fn unmap(ptr: CUdeviceptr, size: u64) {
     }
 }
 
-/// Copies `size` bytes from `src` to `dst` on the tier's stream for
-/// `device` and waits for the copy.
-pub fn copy(dst: CUdeviceptr, src: CUdeviceptr, size: u64, device: Device) -> Result<()> {
-    // The shim's own non-blocking stream, which waits for no job's stream:
-    // the drain before a move has waited for all of them.
-    let stream = Backend::Driver.stream(device);
+/// Which way a move goes: each way has a stream of its own, so that the
+/// link carries both at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    ToDevice,
+    ToHost,
+}
+
+/// The shim's own non-blocking stream for copies `direction` on `device`.
+/// It waits for no job's stream: the drain before a move has waited for
+/// all of them.
+fn stream(device: Device, direction: Direction) -> Result<CUstream> {
+    let stream = match direction {
+        Direction::ToDevice => Backend::Driver.stream(device),
+        Direction::ToHost => Backend::second_stream(device),
+    };
     if stream.is_null() {
-        return Err(CUDA_ERROR_NOT_SUPPORTED);
+        Err(CUDA_ERROR_NOT_SUPPORTED)
+    } else {
+        Ok(stream)
     }
+}
+
+/// Queues a copy of `size` bytes from `src` to `dst` on the stream of
+/// `direction`.
+pub fn copy(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    size: u64,
+    device: Device,
+    direction: Direction,
+) -> Result<()> {
+    let stream = stream(device, direction)?;
     // SAFETY: both ranges are mapped for the device, `size` bytes each.
-    check(unsafe { real::cuMemcpyAsync(dst, src, size as usize, stream) })?;
-    // SAFETY: the tier's own stream.
+    check(unsafe { real::cuMemcpyAsync(dst, src, size as usize, stream) })
+}
+
+/// Waits for the copies queued `direction` on `device`.
+pub fn wait(device: Device, direction: Direction) -> Result<()> {
+    let stream = stream(device, direction)?;
+    // SAFETY: the shim's own stream.
     check(unsafe { real::cuStreamSynchronize(stream) })
 }
 

@@ -24,12 +24,13 @@
 //! counts on the device until its device memory is released.
 
 pub mod backing;
+mod moves;
 
 use std::ffi::c_void;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
 use cudart_sys::*;
-use vramshare_common::event::{Api, Op, Placement};
+use vramshare_common::event::{Api, Placement};
 
 use crate::config::{human_bytes, Device, Moves, Spill};
 use crate::cuda::backend::Backend;
@@ -40,6 +41,7 @@ use crate::state::{config, State};
 use super::allocate::record_allocation;
 use super::quota::device_quota;
 use backing::PAGE;
+use moves::{move_out, Staged};
 
 /// The size a tier block of `size` bytes takes: whole large pages, if the
 /// tier makes blocks of that size for `api` under `quota`.
@@ -202,15 +204,64 @@ pub fn fetch(state: &State, api: Api, wanted: &[usize]) {
         return;
     }
     let _timed = Timed(state, std::time::Instant::now());
+    let mut staged: Vec<Staged> = Vec::new();
+    let mut made_room_on = None;
     for ptr in wanted.iter().copied().filter(movable) {
         let Some(block) = state.ledger.block_at(ptr) else {
             continue;
         };
         let quota = device_quota(state, block.device, backend).unwrap_or(u64::MAX);
         if make_room(state, block.device, block.size, quota, wanted) {
-            move_in(state, ptr, block);
+            staged.extend(moves::stage_in(state, ptr, block));
+            made_room_on = Some((block.device, quota));
         }
     }
+    // While those copies run, blocks move out until the move budget is
+    // free again, for the next block to come at once: the link carries
+    // both directions together.
+    if let Some((device, quota)) = made_room_on {
+        staged.extend(evict_ahead(state, device, quota, wanted));
+    }
+    moves::finish(state, staged);
+}
+
+/// The share of the quota kept free for blocks coming in (1/8), so that a
+/// block's copy onto the device can start at once and the copies of the
+/// blocks making room overlap it. The tier keeps that much less on the
+/// device: a block that comes later waits for room to be made first.
+const MOVE_BUDGET_DIVISOR: u64 = 8;
+
+/// Stages moves to the host, least needed first, until the room under
+/// `quota` on `device` would be the move budget; `keep` stays.
+fn evict_ahead(state: &State, device: Device, quota: u64, keep: &[usize]) -> Vec<Staged> {
+    let budget = quota / MOVE_BUDGET_DIVISOR;
+    let used = state.ledger.device(device).device_bytes.load(SeqCst);
+    let mut room = quota.saturating_sub(used);
+    let mut staged = Vec::new();
+    if room >= budget {
+        return staged;
+    }
+    let candidates: Vec<(usize, u64)> = state
+        .ledger
+        .tier_on_device(device)
+        .into_iter()
+        .filter(|(ptr, _)| !keep.contains(ptr))
+        .collect();
+    // Blocks larger than the budget stay: moving one out would leave more
+    // free than the budget is for.
+    for (_, size, ptr) in by_next_use(state, candidates) {
+        if room >= budget {
+            break;
+        }
+        if size > budget {
+            continue;
+        }
+        if let Some(out) = moves::stage_out(state, ptr) {
+            staged.push(out);
+            room += size;
+        }
+    }
+    staged
 }
 
 /// Counts the time a move held the job back, when dropped.
@@ -335,122 +386,3 @@ fn make_room(state: &State, device: Device, size: u64, quota: u64, keep: &[usize
     false
 }
 
-/// Copies a block in host memory onto the device (whose bytes the caller
-/// reserved) and remaps it there; on failure it stays where it is and the
-/// reservation is given back.
-fn move_in(state: &State, ptr: usize, block: Block) {
-    let (device, size) = (block.device, block.size);
-    if state.ledger.begin_tier_move(ptr).is_none() {
-        state.ledger.unreserve(device, size);
-        return;
-    }
-    let Some(backing) = state.tier.blocks.get(&ptr).map(|b| *b) else {
-        state.ledger.unreserve(device, size);
-        state.ledger.end_tier_move(ptr, Placement::Host);
-        return;
-    };
-    let result = backing::create(size, device, true)
-        .and_then(|handle| relocate(ptr, size, device, handle, backing.in_host).map(|_| handle));
-    let rc = match result {
-        Ok(handle) => {
-            if let Some(mut entry) = state.tier.blocks.get_mut(&ptr) {
-                entry.on_device = handle;
-                entry.fetched_in = state.access.steps.current() + 1;
-            }
-            state.tier.bytes_in_host.fetch_sub(size, SeqCst);
-            state.tier.moved_in.fetch_add(size, Relaxed);
-            state.tier.moves_in.fetch_add(1, Relaxed);
-            state.ledger.end_tier_move(ptr, Placement::Device);
-            CUDA_SUCCESS
-        }
-        Err(rc) => {
-            state.ledger.unreserve(device, size);
-            state.ledger.end_tier_move(ptr, Placement::Host);
-            rc
-        }
-    };
-    state.record(
-        Op::Promote,
-        Api::cuMemcpyAsync,
-        device.number() as i32,
-        ptr,
-        size,
-        Placement::Device,
-        rc,
-    );
-}
-
-/// Copies a block on the device to its host memory (made on its first
-/// move out) and remaps it there; its device memory is released. False if
-/// it could not move (it stays on the device).
-fn move_out(state: &State, ptr: usize) -> bool {
-    let Some(block) = state.ledger.begin_tier_move(ptr) else {
-        return false;
-    };
-    let (device, size) = (block.device, block.size);
-    let Some(backing) = state.tier.blocks.get(&ptr).map(|b| *b) else {
-        state.ledger.end_tier_move(ptr, Placement::Device);
-        return false;
-    };
-    let host = if backing.in_host != 0 {
-        Ok(backing.in_host)
-    } else {
-        backing::create(size, device, false)
-    };
-    let result = host.and_then(|host| {
-        relocate(ptr, size, device, host, backing.on_device).map(|_| host)
-    });
-    let rc = match result {
-        Ok(host) => {
-            backing::release(backing.on_device);
-            if let Some(mut entry) = state.tier.blocks.get_mut(&ptr) {
-                entry.on_device = 0;
-                entry.in_host = host;
-            }
-            state.tier.bytes_in_host.fetch_add(size, SeqCst);
-            state.tier.moved_out.fetch_add(size, Relaxed);
-            state.tier.moves_out.fetch_add(1, Relaxed);
-            state.ledger.end_tier_move(ptr, Placement::Host);
-            CUDA_SUCCESS
-        }
-        Err(rc) => {
-            if backing.in_host == 0 {
-                if let Ok(host) = host {
-                    backing::release(host);
-                }
-            }
-            state.ledger.end_tier_move(ptr, Placement::Device);
-            rc
-        }
-    };
-    state.record(
-        Op::Demote,
-        Api::cuMemcpyAsync,
-        device.number() as i32,
-        ptr,
-        size,
-        Placement::Host,
-        rc,
-    );
-    rc == CUDA_SUCCESS
-}
-
-/// Moves the block at `ptr` (`size` bytes, mapped to `from`) to `to`: the
-/// bytes are copied into `to` mapped at the staging half, then the block's
-/// range is remapped to `to`. On failure the range still maps `from`.
-fn relocate(ptr: usize, size: u64, device: Device, to: u64, from: u64) -> backing::Result<()> {
-    let at = ptr as CUdeviceptr;
-    let staging = at + size;
-    backing::map(staging, size, to, device)?;
-    let copied = backing::copy(staging, at, size, device);
-    backing::unmap(staging, size);
-    copied?;
-    backing::unmap(at, size);
-    if let Err(rc) = backing::map(at, size, to, device) {
-        if let Err(again) = backing::map(at, size, from, device) {
-            error!("the spill tier could not map the block at {ptr:#x} again (CUDA errors {rc}, {again}); kernels that use it will fail");
-        }
-        return Err(rc);
-    }
-    Ok(())
-}
