@@ -111,7 +111,10 @@ fn a_block_in_host_memory_is_on_the_device_before_the_kernel_that_names_it_with_
         .filter(|m| m.0 == "demote")
         .map(|m| m.1)
         .collect();
-    assert!(!out.is_empty() && out.iter().all(|p| *p == a || *p == b), "{moves:?}");
+    assert!(
+        !out.is_empty() && out.iter().all(|p| *p == a || *p == b),
+        "{moves:?}"
+    );
     let process = &run.trace()["processes"][0];
     assert!(
         process["peak_device"]["0"].as_u64().unwrap() <= 8 * MIB,
@@ -136,7 +139,11 @@ fn eviction_moves_out_the_block_whose_next_use_is_furthest() {
     let mut steps = vec!["malloc:a:4M", "malloc:b:4M", "malloc:c:4M", "repeat:4:6"];
     steps.extend(STEP);
     steps.extend(["peekvia:a:0", "peekvia:b:0", "peekvia:c:0"]);
-    let run = client(Runtime::Fake13, &[("VRAMSHARE_QUOTA", "8MiB"), ("VRAMSHARE_MOVES", "on")], &steps);
+    let run = client(
+        Runtime::Fake13,
+        &[("VRAMSHARE_QUOTA", "8MiB"), ("VRAMSHARE_MOVES", "on")],
+        &steps,
+    );
     run.assert_ok();
     let (a, c) = (
         hex(&run.field("malloc a", "ptr")),
@@ -274,13 +281,18 @@ fn a_quota_cut_moves_the_tiers_blocks_to_the_host_with_their_bytes() {
             .and_then(|map| Registry::new(map).ok());
         if let Some(registry) = found.filter(|r| {
             r.live_slot(pid).is_some_and(|slot| {
-                slot.devices()[0].device_bytes.load(std::sync::atomic::Ordering::Relaxed)
+                slot.devices()[0]
+                    .device_bytes
+                    .load(std::sync::atomic::Ordering::Relaxed)
                     == 12 * MIB
             })
         }) {
             break registry;
         }
-        assert!(began.elapsed() < Duration::from_secs(5), "the client's blocks");
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "the client's blocks"
+        );
         std::thread::sleep(Duration::from_millis(10));
     };
     let counters = &registry.live_slot(pid).unwrap().devices()[0];
@@ -294,7 +306,10 @@ fn a_quota_cut_moves_the_tiers_blocks_to_the_host_with_their_bytes() {
         .load(std::sync::atomic::Ordering::Acquire)
         > 6 * MIB
     {
-        assert!(cut.elapsed() < Duration::from_secs(1), "held to the new quota");
+        assert!(
+            cut.elapsed() < Duration::from_secs(1),
+            "held to the new quota"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!(
@@ -324,7 +339,12 @@ fn blocks_moving_out_ahead_overlap_a_block_coming_in_and_every_block_keeps_its_b
     let mut steps: Vec<String> = names.iter().map(|n| format!("malloc:{n}:2M")).collect();
     steps.push(format!("repeat:3:{}", names.len() + 1));
     steps.push("step".into());
-    steps.extend(names.iter().enumerate().map(|(i, n)| format!("fill:{n}:{}:1", i + 1)));
+    steps.extend(
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| format!("fill:{n}:{}:1", i + 1)),
+    );
     steps.extend(names.iter().map(|n| format!("peekvia:{n}:2")));
     let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
     let run = client(

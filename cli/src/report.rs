@@ -134,6 +134,9 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
         }
         out.push('\n');
     }
+    if let Some(moves) = &process.moves {
+        out.push_str(&moves_line(moves));
+    }
     // Leaks: the shim's list at exit, or else what the events leave unfreed.
     let (leaks, leak_source): (Vec<(u64, String)>, &str) = if !process.leaked.is_empty() {
         (
@@ -216,4 +219,50 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
     }
     out.push_str(&crate::report_access::access_section(process));
     out
+}
+
+/// What the spill tier moved, in one line.
+fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
+    format!(
+        "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping, {:.2} s waiting for the device first\n",
+        moves.to_device,
+        human_bytes(moves.bytes_to_device),
+        moves.to_host,
+        human_bytes(moves.bytes_to_host),
+        moves.left_in_place,
+        moves.seconds,
+        moves.drain_seconds
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vramshare_common::trace_json::MovesJson;
+
+    #[test]
+    fn a_process_that_moved_blocks_says_how_many_how_much_and_how_long() {
+        let process = ProcessJson {
+            pid: 7,
+            cmdline: "train".into(),
+            moves: Some(MovesJson {
+                to_device: 3,
+                to_host: 2,
+                bytes_to_device: 3 << 20,
+                bytes_to_host: 2 << 20,
+                left_in_place: 4,
+                seconds: 1.5,
+                drain_seconds: 0.25,
+                steps: 9,
+            }),
+            ..ProcessJson::default()
+        };
+        let report = process_report(&process, &[]);
+        assert!(
+            report.contains("  moves: 3 onto the device (3.00 MiB), 2 to the host (2.00 MiB); 4 uses left in place; 1.50 s copying and remapping, 0.25 s waiting for the device first\n"),
+            "{report}"
+        );
+        let quiet = process_report(&ProcessJson::default(), &[]);
+        assert!(!quiet.contains("moves:"), "{quiet}");
+    }
 }

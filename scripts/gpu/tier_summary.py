@@ -25,24 +25,24 @@ def quota_of(env):
     return None
 
 
-def moves_of(name):
-    """The tier's moves in the run's trace: (GB moved per step both ways,
-    seconds of moves per step, uses left in place), or None."""
+def moves_of(name, steps):
+    """The tier's moves in the run's trace, per step of the `steps` the run
+    made (warm-up included): (GB moved both ways, seconds of copies and
+    remaps, seconds waiting for the device), or None."""
     path = os.path.join(os.path.dirname(sys.argv[1]), f"trace-{name}.json")
     try:
-        process = json.load(open(path))["processes"][0]
+        moves = json.load(open(path))["processes"][0].get("moves")
     except (OSError, ValueError, KeyError, IndexError):
         return None
-    moves, steps = process.get("moves"), process.get("access", {}).get("steps", 0)
     if not moves or not steps:
         return None
     moved = (moves["bytes_to_device"] + moves["bytes_to_host"]) / steps / 1e9
-    return moved, moves["seconds"] / steps, moves["left_in_place"]
+    return moved, moves["seconds"] / steps, moves.get("drain_seconds", 0) / steps
 
 
 runs = [json.loads(line) for line in open(sys.argv[1])]
 native = {r["job"]: r for r in runs if r["name"].endswith("-native") and r["result"]}
-print("| run | exit | step ms (median) | x native | x floor | losses = native | most device bytes / quota | link GB/step (rx+tx) | moved GB/step | moves ms/step | left in place |")
+print("| run | exit | step ms (median) | x native | x floor | losses = native | most device bytes / quota | link GB/step (rx+tx) | moved GB/step | copy+remap ms/step | drain ms/step |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for run in runs:
     result = run["result"]
@@ -63,6 +63,6 @@ for run in runs:
     link = "-"
     if "link_rx_bytes_per_step" in result:
         link = f"{(result['link_rx_bytes_per_step'] + result['link_tx_bytes_per_step']) / 1e9:.1f}"
-    moved = moves_of(run["name"])
-    tier = f"{moved[0]:.1f} | {1e3 * moved[1]:.0f} | {moved[2]}" if moved else "- | - | -"
+    moved = moves_of(run["name"], len(result["values"]))
+    tier = f"{moved[0]:.1f} | {1e3 * moved[1]:.0f} | {1e3 * moved[2]:.0f}" if moved else "- | - | -"
     print(f"| {run['name']} | {run['exit']} | {step:.1f} | {step / native_step:.2f} | {step / floor:.2f} | {same} | {held} | {link} | {tier} |")

@@ -135,7 +135,11 @@ static DRIVER_STREAMS_OUT: [AtomicPtr<c_void>; MAX_DEVICES] =
 
 /// In a forked child: the parent's streams are not the child's.
 pub fn forget_streams() {
-    for slot in STREAMS.iter().chain(&DRIVER_STREAMS).chain(&DRIVER_STREAMS_OUT) {
+    for slot in STREAMS
+        .iter()
+        .chain(&DRIVER_STREAMS)
+        .chain(&DRIVER_STREAMS_OUT)
+    {
         slot.store(std::ptr::null_mut(), Ordering::Release);
     }
 }

@@ -193,4 +193,3 @@ pub fn drain(api: Api) -> Result<()> {
         Backend::Driver => check(unsafe { real::cuCtxSynchronize() }),
     }
 }
-

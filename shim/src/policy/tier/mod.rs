@@ -74,7 +74,9 @@ pub fn place(
     let failed = |what: &str, rc: CUresult| {
         debug!("the spill tier could not make a block of {} ({what}: CUDA error {rc}); made without it", human_bytes(size));
     };
-    backing::ready(api).map_err(|rc| failed("context", rc)).ok()?;
+    backing::ready(api)
+        .map_err(|rc| failed("context", rc))
+        .ok()?;
     let ptr = backing::reserve(size)
         .map_err(|rc| failed("address range", rc))
         .ok()?;
@@ -385,4 +387,3 @@ fn make_room(state: &State, device: Device, size: u64, quota: u64, keep: &[usize
     }
     false
 }
-

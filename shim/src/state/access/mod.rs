@@ -218,9 +218,7 @@ impl Access {
                 starts
                     .iter()
                     .map(|start| match snapshot.find(*start as u64) {
-                        Some(index) if marked => {
-                            next_use(&snapshot.profiles[index], place, length)
-                        }
+                        Some(index) if marked => next_use(&snapshot.profiles[index], place, length),
                         Some(index) => least_recent_first(&snapshot.profiles[index]),
                         None => u64::MAX,
                     })
@@ -319,10 +317,17 @@ mod tests {
         let mut recurrence = Recurrence::ZERO;
         let params: [u64; 5] = [7, 0x10008, 0x10010, 0x20fff, 0x30000];
         let kernel = (0x99, Launch::Kernel);
-        let named = access.launch(&ledger, kernel, Some(&mut recurrence), 5, |n| {
-            // SAFETY: the array is 40 readable bytes.
-            unsafe { n.words(params.as_ptr().cast(), 40) }
-        }, &mut InHost::default());
+        let named = access.launch(
+            &ledger,
+            kernel,
+            Some(&mut recurrence),
+            5,
+            |n| {
+                // SAFETY: the array is 40 readable bytes.
+                unsafe { n.words(params.as_ptr().cast(), 40) }
+            },
+            &mut InHost::default(),
+        );
         assert_eq!(named, 2, "two pointers into the first block count once");
         let profiles = access.index.profiles();
         assert!(profiles.iter().all(|p| p.uses() == 1 && p.stream() == 5));
@@ -333,16 +338,30 @@ mod tests {
             b[4..12].copy_from_slice(&0x10000u64.to_le_bytes());
             b
         };
-        let named = access.launch(&ledger, kernel, Some(&mut recurrence), 5, |n| {
-            // SAFETY: 12 readable bytes.
-            unsafe { n.words(bytes.as_ptr(), 12) }
-        }, &mut InHost::default());
+        let named = access.launch(
+            &ledger,
+            kernel,
+            Some(&mut recurrence),
+            5,
+            |n| {
+                // SAFETY: 12 readable bytes.
+                unsafe { n.words(bytes.as_ptr(), 12) }
+            },
+            &mut InHost::default(),
+        );
         assert_eq!(named, 0);
         // A block freed is no longer named (once the index is rebuilt: at
         // most every 100 µs).
         let _ = ledger.take(0x20000);
         std::thread::sleep(std::time::Duration::from_micros(300));
-        let named = access.launch(&ledger, kernel, None, 5, |n| n.word(0x20008), &mut InHost::default());
+        let named = access.launch(
+            &ledger,
+            kernel,
+            None,
+            5,
+            |n| n.word(0x20008),
+            &mut InHost::default(),
+        );
         assert_eq!(named, 0);
     }
 }
