@@ -329,6 +329,9 @@ fn a_quota_changed_while_the_job_runs_demotes_then_promotes() {
             "sleep:3000",
         ])
         .args(["malloc:c:4M", "sleep:3000"])
+        // Spilled blocks are managed memory here, promoted when room comes;
+        // the spill tier's blocks come back when next used (tests/tier.rs).
+        .env("VRAMSHARE_MOVES", "off")
         .env("VRAMSHARE_LIB", shim_library())
         .stdout(Stdio::null())
         .spawn()

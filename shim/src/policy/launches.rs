@@ -119,7 +119,7 @@ pub unsafe fn launch(
         Library::Outside => unsafe { attribute(state, &launched, &mut in_host) },
     };
     state.count_launch(api, how);
-    tier::fetch(state, api, in_host.starts());
+    tier::fetch(state, api, in_host.starts(), in_host.named());
     let _inside = tier::enter(state);
     real()
 }
@@ -408,7 +408,7 @@ fn fetch_operands(state: &State, api: Api, operands: &[*const c_void]) {
             .for_each(|operand| naming.word(*operand as u64))
     };
     let named = state.access.blocks_named(&state.ledger, read);
-    tier::fetch(state, api, &named);
+    tier::fetch(state, api, &named, &named);
 }
 
 /// A use by `api` (a library call, a copy) on `stream` of the blocks its
@@ -449,7 +449,7 @@ pub fn copy_call(api: Api, operands: &[u64], stream: usize, real: impl FnOnce() 
     let mut in_host = InHost::default();
     let operands = operands.iter().copied();
     name_operands(state, (api, Launch::Copy), operands, stream, &mut in_host);
-    tier::fetch(state, api, in_host.starts());
+    tier::fetch(state, api, in_host.starts(), in_host.named());
     let _inside = tier::enter(state);
     real()
 }

@@ -118,7 +118,13 @@ impl Gate {
         if DEPTH.try_with(|d| d.get()).unwrap_or(1) != 0 {
             return None;
         }
-        let mover = self.mover.try_lock().ok()?;
+        // A panic in an earlier move (caught at the hook) leaves no state
+        // behind the lock: its guard is taken back.
+        let mover = match self.mover.try_lock() {
+            Ok(guard) => guard,
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
         self.closed.store(true, SeqCst);
         let closed = Closed {
             gate: self,

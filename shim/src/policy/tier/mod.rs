@@ -161,11 +161,16 @@ pub fn enter(state: &State) -> Option<Inside<'_>> {
 /// Before work that names `wanted` (blocks in host memory, by start):
 /// brings the tier's among them onto the device where they fit, making
 /// room as the module says. A block that cannot come is read in place.
-pub fn fetch(state: &State, api: Api, wanted: &[usize]) {
+pub fn fetch(state: &State, api: Api, wanted: &[usize], keep: &[usize]) {
     if wanted.is_empty() || state.tier.bytes_in_host.load(Relaxed) == 0 {
         return;
     }
     let backend = Backend::of(api);
+    // The wait below is for the calling thread's device: only its blocks
+    // move.
+    let Ok(current) = backend.current_device() else {
+        return;
+    };
     // No step found yet: no cap (0 matches no block's step).
     let step = if state.access.steps.steps() > 0 {
         state.access.steps.current() + 1
@@ -181,8 +186,9 @@ pub fn fetch(state: &State, api: Api, wanted: &[usize]) {
             b.tiered
                 && !b.moving
                 && b.placement == Placement::Host
+                && b.device == current
                 && !fetched_in(state, *ptr, step)
-                && could_fit(state, b, device_quota(state, b.device, backend), wanted)
+                && could_fit(state, b, device_quota(state, b.device, backend), keep)
         })
     };
     if !wanted.iter().any(movable) {
@@ -213,16 +219,24 @@ pub fn fetch(state: &State, api: Api, wanted: &[usize]) {
             continue;
         };
         let quota = device_quota(state, block.device, backend).unwrap_or(u64::MAX);
-        if make_room(state, block.device, block.size, quota, wanted) {
-            staged.extend(moves::stage_in(state, ptr, block));
+        let came = make_room(state, block.device, block.size, quota, keep)
+            && moves::stage_in(state, ptr, block)
+                .map(|s| staged.push(s))
+                .is_some();
+        if came {
             made_room_on = Some((block.device, quota));
+        } else if let Some(mut backing) = state.tier.blocks.get_mut(&ptr) {
+            // No room after all (a pool's budget, say) or no memory: the
+            // block is read in place for the rest of the step, rather than
+            // every launch that names it waiting for the device again.
+            backing.fetched_in = step;
         }
     }
     // While those copies run, blocks move out until the move budget is
     // free again, for the next block to come at once: the link carries
     // both directions together.
     if let Some((device, quota)) = made_room_on {
-        staged.extend(evict_ahead(state, device, quota, wanted));
+        staged.extend(evict_ahead(state, device, quota, keep));
     }
     moves::finish(state, staged);
 }
@@ -258,7 +272,7 @@ fn evict_ahead(state: &State, device: Device, quota: u64, keep: &[usize]) -> Vec
         if size > budget {
             continue;
         }
-        if let Some(out) = moves::stage_out(state, ptr) {
+        if let Some(out) = moves::stage_out(state, ptr, size) {
             staged.push(out);
             room += size;
         }
@@ -302,28 +316,35 @@ fn could_fit(state: &State, block: Block, quota: Option<u64>, keep: &[usize]) ->
     }
     let used = state.ledger.device(block.device).device_bytes.load(Relaxed);
     let room = quota.saturating_sub(used);
-    room >= block.size || {
-        let movable: u64 = state
-            .ledger
-            .tier_on_device(block.device)
-            .iter()
-            .filter(|(ptr, _)| !keep.contains(ptr))
-            .map(|(_, size)| size)
-            .sum();
-        room + movable >= block.size
-    }
+    // A pool's budget holds the members' device bytes together: moving
+    // this process's blocks out frees that much of it, no more.
+    let pool_room = super::moves::pool_room(state, block.device);
+    let movable = movable_all(state, block.device, keep);
+    room.saturating_add(movable) >= block.size && pool_room.saturating_add(movable) >= block.size
+}
+
+/// Bytes of the tier's blocks on `device` that `keep` does not name.
+fn movable_all(state: &State, device: Device, keep: &[usize]) -> u64 {
+    state
+        .ledger
+        .tier_on_device(device)
+        .iter()
+        .filter(|(ptr, _)| !keep.contains(ptr))
+        .map(|(_, size)| size)
+        .sum()
 }
 
 /// Moves the tier's blocks on `device` to the host, the least needed
 /// first, while `more(bytes moved so far)` (a quota or a pool's budget
 /// cut, or a pool member of higher priority wanting room). The bytes moved.
 pub fn evict_while(state: &State, device: Device, mut more: impl FnMut(u64) -> bool) -> u64 {
-    let candidates = state.ledger.tier_on_device(device);
-    let Some(api) = candidates
-        .first()
-        .and_then(|(ptr, _)| state.ledger.block_at(*ptr))
-        .map(|block| block.api)
-    else {
+    let api_of = |candidates: &[(usize, u64)]| {
+        candidates
+            .first()
+            .and_then(|(ptr, _)| state.ledger.block_at(*ptr))
+            .map(|block| block.api)
+    };
+    let Some(api) = api_of(&state.ledger.tier_on_device(device)) else {
         return 0;
     };
     if state.access.graphs.capturing_any() || backing::ready(api).is_err() {
@@ -332,6 +353,8 @@ pub fn evict_while(state: &State, device: Device, mut more: impl FnMut(u64) -> b
     let Some(_closed) = state.tier.gate.close() else {
         return 0;
     };
+    // Listed again behind the gate: a launch's move may have taken some.
+    let candidates = state.ledger.tier_on_device(device);
     if backing::drain(api).is_err() {
         return 0;
     }
@@ -340,7 +363,7 @@ pub fn evict_while(state: &State, device: Device, mut more: impl FnMut(u64) -> b
         if !more(moved) {
             break;
         }
-        if move_out(state, ptr) {
+        if move_out(state, ptr, size) {
             moved += size;
         }
     }
@@ -380,8 +403,8 @@ fn make_room(state: &State, device: Device, size: u64, quota: u64, keep: &[usize
         // Moving every candidate out would still leave too little room.
         return false;
     }
-    for (_, _, ptr) in by_next_use(state, candidates) {
-        if move_out(state, ptr) && state.ledger.try_reserve(device, size, quota) {
+    for (_, victim, ptr) in by_next_use(state, candidates) {
+        if move_out(state, ptr, victim) && state.ledger.try_reserve(device, size, quota) {
             return true;
         }
     }

@@ -35,7 +35,11 @@ pub struct Staged {
 pub fn stage_in(state: &State, ptr: usize, block: Block) -> Option<Staged> {
     let (device, size) = (block.device, block.size);
     let give_back = || state.ledger.unreserve(device, size);
-    if state.ledger.begin_tier_move(ptr).is_none() {
+    if state
+        .ledger
+        .begin_tier_move(ptr, Placement::Host, size)
+        .is_none()
+    {
         give_back();
         return None;
     }
@@ -68,9 +72,9 @@ pub fn stage_in(state: &State, ptr: usize, block: Block) -> Option<Staged> {
 
 /// Stages the move of a block on the device to its host memory (made on
 /// its first move out); `None` if it cannot move.
-pub fn stage_out(state: &State, ptr: usize) -> Option<Staged> {
-    let block = state.ledger.begin_tier_move(ptr)?;
-    let (device, size) = (block.device, block.size);
+pub fn stage_out(state: &State, ptr: usize, size: u64) -> Option<Staged> {
+    let block = state.ledger.begin_tier_move(ptr, Placement::Device, size)?;
+    let device = block.device;
     let backing = state.tier.blocks.get(&ptr).map(|b| *b);
     let staged = backing.and_then(|backing| {
         let made_host = backing.in_host == 0;
@@ -214,6 +218,6 @@ fn remap(at: CUdeviceptr, size: u64, device: Device, to: u64, from: u64) -> back
 }
 
 /// Moves a block on the device to the host, waiting for it.
-pub fn move_out(state: &State, ptr: usize) -> bool {
-    stage_out(state, ptr).is_some_and(|staged| finish(state, vec![staged])[0])
+pub fn move_out(state: &State, ptr: usize, size: u64) -> bool {
+    stage_out(state, ptr, size).is_some_and(|staged| finish(state, vec![staged])[0])
 }

@@ -59,24 +59,37 @@ impl Launch {
     }
 }
 
-/// Blocks a use named that were in host memory, by start: what the spill
-/// tier may bring onto the device before the use is made.
+/// The blocks a use named, by start, and which of them were in host
+/// memory: what the spill tier may bring onto the device before the use
+/// is made, and what it must not move out to make room.
 #[derive(Default)]
 pub struct InHost {
     starts: [usize; 8],
     count: usize,
+    named: [usize; 16],
+    named_count: usize,
 }
 
 impl InHost {
-    fn push(&mut self, start: usize) {
-        if self.count < self.starts.len() {
+    fn note(&mut self, start: usize, in_host: bool) {
+        if in_host && self.count < self.starts.len() {
             self.starts[self.count] = start;
             self.count += 1;
         }
+        if self.named_count < self.named.len() {
+            self.named[self.named_count] = start;
+            self.named_count += 1;
+        }
     }
 
+    /// Those in host memory.
     pub fn starts(&self) -> &[usize] {
         &self.starts[..self.count]
+    }
+
+    /// All of them (the first 16).
+    pub fn named(&self) -> &[usize] {
+        &self.named[..self.named_count]
     }
 }
 
@@ -160,9 +173,7 @@ impl Access {
                 for index in naming.named() {
                     let spilled = snapshot.in_host(index);
                     snapshot.profiles[index].touch(place, stream, via, spilled);
-                    if spilled {
-                        in_host.push(snapshot.profiles[index].start);
-                    }
+                    in_host.note(snapshot.profiles[index].start, spilled);
                 }
                 naming.count
             })
@@ -261,7 +272,8 @@ pub fn next_use(profile: &profile::BlockProfile, place: steps::Place, length: u6
             if this.is_none() && before.first > now {
                 before.first - now
             } else {
-                ((before.last - before.first) / before.uses.max(1)).max(1)
+                // Two threads' positions may blur first and last.
+                (before.last.saturating_sub(before.first) / before.uses.max(1)).max(1)
             }
         }
         (Some(before), _) => length.saturating_sub(now) + before.first,

@@ -476,11 +476,13 @@ impl Ledger {
         Some(block.api)
     }
 
-    /// Marks the tier's block at `ptr` as moving; the block, or `None` if
-    /// it is gone, moving already, or no block of the tier's.
-    pub fn begin_tier_move(&self, ptr: usize) -> Option<Block> {
+    /// Marks the tier's block at `ptr`, of `size` bytes at `from`, as
+    /// moving; the block, or `None` if it is gone, moving already, no block
+    /// of the tier's, or not the block the caller picked (moved meanwhile,
+    /// or freed and another made at its address).
+    pub fn begin_tier_move(&self, ptr: usize, from: Placement, size: u64) -> Option<Block> {
         let mut block = self.blocks.get_mut(&ptr)?;
-        if block.moving || !block.tiered {
+        if block.moving || !block.tiered || block.placement != from || block.size != size {
             return None;
         }
         block.moving = true;
