@@ -125,6 +125,19 @@ pub fn watch() {
             }
             let before = state.applied_quota[device.index()].swap(now, Ordering::AcqRel);
             if before == now {
+                // A cut whose moves gave way (the job's threads busy in
+                // CUDA) is tried again at each look while still over it.
+                let over = state
+                    .ledger
+                    .device(device)
+                    .device_bytes
+                    .load(Ordering::Acquire)
+                    > now;
+                if over && !state.tier.blocks.is_empty() && use_device(device) {
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        policy::demote_to_quota(state, device, Backend::Runtime)
+                    }));
+                }
                 continue;
             }
             let show = |q: u64| {
