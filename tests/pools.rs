@@ -542,3 +542,79 @@ fn a_member_killed_in_the_middle_of_a_move_leaves_the_pool_exact() {
         "the last to leave freed the pool"
     );
 }
+
+#[test]
+fn a_member_killed_while_the_spill_tier_moves_its_block_leaves_the_pool_exact() {
+    let _serial = one_at_a_time();
+    let work = tempfile::tempdir().unwrap();
+    let shm = work.path().join("shm");
+    let log = work.path().join("calls.log");
+    let stay = spawn_member(
+        &shm,
+        "client",
+        &["malloc:s:4M", "sleep:8000"],
+        "tier",
+        "32MiB",
+    );
+    wait_for_pool(&shm, "tier", 4 * MIB);
+    // a, b, c fill the 28 MiB left; d is over the budget, in host memory.
+    // Its kernel brings it in: a block moves out first, then d's bytes
+    // cross, each copy keeping the shim three seconds.
+    let mover = member_command(
+        &shm,
+        "client",
+        &[
+            "malloc:a:8M",
+            "malloc:b:8M",
+            "malloc:c:8M",
+            "malloc:d:8M",
+            "fill:d:1:0",
+            "sleep:10000",
+        ],
+        "tier",
+        "32MiB",
+        "normal",
+    )
+    .env("VRAMSHARE_MOVES", "on")
+    .env("FAKE_CUDA_MOVE_DELAY_MS", "3000")
+    .env("FAKE_CUDA_LOG", &log)
+    .spawn()
+    .unwrap();
+    // Killed once d's own copy has begun: its device memory is in the pool.
+    poll_until(
+        Duration::from_secs(10),
+        || {
+            let calls = std::fs::read_to_string(&log).unwrap_or_default();
+            calls
+                .lines()
+                .filter(|l| l.contains("cuMemcpyAsync "))
+                .count()
+                >= 2
+        },
+        |_| std::fs::read_to_string(&log).unwrap_or_default(),
+    );
+    assert_eq!(
+        pool_bytes(&shm, "tier"),
+        Some(28 * MIB),
+        "d counted in flight"
+    );
+    let mut mover = mover;
+    mover.kill().unwrap(); // SIGKILL, mid-move
+    mover.wait().unwrap();
+    poll_until(
+        Duration::from_secs(1),
+        || pool_bytes(&shm, "tier") == Some(4 * MIB),
+        |waited| {
+            format!(
+                "after {waited:?} the pool still counts {:?}",
+                pool_bytes(&shm, "tier")
+            )
+        },
+    );
+    assert!(stay.wait_with_output().unwrap().status.success());
+    assert_eq!(
+        pool_bytes(&shm, "tier"),
+        None,
+        "the last to leave freed the pool"
+    );
+}

@@ -390,3 +390,72 @@ fn blocks_moving_out_ahead_overlap_a_block_coming_in_and_every_block_keeps_its_b
     let process = &run.trace()["processes"][0];
     assert!(process["peak_device"]["0"].as_u64().unwrap() <= 16 * MIB);
 }
+
+#[test]
+fn a_captured_graph_brings_its_blocks_in_at_its_launch_and_nothing_moves_while_capturing() {
+    let run = client(
+        Runtime::Fake13,
+        &[("VRAMSHARE_QUOTA", "8MiB"), ("VRAMSHARE_MOVES", "on")],
+        &[
+            "malloc:a:4M",
+            "malloc:b:4M",
+            "malloc:c:4M",
+            "capture",
+            "kernel:rt:c:-:-",
+            "endcapture",
+            "instantiate",
+            "sleep:1",
+            "replay",
+            "sync",
+        ],
+    );
+    run.assert_ok();
+    let c = hex(&run.field("malloc c", "ptr"));
+    let moves = tier_moves(&run);
+    assert!(moves.contains(&("promote".into(), c)), "{moves:?}");
+    // The first move came with the graph's launch, none before it: the
+    // capture itself ran nothing.
+    let replay = run
+        .calls
+        .iter()
+        .position(|c| c.contains("cudaGraphLaunch"))
+        .expect("the replay");
+    let first_copy = run
+        .calls
+        .iter()
+        .position(|c| c.contains("cuMemcpyAsync "))
+        .expect("a move");
+    let captured_end = run
+        .calls
+        .iter()
+        .position(|c| c.contains("cudaStreamEndCapture"))
+        .expect("the capture's end");
+    assert!(
+        first_copy > captured_end && first_copy < replay,
+        "moved after the capture ended and before the graph launched: {:#?}",
+        run.calls
+    );
+}
+
+#[test]
+fn exporting_a_tier_block_for_another_process_is_refused_and_says_how_to_share_it() {
+    let steps = ["malloc:a:4M", "ipc:a"];
+    let moves = |on: &str| {
+        client(
+            Runtime::Fake13,
+            &[
+                ("VRAMSHARE_QUOTA", "16MiB"),
+                ("VRAMSHARE_MOVES", on),
+                ("VRAMSHARE_LOG", "warn"),
+            ],
+            &steps,
+        )
+    };
+    let run = moves("on");
+    run.assert_ok();
+    assert_ne!(run.rc("ipc a"), 0, "CUDA's own refusal, passed on");
+    assert!(run.stderr.contains("VRAMSHARE_MOVES=off"), "{}", run.stderr);
+    let run = moves("off");
+    run.assert_ok();
+    assert_eq!(run.rc("ipc a"), 0, "cudaMalloc's memory exports");
+}

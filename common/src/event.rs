@@ -169,6 +169,8 @@ named_enum! {
         cuMemcpyDtoDAsync_v2 = 88 => "cuMemcpyDtoDAsync_v2",
         cuMemsetD8Async = 89 => "cuMemsetD8Async",
         cuMemsetD32Async = 90 => "cuMemsetD32Async",
+        cudaIpcGetMemHandle = 91 => "cudaIpcGetMemHandle",
+        cuIpcGetMemHandle = 92 => "cuIpcGetMemHandle",
     }
 }
 

@@ -28,6 +28,7 @@
  *   (cudaMemsetAsync of NAME on S)  peekvia:NAME:S (a kernel on S that reads
  *   the first and last byte of NAME through a pointer kept in host memory,
  *   which its parameters do not show; then cudaDeviceSynchronize)
+ *   ipc:NAME (cudaIpcGetMemHandle of NAME)
  * SIZE is bytes, or with K, M or G (binary). Each step prints one line.
  */
 #define _GNU_SOURCE
@@ -373,6 +374,9 @@ static int run(char *step) {
         printf("sync rc=%d\n", cudaDeviceSynchronize());
     } else if (!strcmp(op, "hostbytes")) {
         printf("hostbytes rc=0 first=%d last=%d\n", copied_size ? copied[0] : -1, copied_size ? copied[copied_size - 1] : -1);
+    } else if (!strcmp(op, "ipc")) {
+        char handle[64];
+        printf("ipc %s rc=%d\n", fields[1], cudaIpcGetMemHandle((void *)handle, lookup(fields[1])));
     } else if (!strcmp(op, "peekvia")) {
         static int described;
         if (!described) {

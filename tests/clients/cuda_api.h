@@ -34,6 +34,7 @@ cudaError_t cudaEventRecord(void *e, cudaStream_t s);
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, void *e, unsigned flags);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s);
+cudaError_t cudaIpcGetMemHandle(void *handle, void *p); /* handle: a cudaIpcMemHandle_t, 64 bytes */
 
 typedef struct { unsigned x, y, z; } dim3;
 cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shared, cudaStream_t s);

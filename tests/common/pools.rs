@@ -58,6 +58,9 @@ pub fn member_command(
         .env("VRAMSHARE_POOL", pool)
         .env("VRAMSHARE_POOL_QUOTA", budget)
         .env("VRAMSHARE_PRIORITY", priority)
+        // Spilled blocks are managed memory unless a test turns the spill
+        // tier's moves on.
+        .env("VRAMSHARE_MOVES", "off")
         .env(
             "VRAMSHARE_TRACE",
             shm.parent().unwrap().join("trace-%p.json"),

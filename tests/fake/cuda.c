@@ -342,9 +342,12 @@ CUresult cuGraphDestroy(void *graph) { trace("cuGraphDestroy graph=%p", graph); 
 
 /* Copies and memsets of the driver, made at once (its streams do not run
  * work apart from the host's here). */
+/* Logged when called; FAKE_CUDA_MOVE_DELAY_MS holds the caller first, as a
+ * large copy over the link does. */
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-    memcpy((void *)dst, (void *)src, n);
     trace("cuMemcpyAsync dst=%#llx src=%#llx size=%zu", dst, src, n);
+    move_delay();
+    memcpy((void *)dst, (void *)src, n);
     return OK;
 }
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s) { memcpy((void *)dst, src, n); return OK; }

@@ -53,6 +53,17 @@ __attribute__((constructor)) static void load_driver(void) {
     (void)dlopen(path, RTLD_NOW | RTLD_LOCAL);
 }
 
+/* As CUDA's legacy IPC: only memory cudaMalloc made can be exported. */
+cudaError_t cudaIpcGetMemHandle(void *handle, void *p) {
+    pthread_mutex_lock(&lock);
+    struct block *b = find(p);
+    int ours = b && !b->managed;
+    pthread_mutex_unlock(&lock);
+    if (ours) memset(handle, 0, 64);
+    trace("cudaIpcGetMemHandle ptr=%p rc=%d", p, ours ? OK : INVALID_VALUE);
+    return ours ? OK : INVALID_VALUE;
+}
+
 cudaError_t cudaDeviceSynchronize(void) {
     if (no_device()) return NO_DEVICE;
     drain_all();

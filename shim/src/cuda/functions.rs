@@ -101,6 +101,10 @@ macro_rules! cuda_functions {
                 fn cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, count: usize, stream: CUstream);
                 fn cuMemsetD8Async(dst: CUdeviceptr, value: u8, count: usize, stream: CUstream);
                 fn cuMemsetD32Async(dst: CUdeviceptr, value: c_uint, count: usize, stream: CUstream);
+                // Exporting memory to other processes: the spill tier's blocks
+                // cannot be, and a refusal says so.
+                fn cudaIpcGetMemHandle(handle: *mut c_void, ptr: *mut c_void);
+                fn cuIpcGetMemHandle(handle: *mut c_void, ptr: CUdeviceptr);
                 // Math library calls whose kernels hide their operands: the
                 // call's own operand pointers are read instead.
                 fn cublasLtMatmul(handle: LibraryHandle, desc: LibraryHandle, alpha: *const c_void, a: *const c_void, a_layout: LibraryHandle, b: *const c_void, b_layout: LibraryHandle, beta: *const c_void, c: *const c_void, c_layout: LibraryHandle, d: *mut c_void, d_layout: LibraryHandle, algo: *const c_void, workspace: *mut c_void, workspace_size: usize, stream: cudaStream_t);

@@ -63,6 +63,7 @@ const PER_THREAD_FORMS: &[&str] = &[
     "cuMemcpyDtoDAsync",
     "cuMemsetD8Async",
     "cuMemsetD32Async",
+    "cuIpcGetMemHandle",
 ];
 
 /// The name of the form of `symbol` that a lookup at CUDA `version` (None:

@@ -62,10 +62,17 @@ where
         }
     };
     let quota = device_quota(state, device, backend);
+    // The tier holds a block to half the limit: the quota, or the pool's
+    // budget where that is lower (or the only one).
+    let pool_budget = state.pool.and_then(|(_, pool)| pool.budget(device));
+    let tier_limit = match (quota, pool_budget) {
+        (Some(quota), Some(budget)) => Some(quota.min(budget)),
+        (quota, budget) => quota.or(budget),
+    };
     let tiered = if movable(state, api) {
         None
     } else {
-        tier::tier_size(api, size as usize, quota)
+        tier::tier_size(api, size as usize, tier_limit)
     };
     let size = tiered.unwrap_or(size);
     let usage = state.ledger.device(device);

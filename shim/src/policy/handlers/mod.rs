@@ -332,3 +332,17 @@ pub unsafe fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> cudaError_t {
     // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe { super::mem_unmap(ptr, size, || real::cuMemUnmap(ptr, size)) }
 }
+
+pub unsafe fn cudaIpcGetMemHandle(handle: *mut c_void, ptr: *mut c_void) -> cudaError_t {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    let rc = unsafe { real::cudaIpcGetMemHandle(handle, ptr) };
+    super::ipc_refused(Api::cudaIpcGetMemHandle, ptr as usize, rc);
+    rc
+}
+
+pub unsafe fn cuIpcGetMemHandle(handle: *mut c_void, ptr: CUdeviceptr) -> CUresult {
+    // SAFETY: the caller's arguments, as CUDA would receive them.
+    let rc = unsafe { real::cuIpcGetMemHandle(handle, ptr) };
+    super::ipc_refused(Api::cuIpcGetMemHandle, ptr as usize, rc);
+    rc
+}

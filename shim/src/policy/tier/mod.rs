@@ -153,6 +153,25 @@ pub fn free(state: &State, api: Api, ptr: usize, block: &Block) -> cudaError_t {
     cudaSuccess
 }
 
+/// After CUDA refused to export `ptr` for another process (`rc`): if it
+/// lies in one of the tier's blocks, which CUDA's IPC cannot export, says
+/// so once, with the way out.
+pub fn ipc_refused(api: Api, ptr: usize, rc: cudaError_t) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if rc == cudaSuccess {
+        return;
+    }
+    let state = crate::state::state();
+    let ours = state
+        .tier
+        .blocks
+        .iter()
+        .any(|entry| (*entry.key()..*entry.key() + entry.value().size as usize).contains(&ptr));
+    if ours && !SAID.swap(true, Relaxed) {
+        warn!("{} of {ptr:#x} failed (CUDA error {rc}): the block is virtual memory of vramshare's spill tier, which CUDA cannot export to another process; run the job with VRAMSHARE_MOVES=off to share its memory", api.name());
+    }
+}
+
 /// Enters the gate for work handed to CUDA, once the tier has blocks.
 pub fn enter(state: &State) -> Option<Inside<'_>> {
     (!state.tier.blocks.is_empty()).then(|| state.tier.gate.enter())
@@ -224,7 +243,8 @@ pub fn fetch(state: &State, api: Api, wanted: &[usize], keep: &[usize]) {
                 .map(|s| staged.push(s))
                 .is_some();
         if came {
-            made_room_on = Some((block.device, quota));
+            let budget = state.pool.and_then(|(_, pool)| pool.budget(block.device));
+            made_room_on = Some((block.device, quota.min(budget.unwrap_or(u64::MAX))));
         } else if let Some(mut backing) = state.tier.blocks.get_mut(&ptr) {
             // No room after all (a pool's budget, say) or no memory: the
             // block is read in place for the rest of the step, rather than
@@ -248,11 +268,14 @@ pub fn fetch(state: &State, api: Api, wanted: &[usize], keep: &[usize]) {
 const MOVE_BUDGET_DIVISOR: u64 = 8;
 
 /// Stages moves to the host, least needed first, until the room under
-/// `quota` on `device` would be the move budget; `keep` stays.
-fn evict_ahead(state: &State, device: Device, quota: u64, keep: &[usize]) -> Vec<Staged> {
-    let budget = quota / MOVE_BUDGET_DIVISOR;
+/// `limit` (the quota, or the pool's budget if lower) on `device` would be
+/// the move budget; `keep` stays.
+fn evict_ahead(state: &State, device: Device, limit: u64, keep: &[usize]) -> Vec<Staged> {
+    let budget = limit / MOVE_BUDGET_DIVISOR;
     let used = state.ledger.device(device).device_bytes.load(SeqCst);
-    let mut room = quota.saturating_sub(used);
+    let mut room = limit
+        .saturating_sub(used)
+        .min(super::moves::pool_room(state, device));
     let mut staged = Vec::new();
     if room >= budget {
         return staged;
@@ -304,14 +327,17 @@ fn fetched_in(state: &State, ptr: usize, step: u64) -> bool {
     again
 }
 
-/// Whether `block` could come onto its device under `quota`: it takes at
-/// most half of it, and the room left plus the tier's blocks there that
-/// the work does not name (`keep`) would hold it.
+/// Whether `block` could come onto its device under `quota` and the
+/// pool's budget: it takes at most half of the lower, and the room left
+/// under each, plus the tier's blocks there that the work does not name
+/// (`keep`), would hold it.
 fn could_fit(state: &State, block: Block, quota: Option<u64>, keep: &[usize]) -> bool {
-    let Some(quota) = quota else {
-        return true;
-    };
-    if block.size > quota / 2 {
+    let quota = quota.unwrap_or(u64::MAX);
+    let budget = state
+        .pool
+        .and_then(|(_, pool)| pool.budget(block.device))
+        .unwrap_or(u64::MAX);
+    if block.size > quota.min(budget) / 2 {
         return false;
     }
     let used = state.ledger.device(block.device).device_bytes.load(Relaxed);
