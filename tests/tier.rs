@@ -33,6 +33,15 @@ fn tier_moves(run: &Run) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// The blocks moved out right before each move of `block` in.
+fn moved_out_for(moves: &[(String, u64)], block: u64) -> Vec<u64> {
+    moves
+        .windows(2)
+        .filter(|pair| pair[1] == ("promote".to_string(), block) && pair[0].0 == "demote")
+        .map(|pair| pair[0].1)
+        .collect()
+}
+
 const MIB: u64 = 1 << 20;
 
 #[test]
@@ -152,12 +161,7 @@ fn eviction_moves_out_the_block_whose_next_use_is_furthest() {
     let moves = tier_moves(&run);
     // The block moved out to make room for c, at each of c's uses after
     // the first step (which has no step before it to predict from).
-    let victims: Vec<u64> = moves
-        .windows(2)
-        .filter(|pair| pair[1] == ("promote".to_string(), c) && pair[0].0 == "demote")
-        .map(|pair| pair[0].1)
-        .skip(1)
-        .collect();
+    let victims: Vec<u64> = moved_out_for(&moves, c).into_iter().skip(1).collect();
     assert_eq!(victims, [a, a, a], "{moves:?}");
     for (name, byte) in [("a", "3"), ("b", "5"), ("c", "4")] {
         let line = run.line(&format!("peekvia {name}"));
@@ -180,11 +184,7 @@ fn without_marked_steps_eviction_moves_out_the_least_recently_used_block() {
         hex(&run.field("malloc c", "ptr")),
     );
     let moves = tier_moves(&run);
-    let victims: Vec<u64> = moves
-        .windows(2)
-        .filter(|pair| pair[1] == ("promote".to_string(), c) && pair[0].0 == "demote")
-        .map(|pair| pair[0].1)
-        .collect();
+    let victims = moved_out_for(&moves, c);
     assert_eq!(victims, [b, b, b, b], "{moves:?}");
 }
 

@@ -280,12 +280,7 @@ fn evict_ahead(state: &State, device: Device, limit: u64, keep: &[usize]) -> Vec
     if room >= budget {
         return staged;
     }
-    let candidates: Vec<(usize, u64)> = state
-        .ledger
-        .tier_on_device(device)
-        .into_iter()
-        .filter(|(ptr, _)| !keep.contains(ptr))
-        .collect();
+    let candidates = movable_blocks(state, device, keep);
     // Blocks larger than the budget stay: moving one out would leave more
     // free than the budget is for.
     for (_, size, ptr) in by_next_use(state, candidates) {
@@ -349,13 +344,21 @@ fn could_fit(state: &State, block: Block, quota: Option<u64>, keep: &[usize]) ->
     room.saturating_add(movable) >= block.size && pool_room.saturating_add(movable) >= block.size
 }
 
-/// Bytes of the tier's blocks on `device` that `keep` does not name.
-fn movable_all(state: &State, device: Device, keep: &[usize]) -> u64 {
+/// The tier's blocks on `device` that `keep` does not name, as (address,
+/// size): what may move out to make room.
+fn movable_blocks(state: &State, device: Device, keep: &[usize]) -> Vec<(usize, u64)> {
     state
         .ledger
         .tier_on_device(device)
-        .iter()
+        .into_iter()
         .filter(|(ptr, _)| !keep.contains(ptr))
+        .collect()
+}
+
+/// Their bytes.
+fn movable_all(state: &State, device: Device, keep: &[usize]) -> u64 {
+    movable_blocks(state, device, keep)
+        .iter()
         .map(|(_, size)| size)
         .sum()
 }
@@ -417,12 +420,7 @@ fn make_room(state: &State, device: Device, size: u64, quota: u64, keep: &[usize
     if state.ledger.try_reserve(device, size, quota) {
         return true;
     }
-    let candidates: Vec<(usize, u64)> = state
-        .ledger
-        .tier_on_device(device)
-        .into_iter()
-        .filter(|(ptr, _)| !keep.contains(ptr))
-        .collect();
+    let candidates = movable_blocks(state, device, keep);
     let used = state.ledger.device(device).device_bytes.load(SeqCst);
     let movable: u64 = candidates.iter().map(|(_, size)| size).sum();
     if used.saturating_add(size).saturating_sub(movable) > quota {
