@@ -376,4 +376,49 @@ mod tests {
         );
         assert_eq!(named, 0);
     }
+
+    #[test]
+    fn the_step_before_predicts_the_next_use_and_the_least_recent_ranks_last() {
+        use profile::BlockProfile;
+        use steps::Place;
+        let at = |step, position| Place { step, position };
+        let touch = |profile: &BlockProfile, step, positions: &[u64]| {
+            for p in positions {
+                profile.touch(at(step, *p), 0, profile::VIA_KERNEL, false);
+            }
+        };
+        // Used at 10 and 90 in step 1, not yet in step 2.
+        let late = BlockProfile::new(0x1000, 4096, 0, 0);
+        touch(&late, 1, &[10, 90]);
+        // Used at 20, 30, 40 in step 1, and at 20 in step 2.
+        let busy = BlockProfile::new(0x2000, 4096, 0, 0);
+        touch(&busy, 1, &[20, 30, 40]);
+        touch(&busy, 2, &[20]);
+        // Step 2, now at 25, steps of 100 launches.
+        assert_eq!(
+            next_use(&late, at(2, 25), 100),
+            40,
+            "its mean gap: (90 - 10) / 2"
+        );
+        assert_eq!(
+            next_use(&late, at(2, 5), 100),
+            5,
+            "its first use, still ahead"
+        );
+        assert_eq!(
+            next_use(&busy, at(2, 25), 100),
+            6,
+            "in its busy span: (40 - 20) / 3"
+        );
+        assert_eq!(
+            next_use(&busy, at(2, 50), 100),
+            70,
+            "all its uses behind: its first of the next step"
+        );
+        let never = BlockProfile::new(0x3000, 4096, 0, 0);
+        assert_eq!(next_use(&never, at(2, 25), 100), u64::MAX);
+        // Without marked steps: the least recently used ranks greatest.
+        assert!(least_recent_first(&late) > least_recent_first(&busy));
+        assert_eq!(least_recent_first(&never), u64::MAX);
+    }
 }
