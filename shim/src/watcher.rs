@@ -133,7 +133,7 @@ pub fn watch() {
                     .device_bytes
                     .load(Ordering::Acquire)
                     > now;
-                if over && !state.tier.blocks.is_empty() && use_device(device) {
+                if over && state.tier.active.load(Ordering::Relaxed) && use_device(device) {
                     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         policy::demote_to_quota(state, device, Backend::Runtime)
                     }));

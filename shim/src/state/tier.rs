@@ -34,6 +34,9 @@ pub struct Backing {
 pub struct Tier {
     /// By the block's address.
     pub blocks: DashMap<usize, Backing, FxBuildHasher>,
+    /// Set once the tier has made a block: from then on launches enter the
+    /// gate (one load a launch, where asking the map would lock its shards).
+    pub active: AtomicBool,
     /// Bytes of tier blocks on the host: moves are looked for only while
     /// some are.
     pub bytes_in_host: AtomicU64,

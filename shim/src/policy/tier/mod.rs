@@ -103,6 +103,7 @@ pub fn place(
         fetched_in: 0,
     };
     state.tier.blocks.insert(ptr as usize, backing);
+    state.tier.active.store(true, SeqCst);
     if !on_device {
         state.tier.bytes_in_host.fetch_add(size, SeqCst);
         let usage = state.ledger.device(device);
@@ -174,7 +175,11 @@ pub fn ipc_refused(api: Api, ptr: usize, rc: cudaError_t) {
 
 /// Enters the gate for work handed to CUDA, once the tier has blocks.
 pub fn enter(state: &State) -> Option<Inside<'_>> {
-    (!state.tier.blocks.is_empty()).then(|| state.tier.gate.enter())
+    state
+        .tier
+        .active
+        .load(Relaxed)
+        .then(|| state.tier.gate.enter())
 }
 
 /// Before work that names `wanted` (blocks in host memory, by start):
