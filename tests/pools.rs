@@ -576,6 +576,7 @@ fn a_member_killed_while_the_spill_tier_moves_its_block_leaves_the_pool_exact() 
         "normal",
     )
     .env("VRAMSHARE_MOVES", "on")
+    .env("FAKE_CUDA_DEVICES", "1")
     .env("FAKE_CUDA_MOVE_DELAY_MS", "3000")
     .env("FAKE_CUDA_LOG", &log)
     .spawn()

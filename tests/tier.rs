@@ -52,6 +52,7 @@ fn a_block_in_host_memory_is_on_the_device_before_the_kernel_that_names_it_with_
         &[
             ("VRAMSHARE_QUOTA", "8MiB"),
             ("VRAMSHARE_MOVES", "on"),
+            ("FAKE_CUDA_DEVICES", "1"),
             ("FAKE_CUDA_STREAM_DELAY_US", "20000"),
         ],
         &[
@@ -150,7 +151,11 @@ fn eviction_moves_out_the_block_whose_next_use_is_furthest() {
     steps.extend(["peekvia:a:0", "peekvia:b:0", "peekvia:c:0"]);
     let run = client(
         Runtime::Fake13,
-        &[("VRAMSHARE_QUOTA", "8MiB"), ("VRAMSHARE_MOVES", "on")],
+        &[
+            ("VRAMSHARE_QUOTA", "8MiB"),
+            ("VRAMSHARE_MOVES", "on"),
+            ("FAKE_CUDA_DEVICES", "1"),
+        ],
         &steps,
     );
     run.assert_ok();
@@ -175,7 +180,11 @@ fn without_marked_steps_eviction_moves_out_the_least_recently_used_block() {
     steps.extend(&STEP[1..]);
     let run = client(
         Runtime::Fake13,
-        &[("VRAMSHARE_QUOTA", "8MiB"), ("VRAMSHARE_MOVES", "on")],
+        &[
+            ("VRAMSHARE_QUOTA", "8MiB"),
+            ("VRAMSHARE_MOVES", "on"),
+            ("FAKE_CUDA_DEVICES", "1"),
+        ],
         &steps,
     );
     run.assert_ok();
@@ -200,6 +209,7 @@ fn device_bytes_never_exceed_the_quota_over_thousands_of_moves() {
         &[
             ("VRAMSHARE_QUOTA", "4MiB"),
             ("VRAMSHARE_MOVES", "on"),
+            ("FAKE_CUDA_DEVICES", "1"),
             ("VRAMSHARE_TRACE", trace.to_str().unwrap()),
         ],
         &steps,
@@ -256,7 +266,11 @@ fn a_quota_cut_moves_the_tiers_blocks_to_the_host_with_their_bytes() {
     let shm = work.path().join("shm");
     let child = client_command(
         &shm,
-        &[("VRAMSHARE_QUOTA", "16MiB"), ("VRAMSHARE_MOVES", "on")],
+        &[
+            ("VRAMSHARE_QUOTA", "16MiB"),
+            ("VRAMSHARE_MOVES", "on"),
+            ("FAKE_CUDA_DEVICES", "1"),
+        ],
         &[
             "malloc:a:4M",
             "malloc:b:4M",
@@ -352,6 +366,7 @@ fn blocks_moving_out_ahead_overlap_a_block_coming_in_and_every_block_keeps_its_b
         &[
             ("VRAMSHARE_QUOTA", "16MiB"),
             ("VRAMSHARE_MOVES", "on"),
+            ("FAKE_CUDA_DEVICES", "1"),
             ("FAKE_CUDA_STREAM_DELAY_US", "2000"),
         ],
         &steps,
@@ -395,7 +410,11 @@ fn blocks_moving_out_ahead_overlap_a_block_coming_in_and_every_block_keeps_its_b
 fn a_captured_graph_brings_its_blocks_in_at_its_launch_and_nothing_moves_while_capturing() {
     let run = client(
         Runtime::Fake13,
-        &[("VRAMSHARE_QUOTA", "8MiB"), ("VRAMSHARE_MOVES", "on")],
+        &[
+            ("VRAMSHARE_QUOTA", "8MiB"),
+            ("VRAMSHARE_MOVES", "on"),
+            ("FAKE_CUDA_DEVICES", "1"),
+        ],
         &[
             "malloc:a:4M",
             "malloc:b:4M",
@@ -446,6 +465,7 @@ fn exporting_a_tier_block_for_another_process_is_refused_and_says_how_to_share_i
             &[
                 ("VRAMSHARE_QUOTA", "16MiB"),
                 ("VRAMSHARE_MOVES", on),
+                ("FAKE_CUDA_DEVICES", "1"),
                 ("VRAMSHARE_LOG", "warn"),
             ],
             &steps,
@@ -458,4 +478,36 @@ fn exporting_a_tier_block_for_another_process_is_refused_and_says_how_to_share_i
     let run = moves("off");
     run.assert_ok();
     assert_eq!(run.rc("ipc a"), 0, "cudaMalloc's memory exports");
+}
+
+#[test]
+fn a_process_that_sees_two_gpus_keeps_its_blocks_where_they_are_made() {
+    let run = client(
+        Runtime::Fake13,
+        &[
+            ("VRAMSHARE_QUOTA", "8MiB"),
+            ("VRAMSHARE_MOVES", "on"),
+            ("FAKE_CUDA_DEVICES", "2"),
+        ],
+        &[
+            "malloc:a:4M",
+            "malloc:b:4M",
+            "malloc:c:4M",
+            "fill:c:3:0",
+            "peekvia:c:0",
+        ],
+    );
+    run.assert_ok();
+    assert!(
+        run.calls_with(&["cuMemCreate"]).is_empty(),
+        "no block of the tier's: {:#?}",
+        run.calls
+    );
+    assert_eq!(
+        run.calls_with(&["cudaMallocManaged"]).len(),
+        1,
+        "c spilled as managed memory"
+    );
+    assert_eq!(log_field(run.line("peekvia c"), "first"), "3");
+    assert!(tier_moves(&run).is_empty());
 }

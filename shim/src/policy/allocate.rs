@@ -69,10 +69,14 @@ where
         (Some(quota), Some(budget)) => Some(quota.min(budget)),
         (quota, budget) => quota.or(budget),
     };
+    // A process that sees several GPUs may reach a block from another one
+    // (peer access, NCCL), which the tier's blocks do not allow: there,
+    // blocks stay where they are made.
+    let one_device = || backend.device_count() == Ok(1);
     let tiered = if movable(state, api) {
         None
     } else {
-        tier::tier_size(api, size as usize, tier_limit)
+        tier::tier_size(api, size as usize, tier_limit).filter(|_| one_device())
     };
     let size = tiered.unwrap_or(size);
     let usage = state.ledger.device(device);
