@@ -62,13 +62,7 @@ where
         }
     };
     let quota = device_quota(state, device, backend);
-    // The tier holds a block to half the limit: the quota, or the pool's
-    // budget where that is lower (or the only one).
-    let pool_budget = state.pool.and_then(|(_, pool)| pool.budget(device));
-    let tier_limit = match (quota, pool_budget) {
-        (Some(quota), Some(budget)) => Some(quota.min(budget)),
-        (quota, budget) => quota.or(budget),
-    };
+    let tier_limit = tier::limit(state, device, quota);
     // A process that sees several GPUs may reach a block from another one
     // (peer access, NCCL), which the tier's blocks do not allow: there,
     // blocks stay where they are made.
@@ -97,14 +91,10 @@ where
     }
     // The tier's blocks: on the device if they fit, else in host memory,
     // whence they move onto it as kernels need them.
-    let mut on_host = Some(on_host);
-    if tiered.is_some() {
-        let out = |ptr| (on_host.take().expect("handed out once"))(ptr);
-        if let Some(rc) = tier::place(state, api, device, size, fits, out) {
-            return rc;
-        }
+    if let Some(ptr) = tiered.and_then(|_| tier::place(state, api, device, size, fits)) {
+        on_host(ptr);
+        return cudaSuccess;
     }
-    let on_host = on_host.expect("not handed out");
     if fits {
         let (rc, ptr, taken) = on_device();
         if rc != cudaSuccess || ptr.is_null() {

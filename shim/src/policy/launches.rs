@@ -16,9 +16,9 @@ use vramshare_common::event::Api;
 use crate::cuda::real;
 use crate::state::access::functions::Param;
 use crate::state::access::{InHost, Launch, Naming};
+use crate::state::{state, Attribution, State};
 
 use super::tier;
-use crate::state::{state, Attribution, State};
 
 /// What a launch names its function by, which says how to ask CUDA for the
 /// function's parameters.

@@ -58,9 +58,19 @@ pub fn tier_size(api: Api, size: usize, quota: Option<u64>) -> Option<u64> {
         .then_some(rounded)
 }
 
-/// Makes a tier block of `size` bytes (whole pages) on `device`: on the
-/// device if its bytes are reserved (`on_device`), else in host memory;
-/// hands its address to `out`. `None` if the virtual memory calls failed:
+/// The bound the tier holds `device`'s blocks to: the quota, or the pool's
+/// budget where that is lower (or the only one).
+pub fn limit(state: &State, device: Device, quota: Option<u64>) -> Option<u64> {
+    let budget = state.pool.and_then(|(_, pool)| pool.budget(device));
+    match (quota, budget) {
+        (Some(quota), Some(budget)) => Some(quota.min(budget)),
+        (quota, budget) => quota.or(budget),
+    }
+}
+
+/// Makes and records a tier block of `size` bytes (whole pages) on
+/// `device`: on the device if its bytes are reserved (`on_device`), else in
+/// host memory; its address. `None` if the virtual memory calls failed:
 /// the caller makes the allocation as it would without the tier (any
 /// reservation is still held).
 pub fn place(
@@ -69,8 +79,7 @@ pub fn place(
     device: Device,
     size: u64,
     on_device: bool,
-    out: impl FnOnce(*mut c_void),
-) -> Option<cudaError_t> {
+) -> Option<*mut c_void> {
     let failed = |what: &str, rc: CUresult| {
         debug!("the spill tier could not make a block of {} ({what}: CUDA error {rc}); made without it", human_bytes(size));
     };
@@ -128,8 +137,7 @@ pub fn place(
         tiered: true,
     };
     record_allocation(state, ptr as *mut c_void, block);
-    out(ptr as *mut c_void);
-    Some(cudaSuccess)
+    Some(ptr as *mut c_void)
 }
 
 /// Gives back a tier block the ledger has let go of, once the device has
@@ -215,7 +223,8 @@ pub fn fetch(state: &State, api: Api, wanted: &[usize], keep: &[usize]) {
                 && could_fit(state, b, device_quota(state, b.device, backend), keep)
         })
     };
-    if !wanted.iter().any(movable) {
+    let coming: Vec<usize> = wanted.iter().copied().filter(movable).collect();
+    if coming.is_empty() {
         return;
     }
     // A wait for the whole device would end a capture in error.
@@ -238,7 +247,8 @@ pub fn fetch(state: &State, api: Api, wanted: &[usize], keep: &[usize]) {
     let _timed = Timed(state, std::time::Instant::now());
     let mut staged: Vec<Staged> = Vec::new();
     let mut made_room_on = None;
-    for ptr in wanted.iter().copied().filter(movable) {
+    // Each move checks again that its block is where it was found.
+    for ptr in coming {
         let Some(block) = state.ledger.block_at(ptr) else {
             continue;
         };
@@ -248,8 +258,8 @@ pub fn fetch(state: &State, api: Api, wanted: &[usize], keep: &[usize]) {
                 .map(|s| staged.push(s))
                 .is_some();
         if came {
-            let budget = state.pool.and_then(|(_, pool)| pool.budget(block.device));
-            made_room_on = Some((block.device, quota.min(budget.unwrap_or(u64::MAX))));
+            let bound = limit(state, block.device, Some(quota)).unwrap_or(quota);
+            made_room_on = Some((block.device, bound));
         } else if let Some(mut backing) = state.tier.blocks.get_mut(&ptr) {
             // No room after all (a pool's budget, say) or no memory: the
             // block is read in place for the rest of the step, rather than
@@ -332,14 +342,10 @@ fn fetched_in(state: &State, ptr: usize, step: u64) -> bool {
 /// under each, plus the tier's blocks there that the work does not name
 /// (`keep`), would hold it.
 fn could_fit(state: &State, block: Block, quota: Option<u64>, keep: &[usize]) -> bool {
-    let quota = quota.unwrap_or(u64::MAX);
-    let budget = state
-        .pool
-        .and_then(|(_, pool)| pool.budget(block.device))
-        .unwrap_or(u64::MAX);
-    if block.size > quota.min(budget) / 2 {
+    if block.size > limit(state, block.device, quota).unwrap_or(u64::MAX) / 2 {
         return false;
     }
+    let quota = quota.unwrap_or(u64::MAX);
     let used = state.ledger.device(block.device).device_bytes.load(Relaxed);
     let room = quota.saturating_sub(used);
     // A pool's budget holds the members' device bytes together: moving
@@ -372,13 +378,11 @@ fn movable_all(state: &State, device: Device, keep: &[usize]) -> u64 {
 /// first, while `more(bytes moved so far)` (a quota or a pool's budget
 /// cut, or a pool member of higher priority wanting room). The bytes moved.
 pub fn evict_while(state: &State, device: Device, mut more: impl FnMut(u64) -> bool) -> u64 {
-    let api_of = |candidates: &[(usize, u64)]| {
-        candidates
-            .first()
-            .and_then(|(ptr, _)| state.ledger.block_at(*ptr))
-            .map(|block| block.api)
-    };
-    let Some(api) = api_of(&state.ledger.tier_on_device(device)) else {
+    let first = state.ledger.tier_on_device(device).first().copied();
+    let Some(api) = first
+        .and_then(|(ptr, _)| state.ledger.block_at(ptr))
+        .map(|block| block.api)
+    else {
         return 0;
     };
     if state.access.graphs.capturing_any() || backing::ready(api).is_err() {
