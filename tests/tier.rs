@@ -42,6 +42,18 @@ fn moved_out_for(moves: &[(String, u64)], block: u64) -> Vec<u64> {
         .collect()
 }
 
+/// The variables of a run with moves on, on one fake GPU (a process that
+/// sees two makes no tier blocks), under `quota`, and `more`.
+fn moving<'a>(quota: &'a str, more: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut vars = vec![
+        ("VRAMSHARE_QUOTA", quota),
+        ("VRAMSHARE_MOVES", "on"),
+        ("FAKE_CUDA_DEVICES", "1"),
+    ];
+    vars.extend_from_slice(more);
+    vars
+}
+
 const MIB: u64 = 1 << 20;
 
 #[test]
@@ -49,12 +61,7 @@ fn a_block_in_host_memory_is_on_the_device_before_the_kernel_that_names_it_with_
     let run = client(
         Runtime::Fake13,
         // Work on the streams runs 20 ms after it is reached.
-        &[
-            ("VRAMSHARE_QUOTA", "8MiB"),
-            ("VRAMSHARE_MOVES", "on"),
-            ("FAKE_CUDA_DEVICES", "1"),
-            ("FAKE_CUDA_STREAM_DELAY_US", "20000"),
-        ],
+        &moving("8MiB", &[("FAKE_CUDA_STREAM_DELAY_US", "20000")]),
         &[
             "malloc:a:4M",
             "malloc:b:4M",
@@ -149,15 +156,7 @@ fn eviction_moves_out_the_block_whose_next_use_is_furthest() {
     let mut steps = vec!["malloc:a:4M", "malloc:b:4M", "malloc:c:4M", "repeat:4:6"];
     steps.extend(STEP);
     steps.extend(["peekvia:a:0", "peekvia:b:0", "peekvia:c:0"]);
-    let run = client(
-        Runtime::Fake13,
-        &[
-            ("VRAMSHARE_QUOTA", "8MiB"),
-            ("VRAMSHARE_MOVES", "on"),
-            ("FAKE_CUDA_DEVICES", "1"),
-        ],
-        &steps,
-    );
+    let run = client(Runtime::Fake13, &moving("8MiB", &[]), &steps);
     run.assert_ok();
     let (a, c) = (
         hex(&run.field("malloc a", "ptr")),
@@ -178,15 +177,7 @@ fn eviction_moves_out_the_block_whose_next_use_is_furthest() {
 fn without_marked_steps_eviction_moves_out_the_least_recently_used_block() {
     let mut steps = vec!["malloc:a:4M", "malloc:b:4M", "malloc:c:4M", "repeat:4:5"];
     steps.extend(&STEP[1..]);
-    let run = client(
-        Runtime::Fake13,
-        &[
-            ("VRAMSHARE_QUOTA", "8MiB"),
-            ("VRAMSHARE_MOVES", "on"),
-            ("FAKE_CUDA_DEVICES", "1"),
-        ],
-        &steps,
-    );
+    let run = client(Runtime::Fake13, &moving("8MiB", &[]), &steps);
     run.assert_ok();
     let (b, c) = (
         hex(&run.field("malloc b", "ptr")),
@@ -206,12 +197,7 @@ fn device_bytes_never_exceed_the_quota_over_thousands_of_moves() {
     steps.extend(STEP);
     let mut child = client_command(
         &shm,
-        &[
-            ("VRAMSHARE_QUOTA", "4MiB"),
-            ("VRAMSHARE_MOVES", "on"),
-            ("FAKE_CUDA_DEVICES", "1"),
-            ("VRAMSHARE_TRACE", trace.to_str().unwrap()),
-        ],
+        &moving("4MiB", &[("VRAMSHARE_TRACE", trace.to_str().unwrap())]),
         &steps,
     )
     // A line a step: unread, a pipe would fill and stop the client.
@@ -266,11 +252,7 @@ fn a_quota_cut_moves_the_tiers_blocks_to_the_host_with_their_bytes() {
     let shm = work.path().join("shm");
     let child = client_command(
         &shm,
-        &[
-            ("VRAMSHARE_QUOTA", "16MiB"),
-            ("VRAMSHARE_MOVES", "on"),
-            ("FAKE_CUDA_DEVICES", "1"),
-        ],
+        &moving("16MiB", &[]),
         &[
             "malloc:a:4M",
             "malloc:b:4M",
@@ -363,12 +345,7 @@ fn blocks_moving_out_ahead_overlap_a_block_coming_in_and_every_block_keeps_its_b
     let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
     let run = client(
         Runtime::Fake13,
-        &[
-            ("VRAMSHARE_QUOTA", "16MiB"),
-            ("VRAMSHARE_MOVES", "on"),
-            ("FAKE_CUDA_DEVICES", "1"),
-            ("FAKE_CUDA_STREAM_DELAY_US", "2000"),
-        ],
+        &moving("16MiB", &[("FAKE_CUDA_STREAM_DELAY_US", "2000")]),
         &steps,
     );
     run.assert_ok();
@@ -410,11 +387,7 @@ fn blocks_moving_out_ahead_overlap_a_block_coming_in_and_every_block_keeps_its_b
 fn a_captured_graph_brings_its_blocks_in_at_its_launch_and_nothing_moves_while_capturing() {
     let run = client(
         Runtime::Fake13,
-        &[
-            ("VRAMSHARE_QUOTA", "8MiB"),
-            ("VRAMSHARE_MOVES", "on"),
-            ("FAKE_CUDA_DEVICES", "1"),
-        ],
+        &moving("8MiB", &[]),
         &[
             "malloc:a:4M",
             "malloc:b:4M",
