@@ -263,44 +263,6 @@ fn blocks_needed_soon_come_ahead_of_their_kernels_at_one_wait_for_the_device() {
 }
 
 #[test]
-fn once_next_uses_are_predicted_a_block_pushed_out_comes_back_within_the_step() {
-    // a, b, c, a, b, d with two blocks' room: even the furthest-next-use
-    // rule moves b out and back within each step. Until a step predicts
-    // the next, a block comes once a step and is read in place after; from
-    // then on it comes as often as it is needed.
-    let steps = [
-        "malloc:a:4M",
-        "malloc:b:4M",
-        "malloc:c:4M",
-        "malloc:d:4M",
-        "repeat:6:7",
-        "step",
-        "fill:a:1:0",
-        "fill:b:2:0",
-        "fill:c:3:0",
-        "fill:a:4:0",
-        "fill:b:5:0",
-        "fill:d:6:0",
-        "peekvia:a:0",
-        "peekvia:b:0",
-        "peekvia:c:0",
-        "peekvia:d:0",
-    ];
-    let run = client(Runtime::Fake13, &moving("8MiB", &[]), &steps);
-    run.assert_ok();
-    let b = hex(&run.field("malloc b", "ptr"));
-    let came = tier_moves(&run)
-        .iter()
-        .filter(|m| *m == &("promote".to_string(), b))
-        .count();
-    assert!(came >= 9, "b came {came} times in 6 steps");
-    for (name, byte) in [("a", "4"), ("b", "5"), ("c", "3"), ("d", "6")] {
-        let line = run.line(&format!("peekvia {name}"));
-        assert_eq!(log_field(line, "first"), byte, "{line}");
-    }
-}
-
-#[test]
 fn device_bytes_never_exceed_the_quota_over_thousands_of_moves() {
     let work = tempfile::tempdir().unwrap();
     let shm = work.path().join("shm");

@@ -26,10 +26,8 @@ pub struct Backing {
     pub on_device: u64,
     /// Its host memory (0: none made yet).
     pub in_host: u64,
-    /// The step (plus one) in which it last came onto the device, and the
-    /// one in which it last found no room there.
+    /// The step (plus one) in which it last came onto the device.
     pub fetched_in: u64,
-    pub refused_in: u64,
 }
 
 #[derive(Default)]

@@ -112,7 +112,6 @@ pub fn place(
         on_device: on,
         in_host: host,
         fetched_in: 0,
-        refused_in: 0,
     };
     state.tier.blocks.insert(ptr as usize, backing);
     state.tier.active.store(true, SeqCst);
@@ -213,19 +212,16 @@ pub fn fetch(state: &State, api: Api, wanted: &[usize], keep: &[usize]) {
         0
     };
     // Only blocks that can come: the wait for the device is paid only then.
-    // Until the step before predicts next uses, a block comes once a step:
-    // one the step needs again after it made room for others is read in
-    // place, so that blocks used all through a step do not chase each other
-    // over the link. Once it does, the furthest next use leaves the device,
-    // and a block needed now comes as often as it is pushed out.
-    let predicted = state.access.steps.predicts();
+    // A block comes once a step: one the step needs again after it made
+    // room for others is read in place, so that blocks used all through a
+    // step do not chase each other over the link.
     let movable = |ptr: &usize| {
         state.ledger.block_at(*ptr).is_some_and(|b| {
             b.tiered
                 && !b.moving
                 && b.placement == Placement::Host
                 && b.device == current
-                && !left_in_place(state, *ptr, step, predicted)
+                && !fetched_in(state, *ptr, step)
                 && could_fit(state, b, device_quota(state, b.device, backend), keep)
         })
     };
@@ -276,16 +272,11 @@ pub fn fetch(state: &State, api: Api, wanted: &[usize], keep: &[usize]) {
             .ledger
             .block_at(ptr)
             .filter(|b| b.placement == Placement::Host && !b.moving);
-        // A block coming ahead takes only the room planned for it.
         let came = here.is_some_and(|block| {
-            let room = if ahead {
-                state.ledger.try_reserve(current, block.size, quota)
-            } else {
-                make_room(state, current, block.size, quota, keep)
-            };
-            room && moves::stage_in(state, ptr, block)
-                .map(|s| staged.push(s))
-                .is_some()
+            make_room(state, current, block.size, quota, keep)
+                && moves::stage_in(state, ptr, block)
+                    .map(|s| staged.push(s))
+                    .is_some()
         });
         if came && ahead {
             state.tier.moves_ahead.fetch_add(1, Relaxed);
@@ -297,7 +288,7 @@ pub fn fetch(state: &State, api: Api, wanted: &[usize], keep: &[usize]) {
     for (ptr, _) in &wanted {
         if !staged.iter().any(|s| s.ptr() == *ptr) {
             if let Some(mut backing) = state.tier.blocks.get_mut(ptr) {
-                backing.refused_in = step;
+                backing.fetched_in = step;
             }
         }
     }
@@ -357,14 +348,14 @@ impl Drop for Timed<'_> {
     }
 }
 
-/// Whether the tier block at `ptr` stays in host memory for the rest of
-/// `step` (plus one): it found no room in it, or (unless next uses are
-/// `predicted`) it came onto the device in it already. Such a use is
-/// counted as left in place.
-fn left_in_place(state: &State, ptr: usize, step: u64, predicted: bool) -> bool {
-    let again = state.tier.blocks.get(&ptr).is_some_and(|b| {
-        step != 0 && (b.refused_in == step || (!predicted && b.fetched_in == step))
-    });
+/// Whether the tier block at `ptr` came onto the device in `step` (plus
+/// one) already; such a use is counted as left in place.
+fn fetched_in(state: &State, ptr: usize, step: u64) -> bool {
+    let again = state
+        .tier
+        .blocks
+        .get(&ptr)
+        .is_some_and(|b| step != 0 && b.fetched_in == step);
     if again {
         state.tier.left_in_place.fetch_add(1, Relaxed);
     }

@@ -41,7 +41,7 @@ pub fn by_next_use(state: &State, blocks: Vec<(usize, u64)>) -> Vec<(u64, u64, u
 /// The plan for bringing `wanted` (blocks of `device` in host memory, by
 /// address and size) onto `device`, where `room` bytes are free under its
 /// bound `limit`; `keep` (the work's blocks) stays on the device, and a
-/// block that found no room during `step` (plus one) does not come ahead.
+/// block that came in during `step` (plus one) does not come ahead again.
 pub fn plan(
     state: &State,
     device: Device,
@@ -69,7 +69,7 @@ pub fn plan(
                         .tier
                         .blocks
                         .get(ptr)
-                        .is_some_and(|b| step == 0 || b.refused_in != step)
+                        .is_some_and(|b| step == 0 || b.fetched_in != step)
             })
             .collect();
         let mut soonest = by_next_use(state, in_host);
