@@ -209,60 +209,6 @@ fn once_a_step_is_found_in_the_launches_eviction_moves_out_the_block_whose_next_
 }
 
 #[test]
-fn blocks_needed_soon_come_ahead_of_their_kernels_at_one_wait_for_the_device() {
-    // Ten blocks of 2 MiB used in turn, under 8 MiB: with marked steps,
-    // the fetch for one block also brings the next (needed before the
-    // block it replaces), so half the launches find theirs on the device.
-    let names: Vec<String> = (0..10).map(|i| format!("b{i}")).collect();
-    let mut steps: Vec<String> = names.iter().map(|n| format!("malloc:{n}:2M")).collect();
-    steps.push(format!("repeat:5:{}", names.len() + 1));
-    steps.push("step".into());
-    steps.extend(
-        names
-            .iter()
-            .enumerate()
-            .map(|(i, n)| format!("fill:{n}:{}:1", i + 1)),
-    );
-    steps.extend(names.iter().map(|n| format!("peekvia:{n}:2")));
-    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
-    let run = client(
-        Runtime::Fake13,
-        &moving("8MiB", &[("FAKE_CUDA_STREAM_DELAY_US", "1000")]),
-        &steps,
-    );
-    run.assert_ok();
-    for (i, name) in names.iter().enumerate() {
-        let line = run.line(&format!("peekvia {name}"));
-        let byte = (i + 1).to_string();
-        assert_eq!(
-            (log_field(line, "first"), log_field(line, "last")),
-            (byte.clone(), byte),
-            "{line}"
-        );
-    }
-    let process = &run.trace()["processes"][0];
-    let moves = &process["moves"];
-    let (came, ahead) = (
-        moves["to_device"].as_u64().unwrap(),
-        moves["ahead"].as_u64().unwrap(),
-    );
-    assert!(ahead >= 10, "{moves}");
-    // The waits for the device that moves followed.
-    let waits = run
-        .calls
-        .windows(2)
-        .filter(|pair| {
-            pair[0].contains("cudaDeviceSynchronize") && pair[1].contains("cuMemcpyAsync ")
-        })
-        .count() as u64;
-    assert!(
-        waits + 10 <= came,
-        "{waits} waits for {came} moves in: {moves}"
-    );
-    assert!(process["peak_device"]["0"].as_u64().unwrap() <= 8 * MIB);
-}
-
-#[test]
 fn device_bytes_never_exceed_the_quota_over_thousands_of_moves() {
     let work = tempfile::tempdir().unwrap();
     let shm = work.path().join("shm");

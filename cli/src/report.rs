@@ -224,10 +224,9 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
 /// What the spill tier moved, in one line.
 fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
     format!(
-        "  moves: {} onto the device ({}, {} of them ahead of need), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping, {:.2} s waiting for the device first\n",
+        "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping, {:.2} s waiting for the device first\n",
         moves.to_device,
         human_bytes(moves.bytes_to_device),
-        moves.ahead,
         moves.to_host,
         human_bytes(moves.bytes_to_host),
         moves.left_in_place,
@@ -251,7 +250,6 @@ mod tests {
                 to_host: 2,
                 bytes_to_device: 3 << 20,
                 bytes_to_host: 2 << 20,
-                ahead: 1,
                 left_in_place: 4,
                 seconds: 1.5,
                 drain_seconds: 0.25,
@@ -261,7 +259,7 @@ mod tests {
         };
         let report = process_report(&process, &[]);
         assert!(
-            report.contains("  moves: 3 onto the device (3.00 MiB, 1 of them ahead of need), 2 to the host (2.00 MiB); 4 uses left in place; 1.50 s copying and remapping, 0.25 s waiting for the device first\n"),
+            report.contains("  moves: 3 onto the device (3.00 MiB), 2 to the host (2.00 MiB); 4 uses left in place; 1.50 s copying and remapping, 0.25 s waiting for the device first\n"),
             "{report}"
         );
         let quiet = process_report(&ProcessJson::default(), &[]);

@@ -161,9 +161,6 @@ pub struct MovesJson {
     pub to_host: u64,
     pub bytes_to_device: u64,
     pub bytes_to_host: u64,
-    /// Of the moves onto the device, those made ahead of the work that
-    /// needed the block (predicted from the step before).
-    pub ahead: u64,
     /// Times a move found the block had come in already this step and
     /// left it in host memory, read in place.
     pub left_in_place: u64,

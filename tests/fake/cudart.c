@@ -67,7 +67,6 @@ cudaError_t cudaIpcGetMemHandle(void *handle, void *p) {
 cudaError_t cudaDeviceSynchronize(void) {
     if (no_device()) return NO_DEVICE;
     drain_all();
-    trace("cudaDeviceSynchronize");
     return OK;
 }
 

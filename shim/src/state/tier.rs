@@ -45,8 +45,6 @@ pub struct Tier {
     /// time moves held the job back.
     pub moves_in: AtomicU64,
     pub moves_out: AtomicU64,
-    /// Moves in of blocks that came ahead of the work that needs them.
-    pub moves_ahead: AtomicU64,
     pub moved_in: AtomicU64,
     pub moved_out: AtomicU64,
     pub left_in_place: AtomicU64,

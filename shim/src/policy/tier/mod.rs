@@ -25,7 +25,6 @@
 
 pub mod backing;
 mod moves;
-mod plan;
 
 use std::ffi::c_void;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
@@ -43,7 +42,6 @@ use super::allocate::record_allocation;
 use super::quota::device_quota;
 use backing::PAGE;
 use moves::{move_out, Staged};
-use plan::by_next_use;
 
 /// The size a tier block of `size` bytes takes: whole large pages, if the
 /// tier makes blocks of that size for `api` under `quota`.
@@ -247,56 +245,33 @@ pub fn fetch(state: &State, api: Api, wanted: &[usize], keep: &[usize]) {
         return;
     }
     let _timed = Timed(state, std::time::Instant::now());
-    let quota = device_quota(state, current, backend).unwrap_or(u64::MAX);
-    let bound = limit(state, current, Some(quota)).unwrap_or(quota);
-    let used = state.ledger.device(current).device_bytes.load(SeqCst);
-    let room = quota
-        .saturating_sub(used)
-        .min(super::moves::pool_room(state, current));
-    let wanted: Vec<(usize, u64)> = coming
-        .iter()
-        .filter_map(|ptr| Some((*ptr, state.ledger.block_at(*ptr)?.size)))
-        .collect();
-    let plan = plan::plan(state, current, &wanted, keep, (room, bound, step));
-    // Out first, all at once: their device memory is given back before
-    // the blocks coming in take it, so the quota holds at every moment.
-    let outs: Vec<Staged> = plan
-        .outs
-        .iter()
-        .filter_map(|(ptr, size)| moves::stage_out(state, *ptr, *size))
-        .collect();
-    moves::finish(state, outs);
     let mut staged: Vec<Staged> = Vec::new();
-    for (ptr, ahead) in plan.ins {
-        let here = state
-            .ledger
-            .block_at(ptr)
-            .filter(|b| b.placement == Placement::Host && !b.moving);
-        let came = here.is_some_and(|block| {
-            make_room(state, current, block.size, quota, keep)
-                && moves::stage_in(state, ptr, block)
-                    .map(|s| staged.push(s))
-                    .is_some()
-        });
-        if came && ahead {
-            state.tier.moves_ahead.fetch_add(1, Relaxed);
-        }
-    }
-    // No room after all (a pool's budget, say) or no memory: such a block
-    // is read in place for the rest of the step, rather than every launch
-    // that names it waiting for the device again.
-    for (ptr, _) in &wanted {
-        if !staged.iter().any(|s| s.ptr() == *ptr) {
-            if let Some(mut backing) = state.tier.blocks.get_mut(ptr) {
-                backing.fetched_in = step;
-            }
+    let mut made_room_on = None;
+    // Each move checks again that its block is where it was found.
+    for ptr in coming {
+        let Some(block) = state.ledger.block_at(ptr) else {
+            continue;
+        };
+        let quota = device_quota(state, block.device, backend).unwrap_or(u64::MAX);
+        let came = make_room(state, block.device, block.size, quota, keep)
+            && moves::stage_in(state, ptr, block)
+                .map(|s| staged.push(s))
+                .is_some();
+        if came {
+            let bound = limit(state, block.device, Some(quota)).unwrap_or(quota);
+            made_room_on = Some((block.device, bound));
+        } else if let Some(mut backing) = state.tier.blocks.get_mut(&ptr) {
+            // No room after all (a pool's budget, say) or no memory: the
+            // block is read in place for the rest of the step, rather than
+            // every launch that names it waiting for the device again.
+            backing.fetched_in = step;
         }
     }
     // While those copies run, blocks move out until the move budget is
     // free again, for the next block to come at once: the link carries
     // both directions together.
-    if !staged.is_empty() {
-        staged.extend(evict_ahead(state, current, bound, keep));
+    if let Some((device, quota)) = made_room_on {
+        staged.extend(evict_ahead(state, device, quota, keep));
     }
     moves::finish(state, staged);
 }
@@ -385,7 +360,7 @@ fn could_fit(state: &State, block: Block, quota: Option<u64>, keep: &[usize]) ->
 fn movable_blocks(state: &State, device: Device, keep: &[usize]) -> Vec<(usize, u64)> {
     state
         .ledger
-        .tier_blocks(device, Placement::Device)
+        .tier_on_device(device)
         .into_iter()
         .filter(|(ptr, _)| !keep.contains(ptr))
         .collect()
@@ -403,11 +378,7 @@ fn movable_all(state: &State, device: Device, keep: &[usize]) -> u64 {
 /// first, while `more(bytes moved so far)` (a quota or a pool's budget
 /// cut, or a pool member of higher priority wanting room). The bytes moved.
 pub fn evict_while(state: &State, device: Device, mut more: impl FnMut(u64) -> bool) -> u64 {
-    let first = state
-        .ledger
-        .tier_blocks(device, Placement::Device)
-        .first()
-        .copied();
+    let first = state.ledger.tier_on_device(device).first().copied();
     let Some(api) = first
         .and_then(|(ptr, _)| state.ledger.block_at(ptr))
         .map(|block| block.api)
@@ -421,7 +392,7 @@ pub fn evict_while(state: &State, device: Device, mut more: impl FnMut(u64) -> b
         return 0;
     };
     // Listed again behind the gate: a launch's move may have taken some.
-    let candidates = state.ledger.tier_blocks(device, Placement::Device);
+    let candidates = state.ledger.tier_on_device(device);
     if backing::drain(api).is_err() {
         return 0;
     }
@@ -435,6 +406,20 @@ pub fn evict_while(state: &State, device: Device, mut more: impl FnMut(u64) -> b
         }
     }
     moved
+}
+
+/// Blocks as (next use, size, address), the furthest next use first; of
+/// equals, the largest.
+fn by_next_use(state: &State, blocks: Vec<(usize, u64)>) -> Vec<(u64, u64, usize)> {
+    let starts: Vec<usize> = blocks.iter().map(|(ptr, _)| *ptr).collect();
+    let next = state.access.next_uses(&state.ledger, &starts);
+    let mut order: Vec<(u64, u64, usize)> = blocks
+        .into_iter()
+        .zip(next)
+        .map(|((ptr, size), next)| (next, size, ptr))
+        .collect();
+    order.sort_unstable_by(|a, b| b.cmp(a));
+    order
 }
 
 /// Reserves `size` device bytes on `device` under `quota`, moving the

@@ -29,13 +29,6 @@ pub struct Staged {
     made_host: bool,
 }
 
-impl Staged {
-    /// The block's address.
-    pub fn ptr(&self) -> usize {
-        self.ptr
-    }
-}
-
 /// Stages the move of a block in host memory onto the device, whose bytes
 /// the caller reserved; `None` (and the reservation given back) if it
 /// cannot move.

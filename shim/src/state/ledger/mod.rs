@@ -518,14 +518,14 @@ impl Ledger {
         self.changed();
     }
 
-    /// The tier's blocks of `device` now at `placement` (on it, or in host
-    /// memory) and not moving, as (address, size): what may move.
-    pub fn tier_blocks(&self, device: Device, placement: Placement) -> Vec<(usize, u64)> {
+    /// The tier's blocks on `device` now on it and not moving, as (address,
+    /// size): what it may move to the host to make room.
+    pub fn tier_on_device(&self, device: Device) -> Vec<(usize, u64)> {
         self.blocks
             .iter()
             .filter(|entry| {
                 let b = entry.value();
-                b.tiered && !b.moving && b.device == device && b.placement == placement
+                b.tiered && !b.moving && b.device == device && b.placement == Placement::Device
             })
             .map(|entry| (*entry.key(), entry.value().size))
             .collect()
