@@ -189,26 +189,6 @@ fn without_marked_steps_eviction_moves_out_the_least_recently_used_block() {
 }
 
 #[test]
-fn once_a_step_is_found_in_the_launches_eviction_moves_out_the_block_whose_next_use_is_furthest() {
-    // Not marked: a kernel launched once a step (launch:rt) lets the shim
-    // find the step; once a whole step is known, it predicts as marks do.
-    let mut steps = vec!["malloc:a:4M", "malloc:b:4M", "malloc:c:4M", "repeat:10:6"];
-    steps.push("launch:rt");
-    steps.extend(&STEP[1..]);
-    let run = client(Runtime::Fake13, &moving("8MiB", &[]), &steps);
-    run.assert_ok();
-    let (a, b, c) = (
-        hex(&run.field("malloc a", "ptr")),
-        hex(&run.field("malloc b", "ptr")),
-        hex(&run.field("malloc c", "ptr")),
-    );
-    let victims = moved_out_for(&tier_moves(&run), c);
-    assert_eq!(victims.len(), 10, "{victims:?}");
-    assert_eq!(victims[0], b, "no step known yet: least recently used");
-    assert_eq!(victims[7..], [a, a, a], "{victims:?}");
-}
-
-#[test]
 fn device_bytes_never_exceed_the_quota_over_thousands_of_moves() {
     let work = tempfile::tempdir().unwrap();
     let shm = work.path().join("shm");

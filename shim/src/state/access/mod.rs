@@ -209,28 +209,27 @@ impl Access {
     }
 
     /// For each block (by start), how soon it is needed again, as a rank:
-    /// the greater, the later. Once a whole step is known (the job marks
-    /// its steps, or the step found from the launch sequence has held for
-    /// one step), the launches until its next use, as its uses in the step
-    /// before predict ([`next_use`]). Until then the least recently used
-    /// block ranks last, as the forward and backward passes of training
-    /// use their activations (in the order made, then in the reverse
-    /// order).
+    /// the greater, the later. Where the job marks its steps, the launches
+    /// until its next use, as its uses in this step and the one before
+    /// predict ([`next_use`]). Where steps are only guessed from the launch
+    /// sequence, a guess that is off (a step found inside the real one, or
+    /// positions of two launching threads interleaved) would predict badly:
+    /// the least recently used block ranks last, as the forward and
+    /// backward passes of training use their activations (in the order
+    /// made, then in the reverse order).
     pub fn next_uses(&self, ledger: &Ledger, starts: &[usize]) -> Vec<u64> {
         let live = || ledger.ranges();
         // The launch being made has taken its number: it is now.
         let mut place = self.steps.place_now();
         place.position = place.position.saturating_sub(1);
         let length = self.steps.length();
-        let predicted = self.steps.predicts();
+        let marked = self.steps.marked();
         self.index
             .with(ledger.generation(), live, place.step, |snapshot| {
                 starts
                     .iter()
                     .map(|start| match snapshot.find(*start as u64) {
-                        Some(index) if predicted => {
-                            next_use(&snapshot.profiles[index], place, length)
-                        }
+                        Some(index) if marked => next_use(&snapshot.profiles[index], place, length),
                         Some(index) => least_recent_first(&snapshot.profiles[index]),
                         None => u64::MAX,
                     })
@@ -256,27 +255,30 @@ impl Access {
 
 /// Launches from `place` until the block's next use, in a job whose steps
 /// are `length` launches long: steps repeat, so the step before this one
-/// says. Its next position there after now; if its uses there are all
-/// behind, its first use of the next step; if it was used more often than
-/// positions are kept, its mean gap between uses. A block with no use in
-/// the step before is a step away if this step used it, and never used
-/// (`u64::MAX`) if not.
+/// says. A block it used later than now is used within its mean gap
+/// between uses (or at its first use, if that is still ahead and this step
+/// has not used it yet); one whose uses there are all behind, at its first
+/// use of the next step. A block with no use in the step before is a step
+/// away if this step used it, and never used (`u64::MAX`) if not.
 pub fn next_use(profile: &profile::BlockProfile, place: steps::Place, length: u64) -> u64 {
     let now = place.position;
+    let this = profile.in_step(place.step);
     let before = place
         .step
         .checked_sub(1)
         .and_then(|step| profile.in_step(step));
-    match before {
-        Some(before) => match profile.next_in(before.step, now) {
-            profile::NextIn::At(position) => position - now,
-            profile::NextIn::None => length.saturating_sub(now) + before.first,
-            profile::NextIn::Unrecorded => {
+    match (before, this) {
+        (Some(before), this) if before.last > now => {
+            if this.is_none() && before.first > now {
+                before.first - now
+            } else {
+                // Two threads' positions may blur first and last.
                 (before.last.saturating_sub(before.first) / before.uses.max(1)).max(1)
             }
-        },
-        None if profile.in_step(place.step).is_some() => length.max(1),
-        None => u64::MAX,
+        }
+        (Some(before), _) => length.saturating_sub(now) + before.first,
+        (None, Some(_)) => length.max(1),
+        (None, None) => u64::MAX,
     }
 }
 
@@ -395,15 +397,19 @@ mod tests {
         // Step 2, now at 25, steps of 100 launches.
         assert_eq!(
             next_use(&late, at(2, 25), 100),
-            65,
-            "its next position in the step before: 90"
+            40,
+            "its mean gap: (90 - 10) / 2"
         );
         assert_eq!(
             next_use(&late, at(2, 5), 100),
             5,
             "its first use, still ahead"
         );
-        assert_eq!(next_use(&busy, at(2, 25), 100), 5, "at 30");
+        assert_eq!(
+            next_use(&busy, at(2, 25), 100),
+            6,
+            "in its busy span: (40 - 20) / 3"
+        );
         assert_eq!(
             next_use(&busy, at(2, 50), 100),
             70,

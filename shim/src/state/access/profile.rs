@@ -4,7 +4,7 @@
 //! atomics: two threads naming one block at once may blur a step's
 //! positions, never the totals.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::steps::Place;
 
@@ -48,28 +48,6 @@ pub struct BlockProfile {
     prior_first: AtomicU64,
     prior_last: AtomicU64,
     prior_via: AtomicU64,
-    /// The positions of its first uses in its latest step and in the one
-    /// before: where in a step the block is needed, for the spill tier to
-    /// tell which block is needed furthest ahead. A second cache line,
-    /// written once per use.
-    positions: [AtomicU32; POSITIONS],
-    prior_positions: [AtomicU32; POSITIONS],
-}
-
-/// Uses a step's positions are kept for: a block named more often than
-/// this in one step is busy all through it, and its mean gap says enough.
-pub const POSITIONS: usize = 16;
-
-/// Where a block is next used within a step, as its recorded positions say.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NextIn {
-    /// At this position.
-    At(u64),
-    /// Not in that step: every use there is behind.
-    None,
-    /// Later than its recorded positions: it was used more often than
-    /// they hold.
-    Unrecorded,
 }
 
 /// A block's uses within one step.
@@ -105,8 +83,6 @@ impl BlockProfile {
             prior_via: AtomicU64::new(0),
             stream: AtomicU64::new(0),
             via: AtomicU64::new(0),
-            positions: std::array::from_fn(|_| AtomicU32::new(0)),
-            prior_positions: std::array::from_fn(|_| AtomicU32::new(0)),
         }
     }
 
@@ -127,10 +103,6 @@ impl BlockProfile {
                 self.prior_first.store(self.first.load(Relaxed), Relaxed);
                 self.prior_last.store(self.last.load(Relaxed), Relaxed);
                 self.prior_via.store(self.step_via.load(Relaxed), Relaxed);
-                let kept = (self.in_step.load(Relaxed) as usize).min(POSITIONS);
-                for (prior, now) in self.prior_positions[..kept].iter().zip(&self.positions) {
-                    prior.store(now.load(Relaxed), Relaxed);
-                }
             }
             self.in_step.store(0, Relaxed);
             self.step_via.store(0, Relaxed);
@@ -139,11 +111,7 @@ impl BlockProfile {
         }
         // The total is exact; the step's own counts are plain stores.
         self.uses.fetch_add(1, Relaxed);
-        let nth = self.in_step.load(Relaxed);
-        self.in_step.store(nth + 1, Relaxed);
-        if let Some(slot) = self.positions.get(nth as usize) {
-            slot.store(place.position.min(u32::MAX as u64) as u32, Relaxed);
-        }
+        self.in_step.store(self.in_step.load(Relaxed) + 1, Relaxed);
         self.last.store(place.position, Relaxed);
         if self.stream.load(Relaxed) != stream {
             self.stream.store(stream, Relaxed);
@@ -203,31 +171,6 @@ impl BlockProfile {
             last: self.prior_last.load(Relaxed),
             via: self.prior_via.load(Relaxed),
         })
-    }
-
-    /// Where in `step` (one of its two latest steps of use) the block is
-    /// next used after position `now`.
-    pub fn next_in(&self, step: u64, now: u64) -> NextIn {
-        let tag = step + 1;
-        let (uses, positions) = if self.step.load(Relaxed) == tag {
-            (self.in_step.load(Relaxed), &self.positions)
-        } else if self.prior_step.load(Relaxed) == tag {
-            (self.prior_in_step.load(Relaxed), &self.prior_positions)
-        } else {
-            return NextIn::None;
-        };
-        let kept = (uses as usize).min(POSITIONS);
-        // Two threads' positions may interleave: the least one ahead.
-        let ahead = positions[..kept]
-            .iter()
-            .map(|p| p.load(Relaxed) as u64)
-            .filter(|p| *p > now)
-            .min();
-        match ahead {
-            Some(position) => NextIn::At(position),
-            None if uses as usize > POSITIONS => NextIn::Unrecorded,
-            None => NextIn::None,
-        }
     }
 
     /// Whether the block lived through all of `step` (as far as the shim
@@ -309,32 +252,5 @@ mod tests {
         assert!(profile.lived_through(3) && !profile.lived_through(4));
         assert_eq!(profile.steps_alive(0, 10), 5, "steps 0 to 4");
         assert_eq!(profile.steps_alive(2, 10), 3, "steps 2 to 4");
-    }
-
-    #[test]
-    fn the_positions_of_a_step_say_where_the_next_use_is() {
-        let profile = BlockProfile::new(0x1000, 4096, 0, 0);
-        let at = |step, position| Place { step, position };
-        for p in [5, 40, 70] {
-            profile.touch(at(1, p), 0, VIA_KERNEL, false);
-        }
-        profile.touch(at(2, 8), 0, VIA_KERNEL, false);
-        assert_eq!(profile.next_in(1, 10), NextIn::At(40));
-        assert_eq!(profile.next_in(1, 40), NextIn::At(70));
-        assert_eq!(profile.next_in(1, 70), NextIn::None);
-        assert_eq!(profile.next_in(2, 0), NextIn::At(8));
-        assert_eq!(
-            profile.next_in(0, 0),
-            NextIn::None,
-            "a step it was not used in"
-        );
-        // Used more often than positions are kept: past the last one kept,
-        // the next use is not known.
-        let busy = BlockProfile::new(0x2000, 4096, 0, 0);
-        for p in 0..(POSITIONS as u64 + 4) {
-            busy.touch(at(1, p * 10), 0, VIA_KERNEL, false);
-        }
-        assert_eq!(busy.next_in(1, 5), NextIn::At(10));
-        assert_eq!(busy.next_in(1, POSITIONS as u64 * 10), NextIn::Unrecorded);
     }
 }

@@ -293,13 +293,6 @@ impl Steps {
         self.marked.load(Relaxed)
     }
 
-    /// Whether the step before this one was a whole step as the job marks
-    /// them or as the step in force was found: what it used predicts this
-    /// one.
-    pub fn predicts(&self) -> bool {
-        self.steps() >= 2
-    }
-
     /// Whether any launch, copy or memset was placed.
     pub fn any(&self) -> bool {
         self.seq.0.load(Relaxed) > 0 || self.placed.load(Relaxed)
