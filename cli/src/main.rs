@@ -3,6 +3,7 @@
 //! in `VRAMSHARE_DIR`; it never loads CUDA.
 
 mod dump;
+mod exporter;
 mod out;
 mod ps;
 mod quota;
@@ -126,6 +127,14 @@ enum Command {
     /// Read or change the quota of a running process
     #[command(subcommand)]
     Quota(QuotaCommand),
+    /// Serve the shared files as Prometheus metrics on /metrics, read afresh at each scrape
+    Exporter {
+        /// Where to listen, HOST:PORT
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9400")]
+        listen: String,
+        #[command(flatten)]
+        dir: DirArg,
+    },
     /// Summarise a trace (from `dump` or VRAMSHARE_TRACE): peaks, spills, promotions, rejections, leaks, largest allocations
     Report {
         /// The trace JSON file
@@ -208,6 +217,7 @@ fn main() -> ExitCode {
         } => ps::top(&dir.path(), interval, iterations),
         Command::Dump { pid, output, dir } => dump::dump(&dir.path(), pid, output.as_deref()),
         Command::Report { file } => report::report(&file),
+        Command::Exporter { listen, dir } => Ok(exporter::serve(&dir.path(), &listen)),
         Command::Quota(QuotaCommand::Get { pid, json, dir }) => quota::get(&dir.path(), pid, json),
         Command::Quota(QuotaCommand::Set {
             pid,

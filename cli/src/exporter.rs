@@ -1,0 +1,302 @@
+//! `vramshare exporter`: the shared files as Prometheus metrics. Each scrape
+//! of `/metrics` reads the registry, the pool table and the trace ring
+//! afresh and writes what they say in the OpenMetrics text format, so the
+//! exporter keeps no state of its own: what Prometheus sees is what
+//! `vramshare ps` would print at that moment.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::Registry;
+use vramshare_common::files::{open_existing, FileError};
+use vramshare_common::registry::{ProcessInfo, RegistryFile};
+use vramshare_common::ring::{Ring, RingFile};
+
+use crate::ps::{pools, PoolInfo};
+
+/// What names a process's series: its pid and device, what it runs, its
+/// pool and priority, and the scheduler's names for its job where its
+/// environment has them (Slurm's job and step, a Kubernetes pod's name and
+/// namespace as the downward API sets them); empty where not.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProcessLabels {
+    pid: String,
+    gpu: String,
+    command: String,
+    pool: String,
+    priority: String,
+    slurm_job_id: String,
+    slurm_step_id: String,
+    pod: String,
+    namespace: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    pool: String,
+    gpu: String,
+}
+
+/// The variables a process's job identifiers are read from, by label.
+const JOB_VARIABLES: [(&str, &str); 4] = [
+    ("slurm_job_id", "SLURM_JOB_ID"),
+    ("slurm_step_id", "SLURM_STEP_ID"),
+    ("pod", "POD_NAME"),
+    ("namespace", "POD_NAMESPACE"),
+];
+
+/// The job identifiers in `pid`'s environment (readable for the user's own
+/// processes, which are the only ones in the user's registry), by label.
+fn job_ids(pid: u32) -> [String; 4] {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let mut ids: [String; 4] = Default::default();
+    for entry in environ.split(|b| *b == 0) {
+        let Some(eq) = entry.iter().position(|b| *b == b'=') else {
+            continue;
+        };
+        let (name, value) = (&entry[..eq], &entry[eq + 1..]);
+        for (slot, (_, variable)) in ids.iter_mut().zip(JOB_VARIABLES) {
+            if name == variable.as_bytes() {
+                *slot = String::from_utf8_lossy(value).into_owned();
+            }
+        }
+    }
+    ids
+}
+
+/// A gauge family registered under `name`.
+fn gauges<L>(registry: &mut Registry, name: &str, help: &str) -> Family<L, Gauge>
+where
+    L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug + Send + Sync + 'static,
+{
+    let family = Family::<L, Gauge>::default();
+    registry.register(name, help, family.clone());
+    family
+}
+
+/// A counter family registered under `name` (the format adds `_total`).
+fn counters(registry: &mut Registry, name: &str, help: &str) -> Family<ProcessLabels, Counter> {
+    let family = Family::<ProcessLabels, Counter>::default();
+    registry.register(name, help, family.clone());
+    family
+}
+
+/// Bytes as a gauge's value (saturating past what the format's integer holds).
+fn value(bytes: u64) -> i64 {
+    bytes.min(i64::MAX as u64) as i64
+}
+
+/// The metrics text for the shared files in `dir`. Files no process has
+/// made yet are no error (there is nothing to show); a file that cannot be
+/// used sets `vramshare_up` to 0, with why on stderr.
+pub fn metrics(dir: &Path) -> String {
+    let mut registry = Registry::default();
+    let up = Gauge::<i64>::default();
+    registry.register(
+        "vramshare_up",
+        "Whether the shared files could be read (1) or not (0)",
+        up.clone(),
+    );
+    registry.register(
+        "vramshare_build",
+        "The exporter's version",
+        Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
+    );
+    let mut failed = false;
+    let mut fail = |why: String| {
+        eprintln!("vramshare exporter: {why}");
+        failed = true;
+    };
+    let processes = match crate::ps::registry(dir) {
+        Ok(registry) => registry.live(),
+        Err(_)
+            if matches!(
+                open_existing::<RegistryFile>(dir),
+                Err(FileError::Missing(_))
+            ) =>
+        {
+            Vec::new()
+        }
+        Err(why) => {
+            fail(why);
+            Vec::new()
+        }
+    };
+    let pool_table = pools(dir).unwrap_or_else(|why| {
+        fail(why);
+        Vec::new()
+    });
+    process_metrics(&mut registry, &processes, &pool_table);
+    pool_metrics(&mut registry, &pool_table);
+    let lost = Counter::<u64>::default();
+    registry.register(
+        "vramshare_ring_events_lost",
+        "Events the shared trace ring lost: dropped by writers that found it a lap behind",
+        lost.clone(),
+    );
+    match open_existing::<RingFile>(dir) {
+        Ok(map) => match Ring::new(map) {
+            Ok(ring) => {
+                lost.inc_by(ring.dropped());
+            }
+            Err(why) => fail(format!("{}: {why}", dir.join("ring").display())),
+        },
+        Err(FileError::Missing(_)) => {}
+        Err(error) => fail(error.to_string()),
+    }
+    up.set(i64::from(!failed));
+    let mut text = String::new();
+    // Writing into a String cannot fail.
+    let _ = encode(&mut text, &registry);
+    text
+}
+
+fn process_metrics(registry: &mut Registry, processes: &[ProcessInfo], pools: &[PoolInfo]) {
+    let device = gauges(
+        registry,
+        "vramshare_device_bytes",
+        "Bytes the process holds on the device",
+    );
+    let spilled = gauges(
+        registry,
+        "vramshare_spilled_bytes",
+        "Bytes of the process's allocations in host memory",
+    );
+    let quota = gauges(
+        registry,
+        "vramshare_quota_bytes",
+        "The process's quota on the device (absent: none)",
+    );
+    let peak = gauges(
+        registry,
+        "vramshare_peak_device_bytes",
+        "The most bytes the process held on the device at once",
+    );
+    let allocations = counters(
+        registry,
+        "vramshare_allocations",
+        "Allocations the process made",
+    );
+    let spills = counters(
+        registry,
+        "vramshare_spills",
+        "Allocations placed in host memory, over the quota",
+    );
+    let promotions = counters(
+        registry,
+        "vramshare_promotions",
+        "Spilled bytes' moves back onto the device",
+    );
+    let rejections = counters(
+        registry,
+        "vramshare_rejections",
+        "Allocations refused with CUDA's out-of-memory error",
+    );
+    for process in processes {
+        let pool = process
+            .pool
+            .and_then(|index| pools.iter().find(|p| p.index == index))
+            .map(|p| p.name.clone())
+            .unwrap_or_default();
+        let [slurm_job_id, slurm_step_id, pod, namespace] = job_ids(process.pid);
+        for (gpu, counts) in &process.devices {
+            let labels = ProcessLabels {
+                pid: process.pid.to_string(),
+                gpu: gpu.to_string(),
+                command: process.cmdline.clone(),
+                pool: pool.clone(),
+                priority: process.priority.name().to_string(),
+                slurm_job_id: slurm_job_id.clone(),
+                slurm_step_id: slurm_step_id.clone(),
+                pod: pod.clone(),
+                namespace: namespace.clone(),
+            };
+            device
+                .get_or_create(&labels)
+                .set(value(counts.device_bytes));
+            spilled
+                .get_or_create(&labels)
+                .set(value(counts.spilled_bytes));
+            if let Some(q) = counts.quota {
+                quota.get_or_create(&labels).set(value(q));
+            }
+            peak.get_or_create(&labels).set(value(counts.peak_device));
+            allocations
+                .get_or_create(&labels)
+                .inc_by(counts.allocations);
+            spills.get_or_create(&labels).inc_by(counts.spills);
+            promotions.get_or_create(&labels).inc_by(counts.promotions);
+            rejections.get_or_create(&labels).inc_by(counts.rejections);
+        }
+    }
+}
+
+fn pool_metrics(registry: &mut Registry, pools: &[PoolInfo]) {
+    let budget = gauges(
+        registry,
+        "vramshare_pool_budget_bytes",
+        "The pool's budget on the device (absent: none)",
+    );
+    let held = gauges(
+        registry,
+        "vramshare_pool_device_bytes",
+        "Bytes the pool's members hold on the device together",
+    );
+    for pool in pools {
+        for (gpu, limit, bytes) in &pool.devices {
+            let labels = PoolLabels {
+                pool: pool.name.clone(),
+                gpu: gpu.to_string(),
+            };
+            if let Some(limit) = limit {
+                budget.get_or_create(&labels).set(value(*limit));
+            }
+            held.get_or_create(&labels).set(value(*bytes));
+        }
+    }
+}
+
+/// The page at `/`: where the metrics are.
+const INDEX: &str = "<!doctype html><title>vramshare exporter</title><h1>vramshare exporter</h1><p><a href=\"/metrics\">Metrics</a></p>\n";
+
+/// Serves `/metrics` on `listen` until killed.
+pub fn serve(dir: &Path, listen: &str) -> ExitCode {
+    let server = match tiny_http::Server::http(listen) {
+        Ok(server) => server,
+        Err(why) => {
+            eprintln!("vramshare exporter: cannot listen on {listen}: {why} (give --listen HOST:PORT, for example 127.0.0.1:9400 or 0.0.0.0:9400)");
+            return ExitCode::from(2);
+        }
+    };
+    eprintln!(
+        "vramshare exporter: serving the shared files of {} on http://{listen}/metrics",
+        dir.display()
+    );
+    let header = |name: &str, value: &str| {
+        tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes())
+            .expect("a header of ASCII words")
+    };
+    for request in server.incoming_requests() {
+        let path = request.url().split('?').next().unwrap_or("");
+        let response = match (request.method(), path) {
+            (tiny_http::Method::Get, "/metrics") => tiny_http::Response::from_string(metrics(dir))
+                .with_header(header(
+                    "Content-Type",
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                )),
+            (tiny_http::Method::Get, "/") => tiny_http::Response::from_string(INDEX)
+                .with_header(header("Content-Type", "text/html; charset=utf-8")),
+            _ => tiny_http::Response::from_string("not found: the metrics are at /metrics\n")
+                .with_status_code(404),
+        };
+        // A scraper that went away mid-answer is no concern of the next one.
+        let _ = request.respond(response);
+    }
+    ExitCode::SUCCESS
+}
