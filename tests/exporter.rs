@@ -64,18 +64,17 @@ fn get(url: &str, patience: Duration) -> String {
 fn holding_client(shm: &Path) -> (Killed, u32, serde_json::Value) {
     let steps = ["malloc:a:8M", "malloc:b:64M", "sleep:60000"];
     let env = [("VRAMSHARE_QUOTA", "32MiB"), ("SLURM_JOB_ID", "4242")];
-    let mut child = client_command(shm, &env, &steps).spawn().unwrap();
-    let pid = child.id();
+    let child = Killed(client_command(shm, &env, &steps).spawn().unwrap());
+    let pid = child.0.id();
     let began = Instant::now();
     loop {
         let ps = vramshare(&["ps", "--json", "--dir", shm.to_str().unwrap()]);
         let rows: serde_json::Value = serde_json::from_str(&ps).unwrap_or_default();
         let device = &rows[0]["devices"]["0"];
         if device["spills"] == 1 {
-            return (Killed(child), pid, device.clone());
+            return (child, pid, device.clone());
         }
         if began.elapsed() > Duration::from_secs(10) {
-            let _ = child.kill();
             panic!("the client never spilled: {ps}");
         }
         std::thread::sleep(Duration::from_millis(20));

@@ -23,6 +23,19 @@ fn process_json(info: &ProcessInfo) -> ProcessJson {
 }
 
 pub fn dump(dir: &Path, pid: Option<u32>, output: Option<&Path>) -> Result<ExitCode, Failure> {
+    let trace = ring_trace(dir, pid)?;
+    let text = serde_json::to_string_pretty(&trace).map_err(|e| e.to_string())?;
+    match output {
+        Some(path) => std::fs::write(path, text + "\n")
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?,
+        None => crate::out::print(&(text + "\n"))?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The shared ring's events (of `pid`, or all) and their processes, as a
+/// trace.
+pub fn ring_trace(dir: &Path, pid: Option<u32>) -> Result<TraceJson, Failure> {
     let map = open_existing::<RingFile>(dir).map_err(|e| e.to_string())?;
     let ring = Ring::new(map).map_err(|why| format!("{}: {why}", dir.join("ring").display()))?;
     let mut cursor = Cursor::oldest(&ring);
@@ -69,15 +82,8 @@ pub fn dump(dir: &Path, pid: Option<u32>, output: Option<&Path>) -> Result<ExitC
         }));
     }
 
-    let trace = TraceJson {
+    Ok(TraceJson {
         events_lost: Some(overwritten_before + cursor.lost),
         ..TraceJson::new(processes, events.iter().map(EventJson::from).collect())
-    };
-    let text = serde_json::to_string_pretty(&trace).map_err(|e| e.to_string())?;
-    match output {
-        Some(path) => std::fs::write(path, text + "\n")
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?,
-        None => crate::out::print(&(text + "\n"))?,
-    }
-    Ok(ExitCode::SUCCESS)
+    })
 }

@@ -7,10 +7,13 @@ mod exporter;
 mod out;
 mod ps;
 mod quota;
+mod replay;
 mod report;
 mod report_access;
 mod run;
 mod show;
+mod snapshot;
+mod timeline;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -127,6 +130,34 @@ enum Command {
     /// Read or change the quota of a running process
     #[command(subcommand)]
     Quota(QuotaCommand),
+    /// Draw a trace over time: Chrome trace-event JSON for ui.perfetto.dev (-o FILE.json), or a self-contained page (-o FILE.html)
+    #[command(arg_required_else_help = true)]
+    Timeline {
+        /// The trace JSON file (from `dump` or VRAMSHARE_TRACE) [default: the live ring]
+        file: Option<PathBuf>,
+        /// Where to write it; a name ending in .html gives the page, any other the JSON
+        #[arg(short, long, value_name = "FILE")]
+        output: PathBuf,
+        /// Only this process
+        #[arg(long)]
+        pid: Option<u32>,
+        #[command(flatten)]
+        dir: DirArg,
+    },
+    /// Write a trace as a PyTorch memory snapshot pickle, for pytorch.org/memory_viz or torch.cuda._memory_viz
+    #[command(arg_required_else_help = true)]
+    Snapshot {
+        /// The trace JSON file (from `dump` or VRAMSHARE_TRACE) [default: the live ring]
+        file: Option<PathBuf>,
+        /// Where to write the pickle
+        #[arg(short, long, value_name = "FILE")]
+        output: PathBuf,
+        /// Only this process (addresses of different processes may coincide)
+        #[arg(long)]
+        pid: Option<u32>,
+        #[command(flatten)]
+        dir: DirArg,
+    },
     /// Serve the shared files as Prometheus metrics on /metrics, read afresh at each scrape
     Exporter {
         /// Where to listen, HOST:PORT
@@ -217,6 +248,20 @@ fn main() -> ExitCode {
         } => ps::top(&dir.path(), interval, iterations),
         Command::Dump { pid, output, dir } => dump::dump(&dir.path(), pid, output.as_deref()),
         Command::Report { file } => report::report(&file),
+        Command::Timeline {
+            file,
+            output,
+            pid,
+            dir,
+        } => timeline::load(file.as_deref(), &dir.path(), pid)
+            .and_then(|trace| timeline::timeline(&trace, pid, &output)),
+        Command::Snapshot {
+            file,
+            output,
+            pid,
+            dir,
+        } => timeline::load(file.as_deref(), &dir.path(), pid)
+            .and_then(|trace| snapshot::snapshot(&trace, pid, &output)),
         Command::Exporter { listen, dir } => Ok(exporter::serve(&dir.path(), &listen)),
         Command::Quota(QuotaCommand::Get { pid, json, dir }) => quota::get(&dir.path(), pid, json),
         Command::Quota(QuotaCommand::Set {

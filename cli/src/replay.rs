@@ -1,0 +1,219 @@
+//! A trace's events replayed in order: what each process held on each
+//! device, and in host memory, after each event, and every allocation's
+//! life (where it was made, where it moved, when it was freed). The
+//! pictures (`timeline`, `snapshot`) draw from this.
+
+use std::collections::BTreeMap;
+
+use vramshare_common::trace_json::{EventJson, TraceJson};
+
+/// An allocation from its `alloc` event to its `free` (or the trace's end).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Life {
+    pub pid: u32,
+    pub device: i32,
+    pub ptr: u64,
+    pub size: u64,
+    pub api: String,
+    /// Where it was made: "device" or "host" (spilled), and the bytes of it
+    /// on the device (all of it, or a spilled block's head).
+    pub placement: String,
+    pub device_part: u64,
+    pub born_ns: u64,
+    /// When it was freed (`None`: live at the trace's end).
+    pub freed_ns: Option<u64>,
+    /// Moves between device and host after it was made: (time, to where).
+    pub moves: Vec<(u64, String)>,
+}
+
+/// What one process held on one device after an event.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Held {
+    pub device_bytes: u64,
+    pub spilled_bytes: u64,
+}
+
+/// One point of a process's counters: after the event at `t_ns`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Point {
+    pub t_ns: u64,
+    pub pid: u32,
+    pub device: i32,
+    pub held: Held,
+}
+
+#[derive(Debug, Default)]
+pub struct Replay {
+    pub points: Vec<Point>,
+    pub lives: Vec<Life>,
+    /// The first event's time: pictures count from it.
+    pub start_ns: u64,
+}
+
+/// An address as the trace writes it (`0x…`).
+pub fn address(text: &str) -> u64 {
+    let digits = text.trim_start_matches("0x");
+    u64::from_str_radix(digits, 16).unwrap_or(0)
+}
+
+/// The bytes of a block on the device and in host memory, where it is.
+fn split(size: u64, placement: &str, device_part: u64) -> Held {
+    if placement == "device" {
+        Held {
+            device_bytes: size,
+            spilled_bytes: 0,
+        }
+    } else {
+        let head = device_part.min(size);
+        Held {
+            device_bytes: head,
+            spilled_bytes: size - head,
+        }
+    }
+}
+
+fn add(held: &mut Held, part: Held) {
+    held.device_bytes = held.device_bytes.saturating_add(part.device_bytes);
+    held.spilled_bytes = held.spilled_bytes.saturating_add(part.spilled_bytes);
+}
+
+fn sub(held: &mut Held, part: Held) {
+    held.device_bytes = held.device_bytes.saturating_sub(part.device_bytes);
+    held.spilled_bytes = held.spilled_bytes.saturating_sub(part.spilled_bytes);
+}
+
+/// Replays `trace`'s events (of `pid`, or all) in time order.
+pub fn replay(trace: &TraceJson, pid: Option<u32>) -> Replay {
+    let mut events: Vec<&EventJson> = trace
+        .events
+        .iter()
+        .filter(|e| pid.is_none_or(|p| e.pid == p))
+        .collect();
+    events.sort_by_key(|e| (e.t_ns, e.seq));
+    let mut out = Replay {
+        start_ns: events.first().map_or(0, |e| e.t_ns),
+        ..Replay::default()
+    };
+    let mut held: BTreeMap<(u32, i32), Held> = BTreeMap::new();
+    // Live allocations by (pid, address): their index in `lives`.
+    let mut live: BTreeMap<(u32, u64), usize> = BTreeMap::new();
+    for event in events {
+        let ptr = address(&event.ptr);
+        let key = (event.pid, ptr);
+        let totals = held.entry((event.pid, event.device)).or_default();
+        let changed = match event.op.as_str() {
+            "alloc" if event.rc == 0 => {
+                let placement = event.placement.clone().unwrap_or_else(|| "device".into());
+                add(totals, split(event.size, &placement, event.device_part));
+                live.insert(key, out.lives.len());
+                out.lives.push(Life {
+                    pid: event.pid,
+                    device: event.device,
+                    ptr,
+                    size: event.size,
+                    api: event.api.clone(),
+                    placement,
+                    device_part: event.device_part,
+                    born_ns: event.t_ns,
+                    freed_ns: None,
+                    moves: Vec::new(),
+                });
+                true
+            }
+            "free" => match live.remove(&key) {
+                Some(index) => {
+                    let life = &mut out.lives[index];
+                    life.freed_ns = Some(event.t_ns);
+                    sub(totals, split(life.size, current(life), life.device_part));
+                    true
+                }
+                None => false,
+            },
+            "promote" | "demote" if event.rc == 0 => match live.get(&key) {
+                Some(&index) => {
+                    let life = &mut out.lives[index];
+                    let to = if event.op == "promote" {
+                        "device"
+                    } else {
+                        "host"
+                    };
+                    sub(totals, split(life.size, current(life), life.device_part));
+                    life.moves.push((event.t_ns, to.to_string()));
+                    add(totals, split(life.size, to, 0));
+                    if to == "host" {
+                        life.device_part = 0;
+                    }
+                    true
+                }
+                None => false,
+            },
+            _ => false,
+        };
+        if changed {
+            out.points.push(Point {
+                t_ns: event.t_ns,
+                pid: event.pid,
+                device: event.device,
+                held: *totals,
+            });
+        }
+    }
+    out
+}
+
+/// Where a block is now: its latest move's destination, or where it was made.
+pub fn current(life: &Life) -> &str {
+    life.moves
+        .last()
+        .map_or(life.placement.as_str(), |(_, to)| to.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(seq: u64, op: &str, ptr: u64, size: u64, placement: &str) -> EventJson {
+        EventJson {
+            seq,
+            t_ns: 1000 * seq,
+            pid: 7,
+            tid: 7,
+            device: 0,
+            op: op.into(),
+            api: "cudaMalloc".into(),
+            ptr: format!("{ptr:#x}"),
+            size,
+            placement: Some(placement.into()),
+            rc: 0,
+            device_part: 0,
+        }
+    }
+
+    #[test]
+    fn the_replay_follows_each_block_onto_the_device_and_off_it() {
+        let mut spilled = event(2, "alloc", 0x2000, 300, "host");
+        spilled.device_part = 100;
+        let trace = TraceJson::new(
+            Vec::new(),
+            vec![
+                event(1, "alloc", 0x1000, 500, "device"),
+                spilled,
+                event(3, "promote", 0x2000, 300, "device"),
+                event(4, "demote", 0x2000, 300, "host"),
+                event(5, "free", 0x1000, 500, "device"),
+                event(6, "free", 0x9999, 1, "device"),
+            ],
+        );
+        let replay = replay(&trace, None);
+        let held: Vec<(u64, u64)> = replay
+            .points
+            .iter()
+            .map(|p| (p.held.device_bytes, p.held.spilled_bytes))
+            .collect();
+        assert_eq!(held, [(500, 0), (600, 200), (800, 0), (500, 300), (0, 300)]);
+        assert_eq!(replay.lives.len(), 2);
+        assert_eq!(replay.lives[0].freed_ns, Some(5000));
+        assert_eq!(current(&replay.lives[1]), "host");
+        assert_eq!(replay.start_ns, 1000);
+    }
+}
