@@ -1,8 +1,9 @@
 //! `vramshare exporter`: the shared files as Prometheus metrics. Each scrape
 //! of `/metrics` reads the registry, the pool table and the trace ring
-//! afresh and writes what they say in the OpenMetrics text format, so the
-//! exporter keeps no state of its own: what Prometheus sees is what
-//! `vramshare ps` would print at that moment.
+//! afresh and writes what they say in the OpenMetrics text format: what
+//! Prometheus sees is what `vramshare ps` would print at that moment. The
+//! one thing kept between scrapes is each process's job identifiers, read
+//! once from its environment (which does not change after it starts).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -51,6 +52,9 @@ const JOB_VARIABLES: [(&str, &str); 4] = [
     ("namespace", "POD_NAMESPACE"),
 ];
 
+/// Job identifiers by process (pid and start time), as read.
+pub type JobIds = std::collections::HashMap<(u32, u64), [String; 4]>;
+
 /// The job identifiers in `pid`'s environment (readable for the user's own
 /// processes, which are the only ones in the user's registry), by label.
 fn job_ids(pid: u32) -> [String; 4] {
@@ -95,7 +99,7 @@ fn value(bytes: u64) -> i64 {
 /// The metrics text for the shared files in `dir`. Files no process has
 /// made yet are no error (there is nothing to show); a file that cannot be
 /// used sets `vramshare_up` to 0, with why on stderr.
-pub fn metrics(dir: &Path) -> String {
+pub fn metrics(dir: &Path, known: &mut JobIds) -> String {
     let mut registry = Registry::default();
     let up = Gauge::<i64>::default();
     registry.register(
@@ -132,7 +136,17 @@ pub fn metrics(dir: &Path) -> String {
         fail(why);
         Vec::new()
     });
-    process_metrics(&mut registry, &processes, &pool_table);
+    known.retain(|(pid, start), _| {
+        processes
+            .iter()
+            .any(|p| p.pid == *pid && p.start_time == *start)
+    });
+    for process in &processes {
+        known
+            .entry((process.pid, process.start_time))
+            .or_insert_with(|| job_ids(process.pid));
+    }
+    process_metrics(&mut registry, &processes, &pool_table, known);
     pool_metrics(&mut registry, &pool_table);
     let lost = Counter::<u64>::default();
     registry.register(
@@ -157,7 +171,12 @@ pub fn metrics(dir: &Path) -> String {
     text
 }
 
-fn process_metrics(registry: &mut Registry, processes: &[ProcessInfo], pools: &[PoolInfo]) {
+fn process_metrics(
+    registry: &mut Registry,
+    processes: &[ProcessInfo],
+    pools: &[PoolInfo],
+    known: &JobIds,
+) {
     let device = gauges(
         registry,
         "vramshare_device_bytes",
@@ -204,7 +223,10 @@ fn process_metrics(registry: &mut Registry, processes: &[ProcessInfo], pools: &[
             .and_then(|index| pools.iter().find(|p| p.index == index))
             .map(|p| p.name.clone())
             .unwrap_or_default();
-        let [slurm_job_id, slurm_step_id, pod, namespace] = job_ids(process.pid);
+        let [slurm_job_id, slurm_step_id, pod, namespace] = known
+            .get(&(process.pid, process.start_time))
+            .cloned()
+            .unwrap_or_default();
         for (gpu, counts) in &process.devices {
             let labels = ProcessLabels {
                 pid: process.pid.to_string(),
@@ -265,9 +287,39 @@ fn pool_metrics(registry: &mut Registry, pools: &[PoolInfo]) {
 /// The page at `/`: where the metrics are.
 const INDEX: &str = "<!doctype html><title>vramshare exporter</title><h1>vramshare exporter</h1><p><a href=\"/metrics\">Metrics</a></p>\n";
 
+/// A listener on `listen` whose connections send each write at once: a
+/// scraper keeps its connection open between scrapes, and with Nagle's
+/// rule the end of an answer would wait for its delayed acknowledgement
+/// (40 ms on Linux). Linux gives accepted sockets the listener's setting.
+fn listener(listen: &str) -> std::io::Result<std::net::TcpListener> {
+    use std::os::fd::AsRawFd;
+    let listener = std::net::TcpListener::bind(listen)?;
+    let on: libc::c_int = 1;
+    // SAFETY: a live socket of ours, and an int option of the size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            listener.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        eprintln!(
+            "vramshare exporter: cannot set TCP_NODELAY ({}); scrapes may wait 40 ms",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(listener)
+}
+
 /// Serves `/metrics` on `listen` until killed.
 pub fn serve(dir: &Path, listen: &str) -> ExitCode {
-    let server = match tiny_http::Server::http(listen) {
+    let server = match listener(listen)
+        .map_err(|e| e.to_string())
+        .and_then(|l| tiny_http::Server::from_listener(l, None).map_err(|e| e.to_string()))
+    {
         Ok(server) => server,
         Err(why) => {
             eprintln!("vramshare exporter: cannot listen on {listen}: {why} (give --listen HOST:PORT, for example 127.0.0.1:9400 or 0.0.0.0:9400)");
@@ -282,14 +334,16 @@ pub fn serve(dir: &Path, listen: &str) -> ExitCode {
         tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes())
             .expect("a header of ASCII words")
     };
+    let mut known = JobIds::new();
     for request in server.incoming_requests() {
         let path = request.url().split('?').next().unwrap_or("");
         let response = match (request.method(), path) {
-            (tiny_http::Method::Get, "/metrics") => tiny_http::Response::from_string(metrics(dir))
-                .with_header(header(
+            (tiny_http::Method::Get, "/metrics") => {
+                tiny_http::Response::from_string(metrics(dir, &mut known)).with_header(header(
                     "Content-Type",
                     "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                )),
+                ))
+            }
             (tiny_http::Method::Get, "/") => tiny_http::Response::from_string(INDEX)
                 .with_header(header("Content-Type", "text/html; charset=utf-8")),
             _ => tiny_http::Response::from_string("not found: the metrics are at /metrics\n")
