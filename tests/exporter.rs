@@ -58,12 +58,18 @@ fn get(url: &str, patience: Duration) -> String {
     }
 }
 
-/// A client under a 32 MiB quota that allocated 8 and 64 MiB (the second
-/// spilling in part) and sleeps, with Slurm's job id in its environment;
-/// its pid and its device 0 as `vramshare ps --json` shows it.
+/// A client under a 32 MiB quota, in pool `train` (budget 48 MiB), that
+/// allocated 8 and 64 MiB (the second spilling in part) and sleeps, with
+/// Slurm's job id in its environment; its pid and its device 0 as
+/// `vramshare ps --json` shows it.
 fn holding_client(shm: &Path) -> (Killed, u32, serde_json::Value) {
     let steps = ["malloc:a:8M", "malloc:b:64M", "sleep:60000"];
-    let env = [("VRAMSHARE_QUOTA", "32MiB"), ("SLURM_JOB_ID", "4242")];
+    let env = [
+        ("VRAMSHARE_QUOTA", "32MiB"),
+        ("VRAMSHARE_POOL", "train"),
+        ("VRAMSHARE_POOL_QUOTA", "48MiB"),
+        ("SLURM_JOB_ID", "4242"),
+    ];
     let child = Killed(client_command(shm, &env, &steps).spawn().unwrap());
     let pid = child.0.id();
     let began = Instant::now();
@@ -111,6 +117,7 @@ fn the_metrics_name_each_process_by_pid_gpu_pool_and_job_with_its_bytes_and_coun
         "gpu=\"0\"".to_string(),
         "slurm_job_id=\"4242\"".to_string(),
         "priority=\"normal\"".to_string(),
+        "pool=\"train\"".to_string(),
     ];
     let who: Vec<&str> = who.iter().map(String::as_str).collect();
     // The numbers `ps` shows (72 MiB in all, 32 of them on the device).
@@ -130,10 +137,54 @@ fn the_metrics_name_each_process_by_pid_gpu_pool_and_job_with_its_bytes_and_coun
         assert!(line.ends_with(&format!("}} {value}")), "{line}");
     }
     assert!(text.contains("# TYPE vramshare_spills counter"), "{text}");
+    let budget = sample(
+        &text,
+        "vramshare_pool_budget_bytes",
+        &["pool=\"train\"", "gpu=\"0\""],
+    );
+    assert!(
+        budget.is_some_and(|l| l.ends_with(&format!(" {}", 48 << 20))),
+        "{text}"
+    );
+    let held = sample(&text, "vramshare_pool_device_bytes", &["pool=\"train\""]);
+    let device = ps["device_bytes"].as_u64().unwrap();
+    assert!(
+        held.is_some_and(|l| l.ends_with(&format!(" {device}"))),
+        "{text}"
+    );
     assert!(text.lines().any(|l| l == "vramshare_up 1"), "{text}");
     assert!(text.contains("vramshare_build_info{version=\""), "{text}");
     assert!(text.contains("vramshare_ring_events_lost_total "), "{text}");
     assert!(text.ends_with("# EOF\n"), "{text}");
+    // The shipped Grafana dashboard asks only for metrics the exporter has.
+    for expr in dashboard_queries() {
+        let names = expr
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|word| word.starts_with("vramshare_"));
+        for name in names {
+            let family = name.trim_end_matches("_total");
+            assert!(
+                text.contains(&format!("# TYPE {family} ")),
+                "the dashboard's {name} is not exported"
+            );
+        }
+    }
+}
+
+/// The PromQL of every panel of `dashboards/vramshare.json`.
+fn dashboard_queries() -> Vec<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../dashboards/vramshare.json");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let queries: Vec<String> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|panel| panel["targets"].as_array().unwrap().clone())
+        .map(|target| target["expr"].as_str().unwrap().to_string())
+        .collect();
+    assert!(queries.len() >= 6, "{queries:?}");
+    queries
 }
 
 #[test]
@@ -226,6 +277,20 @@ fn a_real_prometheus_scrapes_the_exporter_and_answers_queries_on_a_clients_bytes
             }
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+    // Every query of the shipped dashboard is one Prometheus accepts, with
+    // Grafana's variables as Grafana would fill them.
+    for expr in dashboard_queries() {
+        let promql = expr.replace("$__rate_interval", "1m").replace("$gpu", ".*");
+        let url = format!("http://127.0.0.1:{web}/api/v1/query");
+        let body = ureq::get(&url)
+            .query("query", &promql)
+            .call()
+            .unwrap_or_else(|why| panic!("{promql}: {why}"))
+            .body_mut()
+            .read_to_string()
+            .unwrap();
+        assert!(body.contains("\"status\":\"success\""), "{promql}: {body}");
     }
 }
 
