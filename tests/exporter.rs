@@ -30,20 +30,27 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn exporter(dir: &Path, port: u16) -> Killed {
-    let child = Command::new(env!("CARGO_BIN_EXE_vramshare"))
-        .args([
-            "exporter",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--dir",
-        ])
+/// The exporter on a port of its choosing, and that port (from the line it
+/// prints once it listens).
+fn exporter(dir: &Path) -> (Killed, u16) {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vramshare"))
+        .args(["exporter", "--listen", "127.0.0.1:0", "--dir"])
         .arg(dir)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    Killed(child)
+    let mut line = String::new();
+    std::io::BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .rsplit_once("127.0.0.1:")
+        .and_then(|(_, rest)| rest.split('/').next())
+        .and_then(|port| port.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {line:?}"));
+    (Killed(child), port)
 }
 
 /// The body of a GET of `url`, retried for up to `patience`.
@@ -106,8 +113,7 @@ fn sample<'a>(text: &'a str, metric: &str, labels: &[&str]) -> Option<&'a str> {
 fn the_metrics_name_each_process_by_pid_gpu_pool_and_job_with_its_bytes_and_counts() {
     let shm = tempfile::tempdir().unwrap();
     let (_client, pid, ps) = holding_client(shm.path());
-    let port = free_port();
-    let _exporter = exporter(shm.path(), port);
+    let (_exporter, port) = exporter(shm.path());
     let text = get(
         &format!("http://127.0.0.1:{port}/metrics"),
         Duration::from_secs(10),
@@ -191,8 +197,7 @@ fn dashboard_queries() -> Vec<String> {
 fn a_corrupt_registry_sets_up_to_zero_and_the_exporter_keeps_serving() {
     let shm = tempfile::tempdir().unwrap();
     std::fs::write(shm.path().join("registry"), vec![0x5au8; 4096]).unwrap();
-    let port = free_port();
-    let _exporter = exporter(shm.path(), port);
+    let (_exporter, port) = exporter(shm.path());
     let url = format!("http://127.0.0.1:{port}/metrics");
     for _ in 0..2 {
         let text = get(&url, Duration::from_secs(10));
@@ -211,8 +216,7 @@ fn a_real_prometheus_scrapes_the_exporter_and_answers_queries_on_a_clients_bytes
     };
     let shm = tempfile::tempdir().unwrap();
     let (_client, pid, ps) = holding_client(shm.path());
-    let port = free_port();
-    let _exporter = exporter(shm.path(), port);
+    let (_exporter, port) = exporter(shm.path());
     let work = tempfile::tempdir().unwrap();
     let config = work.path().join("prometheus.yml");
     std::fs::write(

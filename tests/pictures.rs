@@ -93,10 +93,25 @@ fn the_timeline_is_chrome_trace_events_with_counters_instants_and_one_process_pe
         .collect();
     assert_eq!(spills.len(), 1, "{spills:?}");
     assert_eq!(spills[0]["s"], "p");
-    // Each allocation's life: a begin and an end of one id.
-    let begins = events.iter().filter(|e| e["ph"] == "b").count();
-    let ends = events.iter().filter(|e| e["ph"] == "e").count();
-    assert_eq!((begins, ends), (3, 3));
+    // Each allocation's life: a begin and an end of one id, category and
+    // name, the name saying where it was made (the tracks Perfetto draws).
+    let begins: Vec<&Value> = events.iter().filter(|e| e["ph"] == "b").collect();
+    let ends: Vec<&Value> = events.iter().filter(|e| e["ph"] == "e").collect();
+    assert_eq!((begins.len(), ends.len()), (3, 3));
+    for begin in &begins {
+        let end = ends
+            .iter()
+            .find(|e| e["id"] == begin["id"])
+            .unwrap_or_else(|| panic!("no end for {begin}"));
+        assert_eq!((&end["cat"], &end["name"]), (&begin["cat"], &begin["name"]));
+        assert!(end["ts"].as_f64() >= begin["ts"].as_f64(), "{begin} {end}");
+    }
+    let spilled: Vec<&&Value> = begins
+        .iter()
+        .filter(|b| b["name"] == "allocated in host memory")
+        .collect();
+    assert_eq!(spilled.len(), 1, "{begins:?}");
+    assert_eq!(spilled[0]["args"]["size"], 64 * MIB);
 }
 
 #[test]

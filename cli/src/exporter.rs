@@ -114,7 +114,7 @@ pub fn metrics(dir: &Path, known: &mut JobIds) -> String {
     );
     let mut failed = false;
     let mut fail = |why: String| {
-        eprintln!("vramshare exporter: {why}");
+        crate::out::complain(&format!("exporter: {why}"));
         failed = true;
     };
     let processes = match crate::ps::registry(dir) {
@@ -210,12 +210,12 @@ fn process_metrics(
     let promotions = counters(
         registry,
         "vramshare_promotions",
-        "Spilled bytes' moves back onto the device",
+        "Moves of spilled blocks back onto the device",
     );
     let rejections = counters(
         registry,
         "vramshare_rejections",
-        "Allocations refused with CUDA's out-of-memory error",
+        "Allocations that failed: refused over the quota with spill off, or refused by CUDA",
     );
     for process in processes {
         let pool = process
@@ -284,6 +284,19 @@ fn pool_metrics(registry: &mut Registry, pools: &[PoolInfo]) {
     }
 }
 
+/// Answers being written at once, at most: past that a scrape is told to
+/// come back (503) rather than a thread made for it.
+const MAX_IN_FLIGHT: usize = 16;
+
+/// An answer's thread, counted out of those in flight when it ends.
+struct Leaving<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Leaving<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// The page at `/`: where the metrics are.
 const INDEX: &str = "<!doctype html><title>vramshare exporter</title><h1>vramshare exporter</h1><p><a href=\"/metrics\">Metrics</a></p>\n";
 
@@ -306,51 +319,78 @@ fn listener(listen: &str) -> std::io::Result<std::net::TcpListener> {
         )
     };
     if rc != 0 {
-        eprintln!(
-            "vramshare exporter: cannot set TCP_NODELAY ({}); scrapes may wait 40 ms",
+        crate::out::complain(&format!(
+            "exporter: cannot set TCP_NODELAY ({}); scrapes may wait 40 ms",
             std::io::Error::last_os_error()
-        );
+        ));
     }
     Ok(listener)
 }
 
 /// Serves `/metrics` on `listen` until killed.
 pub fn serve(dir: &Path, listen: &str) -> ExitCode {
-    let server = match listener(listen)
-        .map_err(|e| e.to_string())
-        .and_then(|l| tiny_http::Server::from_listener(l, None).map_err(|e| e.to_string()))
-    {
-        Ok(server) => server,
-        Err(why) => {
-            eprintln!("vramshare exporter: cannot listen on {listen}: {why} (give --listen HOST:PORT, for example 127.0.0.1:9400 or 0.0.0.0:9400)");
-            return ExitCode::from(2);
-        }
+    let refused = |why: String| {
+        crate::out::complain(&format!("exporter: cannot listen on {listen}: {why} (give --listen HOST:PORT, for example 127.0.0.1:9400 or 0.0.0.0:9400; port 0 takes a free one)"));
+        ExitCode::from(2)
     };
-    eprintln!(
-        "vramshare exporter: serving the shared files of {} on http://{listen}/metrics",
+    let socket = match listener(listen) {
+        Ok(socket) => socket,
+        Err(why) => return refused(why.to_string()),
+    };
+    // The address bound, which names the port taken when 0 was asked for.
+    let bound = socket
+        .local_addr()
+        .map_or_else(|_| listen.to_string(), |a| a.to_string());
+    let server = match tiny_http::Server::from_listener(socket, None) {
+        Ok(server) => server,
+        Err(why) => return refused(why.to_string()),
+    };
+    crate::out::complain(&format!(
+        "exporter: serving the shared files of {} on http://{bound}/metrics",
         dir.display()
-    );
+    ));
     let header = |name: &str, value: &str| {
         tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes())
             .expect("a header of ASCII words")
     };
-    let mut known = JobIds::new();
+    let known = std::sync::Arc::new(std::sync::Mutex::new(JobIds::new()));
+    let in_flight = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let dir = std::sync::Arc::new(dir.to_path_buf());
     for request in server.incoming_requests() {
-        let path = request.url().split('?').next().unwrap_or("");
-        let response = match (request.method(), path) {
-            (tiny_http::Method::Get, "/metrics") => {
-                tiny_http::Response::from_string(metrics(dir, &mut known)).with_header(header(
-                    "Content-Type",
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                ))
-            }
-            (tiny_http::Method::Get, "/") => tiny_http::Response::from_string(INDEX)
-                .with_header(header("Content-Type", "text/html; charset=utf-8")),
-            _ => tiny_http::Response::from_string("not found: the metrics are at /metrics\n")
-                .with_status_code(404),
-        };
-        // A scraper that went away mid-answer is no concern of the next one.
-        let _ = request.respond(response);
+        use std::sync::atomic::Ordering::SeqCst;
+        // Each answer on a thread of its own: a client that never reads
+        // its answer holds one thread, not every later scrape.
+        if in_flight.fetch_add(1, SeqCst) >= MAX_IN_FLIGHT {
+            in_flight.fetch_sub(1, SeqCst);
+            let busy = tiny_http::Response::from_string("busy: too many scrapes at once\n")
+                .with_status_code(503);
+            let _ = request.respond(busy);
+            continue;
+        }
+        let (known, in_flight, dir) = (known.clone(), in_flight.clone(), dir.clone());
+        std::thread::spawn(move || {
+            // Counted out however the answer ends.
+            let _leaving = Leaving(&in_flight);
+            let path = request.url().split('?').next().unwrap_or("");
+            let response = match (request.method(), path) {
+                (tiny_http::Method::Get, "/metrics") => {
+                    let text = {
+                        let mut known = known.lock().unwrap_or_else(|e| e.into_inner());
+                        metrics(&dir, &mut known)
+                    };
+                    tiny_http::Response::from_string(text).with_header(header(
+                        "Content-Type",
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    ))
+                }
+                (tiny_http::Method::Get, "/") => tiny_http::Response::from_string(INDEX)
+                    .with_header(header("Content-Type", "text/html; charset=utf-8")),
+                _ => tiny_http::Response::from_string("not found: the metrics are at /metrics\n")
+                    .with_status_code(404),
+            };
+            // A scraper that went away mid-answer is no concern of the next one.
+            let _ = request.respond(response);
+        });
     }
     ExitCode::SUCCESS
 }

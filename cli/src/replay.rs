@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use vramshare_common::size::MAX_DEVICES;
 use vramshare_common::trace_json::{EventJson, TraceJson};
 
 /// An allocation from its `alloc` event to its `free` (or the trace's end).
@@ -16,9 +17,11 @@ pub struct Life {
     pub size: u64,
     pub api: String,
     /// Where it was made: "device" or "host" (spilled), and the bytes of it
-    /// on the device (all of it, or a spilled block's head).
+    /// then on the device (all of it, or a spilled block's head).
     pub placement: String,
     pub device_part: u64,
+    /// The head on the device now (a move takes all of a block).
+    pub head: u64,
     pub born_ns: u64,
     /// When it was freed (`None`: live at the trace's end).
     pub freed_ns: Option<u64>,
@@ -82,12 +85,21 @@ fn sub(held: &mut Held, part: Held) {
     held.spilled_bytes = held.spilled_bytes.saturating_sub(part.spilled_bytes);
 }
 
-/// Replays `trace`'s events (of `pid`, or all) in time order.
+/// Whether a move event changed where the block is: the spill tier's moves
+/// (copies) count only when they succeeded; a managed block's prefetch is
+/// counted where it was asked for, whatever CUDA answered.
+fn moved(api: &str, rc: i32) -> bool {
+    rc == 0 || api != "cuMemcpyAsync"
+}
+
+/// Replays `trace`'s events (of `pid`, or all) in time order. Events of a
+/// device the shim cannot have (outside 0 to 15) are left out.
 pub fn replay(trace: &TraceJson, pid: Option<u32>) -> Replay {
     let mut events: Vec<&EventJson> = trace
         .events
         .iter()
         .filter(|e| pid.is_none_or(|p| e.pid == p))
+        .filter(|e| e.op == "free" || (0..MAX_DEVICES as i32).contains(&e.device))
         .collect();
     events.sort_by_key(|e| (e.t_ns, e.seq));
     let mut out = Replay {
@@ -100,10 +112,20 @@ pub fn replay(trace: &TraceJson, pid: Option<u32>) -> Replay {
     for event in events {
         let ptr = address(&event.ptr);
         let key = (event.pid, ptr);
-        let totals = held.entry((event.pid, event.device)).or_default();
+        // What changed, on which device: a free or a move is the block's,
+        // whatever device its event names.
         let changed = match event.op.as_str() {
             "alloc" if event.rc == 0 => {
+                // An address still live means its free was lost (a ring
+                // that lapped its reader): that block ends here.
+                if let Some(stale) = live.remove(&key) {
+                    let life = &mut out.lives[stale];
+                    life.freed_ns = Some(event.t_ns);
+                    let totals = held.entry((life.pid, life.device)).or_default();
+                    sub(totals, split(life.size, current(life), life.head));
+                }
                 let placement = event.placement.clone().unwrap_or_else(|| "device".into());
+                let totals = held.entry((event.pid, event.device)).or_default();
                 add(totals, split(event.size, &placement, event.device_part));
                 live.insert(key, out.lives.len());
                 out.lives.push(Life {
@@ -114,47 +136,42 @@ pub fn replay(trace: &TraceJson, pid: Option<u32>) -> Replay {
                     api: event.api.clone(),
                     placement,
                     device_part: event.device_part,
+                    head: event.device_part,
                     born_ns: event.t_ns,
                     freed_ns: None,
                     moves: Vec::new(),
                 });
-                true
+                Some(event.device)
             }
-            "free" => match live.remove(&key) {
-                Some(index) => {
-                    let life = &mut out.lives[index];
-                    life.freed_ns = Some(event.t_ns);
-                    sub(totals, split(life.size, current(life), life.device_part));
-                    true
-                }
-                None => false,
-            },
-            "promote" | "demote" if event.rc == 0 => match live.get(&key) {
-                Some(&index) => {
-                    let life = &mut out.lives[index];
-                    let to = if event.op == "promote" {
-                        "device"
-                    } else {
-                        "host"
-                    };
-                    sub(totals, split(life.size, current(life), life.device_part));
-                    life.moves.push((event.t_ns, to.to_string()));
-                    add(totals, split(life.size, to, 0));
-                    if to == "host" {
-                        life.device_part = 0;
-                    }
-                    true
-                }
-                None => false,
-            },
-            _ => false,
+            "free" => live.remove(&key).map(|index| {
+                let life = &mut out.lives[index];
+                life.freed_ns = Some(event.t_ns);
+                let totals = held.entry((life.pid, life.device)).or_default();
+                sub(totals, split(life.size, current(life), life.head));
+                life.device
+            }),
+            "promote" | "demote" if moved(&event.api, event.rc) => live.get(&key).map(|&index| {
+                let life = &mut out.lives[index];
+                let to = if event.op == "promote" {
+                    "device"
+                } else {
+                    "host"
+                };
+                let totals = held.entry((life.pid, life.device)).or_default();
+                sub(totals, split(life.size, current(life), life.head));
+                life.moves.push((event.t_ns, to.to_string()));
+                life.head = 0;
+                add(totals, split(life.size, to, 0));
+                life.device
+            }),
+            _ => None,
         };
-        if changed {
+        if let Some(device) = changed {
             out.points.push(Point {
                 t_ns: event.t_ns,
                 pid: event.pid,
-                device: event.device,
-                held: *totals,
+                device,
+                held: held[&(event.pid, device)],
             });
         }
     }
@@ -215,5 +232,44 @@ mod tests {
         assert_eq!(replay.lives[0].freed_ns, Some(5000));
         assert_eq!(current(&replay.lives[1]), "host");
         assert_eq!(replay.start_ns, 1000);
+    }
+
+    #[test]
+    fn a_lost_free_ends_the_block_and_frees_name_the_blocks_device() {
+        let mut other = event(2, "alloc", 0x5000, 50, "device");
+        other.device = 1;
+        let mut free_other = event(4, "free", 0x5000, 50, "device");
+        free_other.device = -1;
+        let mut failed = event(5, "promote", 0x1000, 100, "device");
+        failed.api = "cuMemcpyAsync".into();
+        failed.rc = 2;
+        let trace = TraceJson::new(
+            Vec::new(),
+            vec![
+                event(1, "alloc", 0x1000, 100, "host"),
+                other,
+                // The first block's free was lost; its address comes again.
+                event(3, "alloc", 0x1000, 100, "host"),
+                free_other,
+                failed,
+                event(6, "free", 0x1000, 100, "device"),
+            ],
+        );
+        let replay = replay(&trace, None);
+        let points: Vec<(i32, u64, u64)> = replay
+            .points
+            .iter()
+            .map(|p| (p.device, p.held.device_bytes, p.held.spilled_bytes))
+            .collect();
+        assert_eq!(
+            points,
+            [(0, 0, 100), (1, 50, 0), (0, 0, 100), (1, 0, 0), (0, 0, 0)]
+        );
+        assert_eq!(replay.lives[0].freed_ns, Some(3000));
+        // A device the shim cannot have is left out.
+        let mut far = event(7, "alloc", 0x9000, 10, "device");
+        far.device = 2_000_000_000;
+        let replay = super::replay(&TraceJson::new(Vec::new(), vec![far]), None);
+        assert!(replay.lives.is_empty() && replay.points.is_empty());
     }
 }

@@ -64,14 +64,14 @@ pub struct TraceEntry {
     pub frames: Vec<Frame>,
 }
 
-/// The frame that says where a block lives (`at`: "device" or "host") and
-/// whose it is.
-fn placement_frame(life: &Life, at: &str) -> Frame {
+/// The frame that says where a block lives (`at`: "device" or "host",
+/// with `head` bytes of it on the device) and whose it is.
+fn placement_frame(life: &Life, at: &str, head: u64) -> Frame {
     let place = match at {
         "device" => "on the device".to_string(),
-        _ if life.device_part > 0 => format!(
+        _ if head > 0 => format!(
             "spilled to host memory ({} of it on the device)",
-            human_bytes(life.device_part)
+            human_bytes(head)
         ),
         _ => "spilled to host memory".to_string(),
     };
@@ -93,7 +93,7 @@ pub fn build(trace: &TraceJson, pid: Option<u32>) -> Snapshot {
     let mut timed: Vec<Vec<(u64, TraceEntry)>> = (0..devices).map(|_| Vec::new()).collect();
     let mut segments = Vec::new();
     for life in &replayed.lives {
-        let made = vec![placement_frame(life, &life.placement)];
+        let made = vec![placement_frame(life, &life.placement, life.device_part)];
         let entry = |action, time_ns: u64, frames: &Vec<Frame>| TraceEntry {
             action,
             addr: life.ptr,
@@ -112,7 +112,7 @@ pub fn build(trace: &TraceJson, pid: Option<u32>) -> Snapshot {
                 }
             }
             None => {
-                let now = vec![placement_frame(life, current(life))];
+                let now = vec![placement_frame(life, current(life), life.head)];
                 segments.push(Segment {
                     device: life.device,
                     address: life.ptr,
@@ -151,6 +151,12 @@ pub fn build(trace: &TraceJson, pid: Option<u32>) -> Snapshot {
 }
 
 pub fn snapshot(trace: &TraceJson, pid: Option<u32>, output: &Path) -> Result<ExitCode, Failure> {
+    let mut pids: Vec<u32> = trace.events.iter().map(|e| e.pid).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    if pid.is_none() && pids.len() > 1 {
+        crate::out::complain(&format!("snapshot: the trace holds {} processes, whose addresses may coincide; memory_viz shows one process best (give --pid PID)", pids.len()));
+    }
     let bytes = serde_pickle::to_vec(&build(trace, pid), serde_pickle::SerOptions::new())
         .map_err(|e| e.to_string())?;
     std::fs::write(output, bytes).map_err(|e| format!("cannot write {}: {e}", output.display()))?;

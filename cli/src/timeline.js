@@ -32,7 +32,8 @@
     root.appendChild(box);
     const pts = spec.points;
     if (!pts.length) return;
-    const t0 = 0, t1 = Math.max(pts[pts.length - 1][0], 1e-3);
+    // The chart ends with the trace, so that marks after the last change fit.
+    const t0 = 0, t1 = Math.max(pts[pts.length - 1][0], spec.end || 0, 1e-3);
     let top = spec.quota || 0;
     for (const p of pts) top = Math.max(top, p[1] + p[2]);
     top = Math.max(top, 1) * 1.05;

@@ -27,6 +27,15 @@ pub fn load(file: Option<&Path>, dir: &Path, pid: Option<u32>) -> Result<TraceJs
 }
 
 pub fn timeline(trace: &TraceJson, pid: Option<u32>, output: &Path) -> Result<ExitCode, Failure> {
+    let lost = trace.events_lost.unwrap_or(0)
+        + trace
+            .processes
+            .iter()
+            .map(|p| p.events_dropped)
+            .sum::<u64>();
+    if lost > 0 {
+        crate::out::complain(&format!("timeline: {lost} events were lost before this trace was read; blocks whose frees or moves were among them are drawn where they were last seen"));
+    }
     let replayed = replay(trace, pid);
     let html = output
         .extension()
@@ -90,15 +99,6 @@ pub fn trace_events(trace: &TraceJson, pid: Option<u32>, replay: &Replay) -> Val
             json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
             "args": {"name": process_name(trace, pid)}}),
         );
-        for (tid, name) in [
-            (1, "allocations on the device"),
-            (2, "allocations in host memory"),
-        ] {
-            events.push(
-                json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                "args": {"name": name}}),
-            );
-        }
     }
     for point in &replay.points {
         let mut args = json!({
@@ -114,19 +114,27 @@ pub fn trace_events(trace: &TraceJson, pid: Option<u32>, replay: &Replay) -> Val
         );
     }
     let end = trace.events.iter().map(|e| e.t_ns).max().unwrap_or(0);
+    // Async slices are grouped into tracks by name: one for allocations
+    // made on the device, one for those spilled.
     for (index, life) in replay.lives.iter().enumerate() {
-        let tid = if life.placement == "device" { 1 } else { 2 };
-        let name = format!("{} {}", life.api, human_bytes(life.size));
+        let name = if life.placement == "device" {
+            "allocated on the device"
+        } else {
+            "allocated in host memory"
+        };
         let id = format!("{:#x}.{index}", life.ptr);
         let args = json!({"ptr": format!("{:#x}", life.ptr), "size": life.size,
-            "placement": life.placement, "device": life.device, "moves": life.moves.len()});
+            "bytes": human_bytes(life.size), "call": life.api, "placement": life.placement,
+            "device": life.device, "moves": life.moves.len()});
+        let begin = micros(replay, life.born_ns);
+        let finish = micros(replay, life.freed_ns.unwrap_or(end));
         events.push(
             json!({"ph": "b", "cat": "allocation", "name": name, "id": id,
-            "pid": life.pid, "tid": tid, "ts": micros(replay, life.born_ns), "args": args}),
+            "pid": life.pid, "tid": 0, "ts": begin, "args": args}),
         );
         events.push(
             json!({"ph": "e", "cat": "allocation", "name": name, "id": id,
-            "pid": life.pid, "tid": tid, "ts": micros(replay, life.freed_ns.unwrap_or(end))}),
+            "pid": life.pid, "tid": 0, "ts": finish}),
         );
     }
     for event in trace
@@ -180,6 +188,7 @@ fn escape_html(text: &str) -> String {
 
 /// The self-contained page.
 pub fn page(trace: &TraceJson, pid: Option<u32>, replay: &Replay) -> String {
+    let end = trace.events.iter().map(|e| e.t_ns).max().unwrap_or(0);
     let mut charts = Vec::new();
     for pid in pids(trace, pid) {
         let mut devices: Vec<i32> = replay
@@ -214,7 +223,8 @@ pub fn page(trace: &TraceJson, pid: Option<u32>, replay: &Replay) -> String {
                 .collect();
             charts.push(
                 json!({"title": format!("{} — GPU {device}", process_name(trace, pid)),
-                "quota": quota_of(trace, pid, device), "points": points, "marks": marks}),
+                "quota": quota_of(trace, pid, device), "points": points, "marks": marks,
+                "end": micros(replay, end) / 1e3}),
             );
         }
     }
