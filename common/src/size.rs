@@ -66,6 +66,15 @@ impl Quota {
     }
 }
 
+/// The message for a setting that cannot be used, as the shim prints it at
+/// start and the Slurm plugin at submission.
+pub fn invalid_setting(variable: &str, value: &str, reason: &str, forms: &str) -> String {
+    format!(
+        "vramshare: {variable}={} is not valid ({reason}); accepted forms: {forms}",
+        quoted(value)
+    )
+}
+
 pub const QUOTA_FORMS: &str = "a size such as 8GiB, 8G, 512MiB, 1.5GB or 1048576 (bytes), \
      a share such as 50% of the device, or per device 0=8GiB,1=4GiB";
 pub fn parse_quota(text: &str) -> Result<Quota, String> {

@@ -37,14 +37,12 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "vramshare: {}={} is not valid ({}); accepted forms: {}",
+        f.write_str(&vramshare_common::size::invalid_setting(
             self.variable,
-            vramshare_common::size::quoted(&self.value),
-            self.reason,
-            self.forms
-        )
+            &self.value,
+            &self.reason,
+            &self.forms,
+        ))
     }
 }
 
