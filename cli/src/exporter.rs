@@ -16,6 +16,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 use vramshare_common::files::{open_existing, FileError};
+use vramshare_common::process::JobIds;
 use vramshare_common::registry::{ProcessInfo, RegistryFile};
 use vramshare_common::ring::{Ring, RingFile};
 
@@ -44,35 +45,8 @@ struct PoolLabels {
     gpu: String,
 }
 
-/// The variables a process's job identifiers are read from, by label.
-const JOB_VARIABLES: [(&str, &str); 4] = [
-    ("slurm_job_id", "SLURM_JOB_ID"),
-    ("slurm_step_id", "SLURM_STEP_ID"),
-    ("pod", "POD_NAME"),
-    ("namespace", "POD_NAMESPACE"),
-];
-
 /// Job identifiers by process (pid and start time), as read.
-pub type JobIds = std::collections::HashMap<(u32, u64), [String; 4]>;
-
-/// The job identifiers in `pid`'s environment (readable for the user's own
-/// processes, which are the only ones in the user's registry), by label.
-fn job_ids(pid: u32) -> [String; 4] {
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-    let mut ids: [String; 4] = Default::default();
-    for entry in environ.split(|b| *b == 0) {
-        let Some(eq) = entry.iter().position(|b| *b == b'=') else {
-            continue;
-        };
-        let (name, value) = (&entry[..eq], &entry[eq + 1..]);
-        for (slot, (_, variable)) in ids.iter_mut().zip(JOB_VARIABLES) {
-            if name == variable.as_bytes() {
-                *slot = String::from_utf8_lossy(value).into_owned();
-            }
-        }
-    }
-    ids
-}
+pub type Known = std::collections::HashMap<(u32, u64), JobIds>;
 
 /// A gauge family registered under `name`.
 fn gauges<L>(registry: &mut Registry, name: &str, help: &str) -> Family<L, Gauge>
@@ -99,7 +73,7 @@ fn value(bytes: u64) -> i64 {
 /// The metrics text for the shared files in `dir`. Files no process has
 /// made yet are no error (there is nothing to show); a file that cannot be
 /// used sets `vramshare_up` to 0, with why on stderr.
-pub fn metrics(dir: &Path, known: &mut JobIds) -> String {
+pub fn metrics(dir: &Path, known: &mut Known) -> String {
     let mut registry = Registry::default();
     let up = Gauge::<i64>::default();
     registry.register(
@@ -144,7 +118,7 @@ pub fn metrics(dir: &Path, known: &mut JobIds) -> String {
     for process in &processes {
         known
             .entry((process.pid, process.start_time))
-            .or_insert_with(|| job_ids(process.pid));
+            .or_insert_with(|| JobIds::of(process.pid));
     }
     process_metrics(&mut registry, &processes, &pool_table, known);
     pool_metrics(&mut registry, &pool_table);
@@ -175,7 +149,7 @@ fn process_metrics(
     registry: &mut Registry,
     processes: &[ProcessInfo],
     pools: &[PoolInfo],
-    known: &JobIds,
+    known: &Known,
 ) {
     let device = gauges(
         registry,
@@ -223,7 +197,12 @@ fn process_metrics(
             .and_then(|index| pools.iter().find(|p| p.index == index))
             .map(|p| p.name.clone())
             .unwrap_or_default();
-        let [slurm_job_id, slurm_step_id, pod, namespace] = known
+        let JobIds {
+            slurm_job_id,
+            slurm_step_id,
+            pod,
+            namespace,
+        } = known
             .get(&(process.pid, process.start_time))
             .cloned()
             .unwrap_or_default();
@@ -353,7 +332,7 @@ pub fn serve(dir: &Path, listen: &str) -> ExitCode {
         tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes())
             .expect("a header of ASCII words")
     };
-    let known = std::sync::Arc::new(std::sync::Mutex::new(JobIds::new()));
+    let known = std::sync::Arc::new(std::sync::Mutex::new(Known::new()));
     let in_flight = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let dir = std::sync::Arc::new(dir.to_path_buf());
     for request in server.incoming_requests() {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use vramshare_common::files::open_existing;
+use vramshare_common::process::JobIds;
 use vramshare_common::registry::{DeviceInfo, ProcessInfo, Registry, RegistryFile};
 use vramshare_common::size::human_bytes;
 
@@ -64,6 +65,11 @@ struct ProcessRow {
     spill: &'static str,
     pool: Option<String>,
     priority: &'static str,
+    /// The scheduler's job, where the process's environment names one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slurm_job_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slurm_step_id: Option<String>,
     /// Kernel launches the shim has seen, and their rate since the process
     /// registered.
     launches: u64,
@@ -85,7 +91,14 @@ fn json_rows(processes: &[ProcessInfo], pools: &[PoolInfo]) -> Vec<ProcessRow> {
     let now = vramshare_common::process::monotonic_ns();
     processes
         .iter()
-        .map(|p| ProcessRow {
+        .map(|p| {
+            let job = JobIds::of(p.pid);
+            let some = |id: String| (!id.is_empty()).then_some(id);
+            (p, some(job.slurm_job_id), some(job.slurm_step_id))
+        })
+        .map(|(p, slurm_job_id, slurm_step_id)| ProcessRow {
+            slurm_job_id,
+            slurm_step_id,
             launches: p.launches,
             launches_per_second: launch_rate(p, now),
             pid: p.pid,
@@ -131,6 +144,11 @@ pub fn table(processes: &[ProcessInfo], width: usize) -> String {
     );
     for process in processes {
         let mut rate = Some(short_rate(launch_rate(process, now)));
+        // The scheduler's name for the job, before what it runs.
+        let command = match JobIds::of(process.pid).describe() {
+            Some(job) => format!("[{}] {}", escaped(&job), escaped(&process.cmdline)),
+            None => escaped(&process.cmdline).into_owned(),
+        };
         let devices = if process.devices.is_empty() {
             vec![None]
         } else {
@@ -168,7 +186,7 @@ pub fn table(processes: &[ProcessInfo], width: usize) -> String {
                 allocs,
                 spills,
                 rate.take().unwrap_or_default(),
-                escaped(&process.cmdline)
+                command
             );
             out.push_str(&line.chars().take(width.max(80)).collect::<String>());
             out.push('\n');

@@ -118,3 +118,55 @@ mod tests {
         assert!(!is_alive(child.id(), start));
     }
 }
+
+/// What a scheduler calls a process's job, from its environment: Slurm's
+/// job and step ids, a Kubernetes pod's name and namespace (as a pod's spec
+/// sets `POD_NAME` and `POD_NAMESPACE` from the downward API). Empty where
+/// the environment has none, or cannot be read (another user's process).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobIds {
+    pub slurm_job_id: String,
+    pub slurm_step_id: String,
+    pub pod: String,
+    pub namespace: String,
+}
+
+impl JobIds {
+    /// Those of `pid`, read from `/proc/PID/environ` (the environment it
+    /// started with, which does not change after).
+    pub fn of(pid: u32) -> JobIds {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let mut ids = JobIds::default();
+        for entry in environ.split(|b| *b == 0) {
+            let Some(eq) = entry.iter().position(|b| *b == b'=') else {
+                continue;
+            };
+            let value = String::from_utf8_lossy(&entry[eq + 1..]).into_owned();
+            match &entry[..eq] {
+                b"SLURM_JOB_ID" => ids.slurm_job_id = value,
+                b"SLURM_STEP_ID" => ids.slurm_step_id = value,
+                b"POD_NAME" => ids.pod = value,
+                b"POD_NAMESPACE" => ids.namespace = value,
+                _ => {}
+            }
+        }
+        ids
+    }
+
+    /// The job as `ps` names it: `job 42.0` (Slurm), `pod ns/name`, or
+    /// nothing.
+    pub fn describe(&self) -> Option<String> {
+        if !self.slurm_job_id.is_empty() {
+            let step = if self.slurm_step_id.is_empty() {
+                String::new()
+            } else {
+                format!(".{}", self.slurm_step_id)
+            };
+            return Some(format!("job {}{step}", self.slurm_job_id));
+        }
+        (!self.pod.is_empty()).then(|| match self.namespace.as_str() {
+            "" => format!("pod {}", self.pod),
+            namespace => format!("pod {namespace}/{}", self.pod),
+        })
+    }
+}
