@@ -1,7 +1,8 @@
 //! A Slurm SPANK plugin that puts a job's tasks under vramshare.
 //!
-//! It adds `--vram=SIZE`, `--vram-spill=host|off`, `--vram-pool=NAME` and
-//! `--vram-priority=high|normal|low` to `srun`, `sbatch` and `salloc`.
+//! It adds `--vram=SIZE`, `--vram-spill=host|off`, `--vram-pool=NAME`,
+//! `--vram-pool-quota=SIZE` and `--vram-priority=high|normal|low` to
+//! `srun`, `sbatch` and `salloc`.
 //! Each value is checked where it is given, so a bad one stops the job at
 //! submission with the message the shim would print. In each task, before
 //! the program starts, the plugin preloads `libvramshare.so` and sets the
@@ -27,6 +28,7 @@ struct Given {
     quota: Option<String>,
     spill: Option<String>,
     pool: Option<String>,
+    pool_quota: Option<String>,
     priority: Option<String>,
 }
 
@@ -41,6 +43,7 @@ static GIVEN: Mutex<Given> = Mutex::new(Given {
     quota: None,
     spill: None,
     pool: None,
+    pool_quota: None,
     priority: None,
 });
 static ARGUMENTS: Mutex<Arguments> = Mutex::new(Arguments {
@@ -141,6 +144,18 @@ extern "C" fn vram_pool(_val: c_int, arg: *const c_char, _remote: c_int) -> c_in
     )
 }
 
+extern "C" fn vram_pool_quota(_val: c_int, arg: *const c_char, _remote: c_int) -> c_int {
+    take(
+        arg,
+        |v| {
+            parse_quota(v)
+                .map(|_| ())
+                .map_err(|why| invalid_setting("VRAMSHARE_POOL_QUOTA", v, &why, QUOTA_FORMS))
+        },
+        |g, v| g.pool_quota = Some(v),
+    )
+}
+
 extern "C" fn vram_priority(_val: c_int, arg: *const c_char, _remote: c_int) -> c_int {
     take(
         arg,
@@ -173,6 +188,7 @@ fn options() -> Vec<SpankOption> {
         option(c"vram", c"SIZE", c"Device memory each task may hold per GPU (vramshare): 8GiB, 512MiB, 50%, or per GPU 0=8GiB,1=4GiB", vram),
         option(c"vram-spill", c"MODE", c"What an allocation over --vram gets: host (spilled to host memory) or off (CUDA's out-of-memory error)", vram_spill),
         option(c"vram-pool", c"NAME", c"Share a vramshare pool's budget with the other jobs in it", vram_pool),
+        option(c"vram-pool-quota", c"SIZE", c"The vramshare pool's budget, if it has none yet (the forms of --vram)", vram_pool_quota),
         option(c"vram-priority", c"LEVEL", c"Who gives way when the pool is full: high, normal or low", vram_priority),
     ]
 }
@@ -280,6 +296,7 @@ pub unsafe extern "C" fn slurm_spank_task_init(
         ("VRAMSHARE_QUOTA", quota),
         ("VRAMSHARE_SPILL", given.spill.clone()),
         ("VRAMSHARE_POOL", given.pool.clone()),
+        ("VRAMSHARE_POOL_QUOTA", given.pool_quota.clone()),
         ("VRAMSHARE_PRIORITY", given.priority.clone()),
     ];
     for (name, value) in settings {
