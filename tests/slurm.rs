@@ -34,13 +34,23 @@ struct Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        // Jobs still running end before the daemons that run them.
+        // Jobs still running end before the daemons that run them, so that
+        // no step outlives them.
         let _ = self
             .command("scancel")
             .arg("--full")
             .arg("--user=root")
             .output();
-        std::thread::sleep(Duration::from_millis(300));
+        let began = Instant::now();
+        while began.elapsed() < Duration::from_secs(10) {
+            let queue = self.command("squeue").arg("-h").output();
+            if queue.is_ok_and(|q| q.status.success() && q.stdout.is_empty()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // The steps' own end, after the controller has seen their jobs end.
+        std::thread::sleep(Duration::from_millis(500));
         while self.daemons.pop().is_some() {}
     }
 }
@@ -66,7 +76,15 @@ fn built(name: &str) -> PathBuf {
 
 impl Cluster {
     fn start() -> Option<Cluster> {
-        let tools = ["munged", "slurmctld", "slurmd", "srun", "scancel", "sinfo"];
+        let tools = [
+            "munged",
+            "slurmctld",
+            "slurmd",
+            "srun",
+            "scancel",
+            "sinfo",
+            "squeue",
+        ];
         let missing: Vec<&str> = tools
             .iter()
             .copied()
