@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,15 +18,6 @@ impl Drop for Killed {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// A loopback port free a moment ago.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// The exporter on a port of its choosing, and that port (from the line it
@@ -211,7 +201,11 @@ fn a_corrupt_registry_sets_up_to_zero_and_the_exporter_keeps_serving() {
 
 #[test]
 fn a_real_prometheus_scrapes_the_exporter_and_answers_queries_on_a_clients_bytes() {
-    let Some(prometheus) = prometheus_binary() else {
+    let Some(prometheus) = installed(
+        &["prometheus"],
+        "prometheus",
+        "VRAMSHARE_REQUIRE_PROMETHEUS",
+    ) else {
         return;
     };
     let shm = tempfile::tempdir().unwrap();
@@ -296,22 +290,4 @@ fn a_real_prometheus_scrapes_the_exporter_and_answers_queries_on_a_clients_bytes
             .unwrap();
         assert!(body.contains("\"status\":\"success\""), "{promql}: {body}");
     }
-}
-
-/// Debian's `prometheus`, if installed; else the test is skipped, unless
-/// `VRAMSHARE_REQUIRE_PROMETHEUS` is set (as in CI), where it fails.
-fn prometheus_binary() -> Option<std::path::PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|dir| dir.join("prometheus"))
-            .find(|candidate| candidate.is_file())
-    });
-    if found.is_none() {
-        let message = "Prometheus is not installed (apt-get install prometheus)";
-        if std::env::var_os("VRAMSHARE_REQUIRE_PROMETHEUS").is_some() {
-            panic!("{message}");
-        }
-        skipped(message);
-    }
-    found
 }

@@ -166,7 +166,11 @@ print("ok")
 
 #[test]
 fn the_page_draws_in_headless_chromium_with_no_errors_and_no_requests() {
-    let Some(chromium) = chromium_binary() else {
+    let Some(chromium) = installed(
+        &["chromium", "chromium-browser"],
+        "chromium",
+        "VRAMSHARE_REQUIRE_CHROMIUM",
+    ) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -251,25 +255,4 @@ fn artifacts() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-artifacts");
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// Debian's `chromium`, if installed; else the test is skipped, unless
-/// `VRAMSHARE_REQUIRE_CHROMIUM` is set (as in CI), where it fails.
-fn chromium_binary() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path).find_map(|dir| {
-            ["chromium", "chromium-browser"]
-                .iter()
-                .map(|name| dir.join(name))
-                .find(|candidate| candidate.is_file())
-        })
-    });
-    if found.is_none() {
-        let message = "Chromium is not installed (apt-get install chromium)";
-        if std::env::var_os("VRAMSHARE_REQUIRE_CHROMIUM").is_some() {
-            panic!("{message}");
-        }
-        skipped(message);
-    }
-    found
 }

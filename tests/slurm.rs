@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -53,14 +52,6 @@ impl Drop for Cluster {
         std::thread::sleep(Duration::from_millis(500));
         while self.daemons.pop().is_some() {}
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Beside the test binary, where cargo built them: the plugin and the shim.

@@ -95,16 +95,18 @@ fn take(
     0
 }
 
+/// Takes a size in the forms of `variable` (`VRAMSHARE_QUOTA`'s).
+fn size(arg: *const c_char, variable: &str, keep: impl FnOnce(&mut Given, String)) -> c_int {
+    let check = |v: &str| {
+        parse_quota(v)
+            .map(|_| ())
+            .map_err(|why| invalid_setting(variable, v, &why, QUOTA_FORMS))
+    };
+    take(arg, check, keep)
+}
+
 extern "C" fn vram(_val: c_int, arg: *const c_char, _remote: c_int) -> c_int {
-    take(
-        arg,
-        |v| {
-            parse_quota(v)
-                .map(|_| ())
-                .map_err(|why| invalid_setting("VRAMSHARE_QUOTA", v, &why, QUOTA_FORMS))
-        },
-        |g, v| g.quota = Some(v),
-    )
+    size(arg, "VRAMSHARE_QUOTA", |g, v| g.quota = Some(v))
 }
 
 fn words(names: &[&str]) -> String {
@@ -145,15 +147,7 @@ extern "C" fn vram_pool(_val: c_int, arg: *const c_char, _remote: c_int) -> c_in
 }
 
 extern "C" fn vram_pool_quota(_val: c_int, arg: *const c_char, _remote: c_int) -> c_int {
-    take(
-        arg,
-        |v| {
-            parse_quota(v)
-                .map(|_| ())
-                .map_err(|why| invalid_setting("VRAMSHARE_POOL_QUOTA", v, &why, QUOTA_FORMS))
-        },
-        |g, v| g.pool_quota = Some(v),
-    )
+    size(arg, "VRAMSHARE_POOL_QUOTA", |g, v| g.pool_quota = Some(v))
 }
 
 extern "C" fn vram_priority(_val: c_int, arg: *const c_char, _remote: c_int) -> c_int {

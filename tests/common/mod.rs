@@ -534,3 +534,34 @@ pub fn skipped(why: &str) {
     let line = format!("skipped: {test}: {why}\n");
     let _ = std::io::stderr().write_all(line.as_bytes());
 }
+
+/// A loopback port free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The first of `names` on `PATH`. Missing: the test is skipped with a
+/// notice naming `package`, unless the variable `required` is set (as in
+/// CI), where it fails.
+pub fn installed(names: &[&str], package: &str, required: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path).find_map(|dir| {
+            names
+                .iter()
+                .map(|name| dir.join(name))
+                .find(|candidate| candidate.is_file())
+        })
+    });
+    if found.is_none() {
+        let message = format!("{} is not installed (apt-get install {package})", names[0]);
+        if std::env::var_os(required).is_some() {
+            panic!("{message}");
+        }
+        skipped(&message);
+    }
+    found
+}
