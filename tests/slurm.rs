@@ -13,8 +13,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::Value;
 
-const MIB: u64 = 1 << 20;
-
 /// A daemon of the test's, killed by its pid and reaped when dropped.
 struct Daemon(Child);
 
@@ -23,6 +21,20 @@ impl Drop for Daemon {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// Spawns `command` to die with the test process, should the test be
+/// killed before its cleanup runs.
+fn spawn_daemon(command: &mut Command) -> Daemon {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only prctl, which is async-signal-safe, between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    Daemon(command.spawn().unwrap())
 }
 
 /// The cluster: its folder, and its daemons (stopped in reverse order).
@@ -120,7 +132,10 @@ impl Cluster {
             .unwrap()
             .trim()
             .to_string();
-        let (controller, node) = (free_port(), free_port());
+        let controller = free_port();
+        let node = std::iter::repeat_with(free_port)
+            .find(|port| *port != controller)
+            .unwrap();
         let conf = format!(
             "ClusterName=vramshare\nSlurmctldHost={host}(127.0.0.1)\nSlurmUser=root\nSlurmdUser=root\n\
              AuthType=auth/munge\nAuthInfo=socket={socket}\nCredType=cred/munge\n\
@@ -152,7 +167,7 @@ impl Cluster {
             format!(
                 "required {} lib={} shards_per_gpu=4\n",
                 built("libspank_vramshare.so").display(),
-                built("libvramshare.so").display()
+                shim_library().display()
             ),
         )
         .unwrap();
@@ -161,28 +176,28 @@ impl Cluster {
             daemons: Vec::new(),
         };
         let log = |name: &str| std::fs::File::create(cluster.dir.path().join(name)).unwrap();
-        let munged = Command::new("munged")
-            .arg("-F")
-            .arg("--force")
-            .arg(format!("--key-file={}", at("munge/munge.key").display()))
-            .arg(format!("--socket={}", socket.display()))
-            .arg(format!("--pid-file={}", at("munge/munged.pid").display()))
-            .arg(format!("--log-file={}", at("munge/munged.log").display()))
-            .arg(format!("--seed-file={}", at("munge/seed").display()))
-            .stderr(log("munged.err"))
-            .spawn()
-            .unwrap();
-        cluster.daemons.push(Daemon(munged));
+        let munged = spawn_daemon(
+            Command::new("munged")
+                .arg("-F")
+                .arg("--force")
+                .arg(format!("--key-file={}", at("munge/munge.key").display()))
+                .arg(format!("--socket={}", socket.display()))
+                .arg(format!("--pid-file={}", at("munge/munged.pid").display()))
+                .arg(format!("--log-file={}", at("munge/munged.log").display()))
+                .arg(format!("--seed-file={}", at("munge/seed").display()))
+                .stderr(log("munged.err")),
+        );
+        cluster.daemons.push(munged);
         wait_for(|| socket.exists(), "munged's socket", &cluster);
         for daemon in ["slurmctld", "slurmd"] {
-            let child = Command::new(daemon)
-                .args(["-D", "-f"])
-                .arg(at("slurm.conf"))
-                .stdout(Stdio::null())
-                .stderr(log(&format!("{daemon}.err")))
-                .spawn()
-                .unwrap();
-            cluster.daemons.push(Daemon(child));
+            let child = spawn_daemon(
+                Command::new(daemon)
+                    .args(["-D", "-f"])
+                    .arg(at("slurm.conf"))
+                    .stdout(Stdio::null())
+                    .stderr(log(&format!("{daemon}.err"))),
+            );
+            cluster.daemons.push(child);
         }
         wait_for(
             || {
@@ -392,6 +407,49 @@ fn jobs_get_their_quota_and_job_id_and_bad_values_are_refused(cluster: &Cluster)
         stdout.contains("quota=50% preload=") && stdout.contains("libvramshare.so"),
         "{stdout}\n{stderr}"
     );
+
+    // sbatch: the batch script's tasks are under the quota, and so is a
+    // step it starts (which inherits the script's variables; its shards do
+    // not replace the quota).
+    let output = shm.path().join("batch.out");
+    let script = format!("{client} meminfo; srun --quiet {client} meminfo");
+    let batch = cluster
+        .command("sbatch")
+        .env("VRAMSHARE_DIR", shm.path())
+        .env("VRAMSHARE_MOVES", "off")
+        .args(["--wait", "--quiet", "--vram=16MiB", "--gres=shard:2"])
+        .arg(format!("--output={}", output.display()))
+        .arg(format!("--wrap={script}"))
+        .output()
+        .unwrap();
+    assert!(
+        batch.status.success(),
+        "{:?}\n{}",
+        text(&batch),
+        cluster.logs()
+    );
+    let printed = std::fs::read_to_string(&output).unwrap();
+    let want = format!("meminfo rc=0 free={} total={}", 16 * MIB, 16 * MIB);
+    assert_eq!(
+        printed.matches(&want).count(),
+        2,
+        "the script and its step: {printed}"
+    );
+
+    // An option for a pool without the pool is refused at submission.
+    let lonely = cluster
+        .srun(
+            shm.path(),
+            &["--vram-pool-quota=8MiB", "touch", marker.to_str().unwrap()],
+        )
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&lonely);
+    assert!(
+        !lonely.status.success() && stderr.contains("give --vram-pool=NAME too"),
+        "{stderr}"
+    );
+    assert!(!marker.exists(), "the job ran");
 }
 
 fn two_jobs_share_a_pool_and_a_cancelled_ones_bytes_leave_it(cluster: &Cluster) {

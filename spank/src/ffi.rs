@@ -25,7 +25,13 @@ extern "C" {
     fn spank_setenv(sp: spank_t, var: *const c_char, val: *const c_char, overwrite: c_int)
         -> c_int;
     pub fn slurm_error(format: *const c_char, ...);
+    /// 1 in slurmstepd (the node), 0 elsewhere.
+    pub fn spank_remote(sp: spank_t) -> c_int;
 }
+
+/// `ESPANK_ENV_EXISTS` and `ESPANK_NOSPACE` (`<slurm/slurm_errno.h>`).
+const ENV_EXISTS: c_int = 3003;
+const NOSPACE: c_int = 3005;
 
 /// What Slurm reads to accept the plugin: its name, its kind, the Slurm it
 /// was built for (the loader compares it with its own), and the SPANK
@@ -56,38 +62,44 @@ const fn parse_version(text: &str) -> u32 {
 /// `sp` is Slurm's handle.
 pub unsafe fn getenv(sp: spank_t, name: &str) -> Option<String> {
     let name = CString::new(name).ok()?;
-    let mut buf = vec![0 as c_char; 4096];
-    // SAFETY: a buffer of the length given, and Slurm's handle.
-    let rc = unsafe { spank_getenv(sp, name.as_ptr(), buf.as_mut_ptr(), buf.len() as c_int) };
-    if rc != 0 {
-        return None;
+    // A longer value (a long LD_PRELOAD) is asked for again, up to 1 MiB.
+    let mut len = 4096;
+    loop {
+        let mut buf = vec![0 as c_char; len];
+        // SAFETY: a buffer of the length given, and Slurm's handle.
+        let rc = unsafe { spank_getenv(sp, name.as_ptr(), buf.as_mut_ptr(), len as c_int) };
+        match rc {
+            0 => {
+                // SAFETY: Slurm wrote a C string into the buffer.
+                let value = unsafe { CStr::from_ptr(buf.as_ptr()) };
+                return Some(value.to_string_lossy().into_owned());
+            }
+            NOSPACE if len < 1 << 20 => len *= 16,
+            _ => return None,
+        }
     }
-    // SAFETY: Slurm wrote a C string into the buffer.
-    Some(
-        unsafe { CStr::from_ptr(buf.as_ptr()) }
-            .to_string_lossy()
-            .into_owned(),
-    )
 }
 
-/// Sets a variable in the task's environment, through Slurm; Slurm's error
-/// if it fails.
+/// Sets a variable in the task's environment, through Slurm (or, unless
+/// `overwrite`, leaves the one there); Slurm's error if it fails.
 ///
 /// # Safety
 /// `sp` is Slurm's handle.
-pub unsafe fn setenv(sp: spank_t, name: &str, value: &str) -> Result<(), c_int> {
+pub unsafe fn setenv(sp: spank_t, name: &str, value: &str, overwrite: bool) -> Result<(), c_int> {
     let (Ok(name), Ok(value)) = (CString::new(name), CString::new(value)) else {
         return Err(-1);
     };
     // SAFETY: two C strings and Slurm's handle.
-    match unsafe { spank_setenv(sp, name.as_ptr(), value.as_ptr(), 1) } {
+    match unsafe { spank_setenv(sp, name.as_ptr(), value.as_ptr(), c_int::from(overwrite)) } {
         0 => Ok(()),
+        ENV_EXISTS if !overwrite => Ok(()),
         rc => Err(rc),
     }
 }
 
 /// The libvramshare.so in the folder this plugin was loaded from, if there.
 pub fn beside_plugin() -> Option<String> {
+    // SAFETY: Dl_info is plain data; all zero is a valid value of it.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: the address of one of this library's functions, and an info
     // struct of ours.

@@ -133,12 +133,12 @@ extern "C" fn vram_pool(_val: c_int, arg: *const c_char, _remote: c_int) -> c_in
     take(
         arg,
         |v| {
-            vramshare_common::pool::check_name(v).map_err(|why| {
+            vramshare_common::pool::check_name(v.trim()).map_err(|_| {
                 invalid_setting(
                     "VRAMSHARE_POOL",
                     v,
-                    &why,
-                    "a name of letters, digits, '.', '_' and '-'",
+                    "not a pool name",
+                    vramshare_common::pool::NAME_FORMS,
                 )
             })
         },
@@ -220,10 +220,10 @@ unsafe fn read_arguments(ac: c_int, av: *mut *mut c_char) -> Result<Arguments, S
 /// Called by Slurm with its handle and the plugin's arguments.
 #[no_mangle]
 pub unsafe extern "C" fn slurm_spank_init(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    // Kept for the process's life, in case Slurm keeps the pointers.
-    for option in options().into_iter().map(|o| Box::leak(Box::new(o))) {
+    // Slurm copies each option; its strings are static.
+    for mut option in options() {
         // SAFETY: Slurm's handle and an option of static strings.
-        let rc = unsafe { ffi::spank_option_register(sp, option) };
+        let rc = unsafe { ffi::spank_option_register(sp, &mut option) };
         if rc != 0 {
             say(&format!(
                 "vramshare: registering a Slurm option failed (spank error {rc})"
@@ -232,16 +232,59 @@ pub unsafe extern "C" fn slurm_spank_init(sp: spank_t, ac: c_int, av: *mut *mut 
         }
     }
     // SAFETY: Slurm's arguments.
-    match unsafe { read_arguments(ac, av) } {
-        Ok(arguments) => {
-            *ARGUMENTS.lock().unwrap_or_else(|e| e.into_inner()) = arguments;
-            0
-        }
+    let arguments = match unsafe { read_arguments(ac, av) } {
+        Ok(arguments) => arguments,
         Err(message) => {
             say(&message);
-            -1
+            return -1;
+        }
+    };
+    // On the node (slurmstepd), a library that is not there fails the step
+    // rather than run a job that asked for a quota without one.
+    // SAFETY: Slurm's handle.
+    if unsafe { ffi::spank_remote(sp) } == 1 && library(&arguments).is_none() {
+        say("vramshare: cannot find libvramshare.so on this node: give lib=PATH in plugstack.conf, or put it beside the plugin");
+        return -1;
+    }
+    *ARGUMENTS.lock().unwrap_or_else(|e| e.into_inner()) = arguments;
+    0
+}
+
+/// The library to preload: `lib=` if it is a file, else the one beside the
+/// plugin.
+fn library(arguments: &Arguments) -> Option<String> {
+    match &arguments.lib {
+        Some(lib) => std::path::Path::new(lib).is_file().then(|| lib.clone()),
+        None => ffi::beside_plugin(),
+    }
+}
+
+/// After the options, where the job is submitted (srun, sbatch, salloc):
+/// refuses what the shim would refuse once the job runs, before it is
+/// queued.
+///
+/// # Safety
+/// Called by Slurm with its handle.
+#[no_mangle]
+pub unsafe extern "C" fn slurm_spank_init_post_opt(
+    _sp: spank_t,
+    _ac: c_int,
+    _av: *mut *mut c_char,
+) -> c_int {
+    let given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    let lonely = [
+        ("--vram-pool-quota", given.pool_quota.is_some()),
+        ("--vram-priority", given.priority.is_some()),
+    ];
+    for (option, set) in lonely {
+        if set && given.pool.is_none() {
+            say(&format!(
+                "vramshare: {option} is for a pool: give --vram-pool=NAME too"
+            ));
+            return -1;
         }
     }
+    0
 }
 
 /// The quota a job gets from its shards: N of a GPU's M shards, N/M of its
@@ -268,35 +311,45 @@ pub unsafe extern "C" fn slurm_spank_task_init(
     let arguments = ARGUMENTS.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: Slurm's handle.
     let getenv = |name: &str| unsafe { ffi::getenv(sp, name) };
+    // A share from the job's shards gives way to a quota the job already
+    // has: one given to the batch job around this step (Slurm passes the
+    // options to the batch script's steps only as the variables they set),
+    // or the job's own VRAMSHARE_QUOTA.
+    let from_shards = given.quota.is_none();
     let quota = given.quota.clone().or_else(|| {
         let per_gpu = arguments.shards_per_gpu?;
         shard_quota(&getenv("SLURM_SHARDS_ON_NODE")?, per_gpu)
     });
-    let wanted = quota.is_some() || given.spill.is_some() || given.pool.is_some();
+    let wanted = quota.is_some()
+        || given.spill.is_some()
+        || given.pool.is_some()
+        || given.pool_quota.is_some()
+        || given.priority.is_some();
     if !wanted {
         return 0;
     }
-    let lib = arguments.lib.clone().or_else(ffi::beside_plugin);
-    let Some(lib) = lib else {
-        say("vramshare: cannot tell where libvramshare.so is: give lib=PATH in plugstack.conf; the task runs without vramshare");
-        return 0;
+    let Some(lib) = library(&arguments) else {
+        say("vramshare: cannot find libvramshare.so on this node; the task runs without vramshare");
+        return -1;
     };
+    // Once: a step inside a batch job has the batch job's preload already.
     let preload = match getenv("LD_PRELOAD") {
+        Some(before) if before.split([':', ' ']).any(|entry| entry == lib) => before,
         Some(before) if !before.is_empty() => format!("{lib}:{before}"),
         _ => lib,
     };
     let settings = [
-        ("LD_PRELOAD", Some(preload)),
-        ("VRAMSHARE_QUOTA", quota),
-        ("VRAMSHARE_SPILL", given.spill.clone()),
-        ("VRAMSHARE_POOL", given.pool.clone()),
-        ("VRAMSHARE_POOL_QUOTA", given.pool_quota.clone()),
-        ("VRAMSHARE_PRIORITY", given.priority.clone()),
+        ("LD_PRELOAD", Some(preload), true),
+        ("VRAMSHARE_QUOTA", quota, !from_shards),
+        ("VRAMSHARE_SPILL", given.spill.clone(), true),
+        ("VRAMSHARE_POOL", given.pool.clone(), true),
+        ("VRAMSHARE_POOL_QUOTA", given.pool_quota.clone(), true),
+        ("VRAMSHARE_PRIORITY", given.priority.clone(), true),
     ];
-    for (name, value) in settings {
+    for (name, value, overwrite) in settings {
         let Some(value) = value else { continue };
         // SAFETY: Slurm's handle.
-        if let Err(rc) = unsafe { ffi::setenv(sp, name, &value) } {
+        if let Err(rc) = unsafe { ffi::setenv(sp, name, &value, overwrite) } {
             say(&format!(
                 "vramshare: setting {name} in the task failed (spank error {rc})"
             ));
