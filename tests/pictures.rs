@@ -256,3 +256,60 @@ fn artifacts() -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+#[test]
+fn a_quota_set_while_the_job_runs_is_marked_and_the_quota_track_follows_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let shm = dir.path().join("shm");
+    let trace = dir.path().join("trace.json");
+    let trace_var = trace.display().to_string();
+    let steps = ["malloc:a:8M", "sleep:1500", "malloc:b:4M"];
+    let env = [
+        ("VRAMSHARE_QUOTA", "32MiB"),
+        ("VRAMSHARE_TRACE", trace_var.as_str()),
+    ];
+    let child = client_command(&shm, &env, &steps).spawn().unwrap();
+    let pid = child.id().to_string();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    vramshare(&[
+        "quota",
+        "set",
+        "--pid",
+        &pid,
+        "16MiB",
+        "--dir",
+        shm.to_str().unwrap(),
+    ]);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let timeline_path = dir.path().join("timeline.json");
+    vramshare(&[
+        "timeline",
+        &trace_var,
+        "-o",
+        timeline_path.to_str().unwrap(),
+    ]);
+    let timeline: Value =
+        serde_json::from_str(&std::fs::read_to_string(&timeline_path).unwrap()).unwrap();
+    let events = timeline["traceEvents"].as_array().unwrap();
+    let marks: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["ph"] == "i" && e["name"].as_str().unwrap().starts_with("quota change"))
+        .collect();
+    assert_eq!(marks.len(), 1, "{events:?}");
+    assert_eq!(marks[0]["name"], "quota change to 16.00 MiB");
+    let quotas: Vec<u64> = events
+        .iter()
+        .filter(|e| e["ph"] == "C")
+        .map(|e| e["args"]["quota"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        quotas,
+        [32 * MIB, 16 * MIB, 16 * MIB],
+        "alloc, change, alloc"
+    );
+}

@@ -43,6 +43,48 @@ pub struct Point {
     pub pid: u32,
     pub device: i32,
     pub held: Held,
+    /// The quota and the pool's budget then, where known.
+    pub limits: Limits,
+}
+
+/// A process's limits on one device.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Limits {
+    pub quota: Option<u64>,
+    pub budget: Option<u64>,
+}
+
+/// A limit as a `quota` or `budget` event writes it (`u64::MAX`: none).
+fn limit(value: u64) -> Option<u64> {
+    (value != u64::MAX).then_some(value)
+}
+
+/// Each process's limits at the trace's start: the value before its first
+/// change where the trace has one, else (for the quota) its record's.
+fn first_limits(trace: &TraceJson, events: &[&EventJson]) -> BTreeMap<(u32, i32), Limits> {
+    let mut first: BTreeMap<(u32, i32), Limits> = BTreeMap::new();
+    for process in &trace.processes {
+        for (device, quota) in &process.quota {
+            if let Ok(device) = device.parse() {
+                first.entry((process.pid, device)).or_default().quota = Some(*quota);
+            }
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for event in events {
+        if (event.op == "quota" || event.op == "budget")
+            && seen.insert((event.pid, event.device, event.op.clone()))
+        {
+            let limits = first.entry((event.pid, event.device)).or_default();
+            let before = limit(address(&event.ptr));
+            if event.op == "quota" {
+                limits.quota = before;
+            } else {
+                limits.budget = before;
+            }
+        }
+    }
+    first
 }
 
 #[derive(Debug, Default)]
@@ -107,6 +149,7 @@ pub fn replay(trace: &TraceJson, pid: Option<u32>) -> Replay {
         ..Replay::default()
     };
     let mut held: BTreeMap<(u32, i32), Held> = BTreeMap::new();
+    let mut limits = first_limits(trace, &events);
     // Live allocations by (pid, address): their index in `lives`.
     let mut live: BTreeMap<(u32, u64), usize> = BTreeMap::new();
     for event in events {
@@ -164,6 +207,16 @@ pub fn replay(trace: &TraceJson, pid: Option<u32>) -> Replay {
                 add(totals, split(life.size, to, 0));
                 life.device
             }),
+            "quota" | "budget" => {
+                let now = limits.entry((event.pid, event.device)).or_default();
+                if event.op == "quota" {
+                    now.quota = limit(event.size);
+                } else {
+                    now.budget = limit(event.size);
+                }
+                held.entry((event.pid, event.device)).or_default();
+                Some(event.device)
+            }
             _ => None,
         };
         if let Some(device) = changed {
@@ -172,6 +225,10 @@ pub fn replay(trace: &TraceJson, pid: Option<u32>) -> Replay {
                 pid: event.pid,
                 device,
                 held: held[&(event.pid, device)],
+                limits: limits
+                    .get(&(event.pid, device))
+                    .copied()
+                    .unwrap_or_default(),
             });
         }
     }
@@ -266,6 +323,19 @@ mod tests {
             [(0, 0, 100), (1, 50, 0), (0, 0, 100), (1, 0, 0), (0, 0, 0)]
         );
         assert_eq!(replay.lives[0].freed_ns, Some(3000));
+        // A quota set live: before it, the one it replaced; after, the new.
+        let mut cut = event(2, "quota", 0x2000, 1000, "device");
+        cut.api = "vramshare".into();
+        let trace = TraceJson::new(
+            Vec::new(),
+            vec![event(1, "alloc", 0x1000, 100, "device"), cut],
+        );
+        let quotas: Vec<Option<u64>> = super::replay(&trace, None)
+            .points
+            .iter()
+            .map(|p| p.limits.quota)
+            .collect();
+        assert_eq!(quotas, [Some(0x2000), Some(1000)]);
         // A device the shim cannot have is left out.
         let mut far = event(7, "alloc", 0x9000, 10, "device");
         far.device = 2_000_000_000;

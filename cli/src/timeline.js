@@ -21,7 +21,8 @@
     return node;
   }
   const W = 900, H = 220, L = 70, R = 20, T = 10, B = 40;
-  const colors = { spill: "#f58518", promotion: "#54a24b", demotion: "#b279a2", rejection: "#d62728" };
+  const colors = { spill: "#f58518", promotion: "#54a24b", demotion: "#b279a2", rejection: "#d62728",
+    "quota change": "#000", "pool budget change": "#555" };
   function chart(spec, root) {
     const box = document.createElement("div");
     box.className = "chart";
@@ -35,7 +36,7 @@
     // The chart ends with the trace, so that marks after the last change fit.
     const t0 = 0, t1 = Math.max(pts[pts.length - 1][0], spec.end || 0, 1e-3);
     let top = spec.quota || 0;
-    for (const p of pts) top = Math.max(top, p[1] + p[2]);
+    for (const p of pts) top = Math.max(top, p[1] + p[2], p[3] || 0);
     top = Math.max(top, 1) * 1.05;
     const x = (t) => L + (W - L - R) * (t - t0) / (t1 - t0);
     const y = (v) => H - B - (H - T - B) * v / top;
@@ -56,13 +57,21 @@
     }
     area(() => 0, (p) => p[1], "#4c78a8", "device");
     area((p) => p[1], (p) => p[1] + p[2], "#f58518", "spilled");
-    if (spec.quota) {
-      el("line", { x1: L, x2: W - R, y1: y(spec.quota), y2: y(spec.quota), stroke: "#d62728",
-        "stroke-dasharray": "6 4", "stroke-width": 2, class: "quota" }, svg);
+    // The quota as it was at each point (it may change while the job runs).
+    let line = "";
+    for (let i = 0; i < pts.length; i++) {
+      const q = pts[i][3];
+      if (q === null || q === undefined) continue;
+      const next = i + 1 < pts.length ? pts[i + 1][0] : t1;
+      line += (line ? " L" : "M") + x(pts[i][0]) + "," + y(q) + " L" + x(next) + "," + y(q);
+    }
+    if (line) {
+      el("path", { d: line, fill: "none", stroke: "#d62728", "stroke-dasharray": "6 4",
+        "stroke-width": 2, class: "quota" }, svg);
     }
     for (const m of spec.marks) {
       el("line", { x1: x(m[0]), x2: x(m[0]), y1: H - B + 4, y2: H - B + 14,
-        stroke: colors[m[1]] || "#555", class: "mark " + m[1] }, svg);
+        stroke: colors[m[1]] || "#555", class: "mark " + m[1].replace(/ /g, "-") }, svg);
     }
     el("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, stroke: "#888" }, svg);
     el("line", { x1: L, x2: L, y1: T, y2: H - B, stroke: "#888" }, svg);
@@ -82,7 +91,7 @@
       while (i + 1 < pts.length && pts[i + 1][0] <= t) i++;
       const p = pts[i];
       let text = t.toFixed(3) + " ms\non the device " + bytes(p[1]) + "\nspilled " + bytes(p[2]);
-      if (spec.quota) text += "\nquota " + bytes(spec.quota);
+      if (p[3] !== null && p[3] !== undefined) text += "\nquota " + bytes(p[3]);
       const near = spec.marks.filter((m) => Math.abs(x(m[0]) - x(t)) < 3);
       for (const m of near.slice(0, 4)) text += "\n" + m[1] + " " + bytes(m[2]) + " at " + m[3];
       tip.textContent = text;

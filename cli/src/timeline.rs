@@ -105,8 +105,11 @@ pub fn trace_events(trace: &TraceJson, pid: Option<u32>, replay: &Replay) -> Val
             "device bytes": point.held.device_bytes,
             "spilled bytes": point.held.spilled_bytes,
         });
-        if let Some(quota) = quota_of(trace, point.pid, point.device) {
+        if let Some(quota) = point.limits.quota {
             args["quota"] = json!(quota);
+        }
+        if let Some(budget) = point.limits.budget {
+            args["pool budget"] = json!(budget);
         }
         events.push(
             json!({"ph": "C", "name": format!("GPU {}", point.device), "pid": point.pid,
@@ -145,8 +148,14 @@ pub fn trace_events(trace: &TraceJson, pid: Option<u32>, replay: &Replay) -> Val
         let Some(kind) = instant_kind(&event.op, event.placement.as_deref(), event.rc) else {
             continue;
         };
+        // A limit's size is the new limit, or none.
+        let size = match (event.op.as_str(), event.size) {
+            ("quota" | "budget", u64::MAX) => "to none".to_string(),
+            ("quota" | "budget", size) => format!("to {}", human_bytes(size)),
+            (_, size) => human_bytes(size),
+        };
         events.push(
-            json!({"ph": "i", "s": "p", "name": format!("{kind} {}", human_bytes(event.size)),
+            json!({"ph": "i", "s": "p", "name": format!("{kind} {size}"),
             "pid": event.pid, "tid": 0, "ts": micros(replay, event.t_ns),
             "args": {"ptr": event.ptr, "size": event.size, "api": event.api,
                 "device": event.device, "rc": event.rc}}),
@@ -163,6 +172,8 @@ fn instant_kind(op: &str, placement: Option<&str>, rc: i32) -> Option<&'static s
         ("promote", _) if rc == 0 => Some("promotion"),
         ("demote", _) if rc == 0 => Some("demotion"),
         ("reject", _) => Some("rejection"),
+        ("quota", _) => Some("quota change"),
+        ("budget", _) => Some("pool budget change"),
         _ => None,
     }
 }
@@ -208,7 +219,8 @@ pub fn page(trace: &TraceJson, pid: Option<u32>, replay: &Replay) -> String {
                     json!([
                         micros(replay, p.t_ns) / 1e3,
                         p.held.device_bytes,
-                        p.held.spilled_bytes
+                        p.held.spilled_bytes,
+                        p.limits.quota
                     ])
                 })
                 .collect();

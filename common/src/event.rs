@@ -39,6 +39,11 @@ named_enum! {
         Demote = 3 => "demote",
         /// Over quota with spill off, or the runtime's own failure.
         Reject = 4 => "reject",
+        /// The process's quota on a device changed while it ran: `size`
+        /// is the new one, `ptr` the one before (`u64::MAX`: none).
+        Quota = 5 => "quota",
+        /// Its pool's budget on a device changed, as it saw: the same.
+        Budget = 6 => "budget",
     }
 }
 
@@ -171,6 +176,8 @@ named_enum! {
         cuMemsetD32Async = 90 => "cuMemsetD32Async",
         cudaIpcGetMemHandle = 91 => "cudaIpcGetMemHandle",
         cuIpcGetMemHandle = 92 => "cuIpcGetMemHandle",
+        /// No CUDA call: the shim's own doing (a quota it applied).
+        vramshare = 93 => "vramshare",
     }
 }
 

@@ -23,13 +23,14 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use vramshare_common::event::{Api, Op, Placement};
 use vramshare_common::registry::NO_QUOTA;
 
 use crate::config::{Device, Priority, MAX_DEVICES};
 use crate::cuda::backend::Backend;
 use crate::cuda::real;
 use crate::policy;
-use crate::state::{config, state, QUOTA_UNRESOLVED};
+use crate::state::{config, state, State, QUOTA_UNRESOLVED};
 
 /// How often the thread looks at the registry.
 pub const INTERVAL: Duration = Duration::from_millis(50);
@@ -71,6 +72,9 @@ pub fn watch() {
                 }
                 let budget = pool.budget(device);
                 let before = std::mem::replace(&mut pool_seen[device.index()], budget);
+                if before != budget {
+                    record_limit(state, Op::Budget, device, before, budget);
+                }
                 let cut = budget.unwrap_or(u64::MAX) < before.unwrap_or(u64::MAX);
                 let usage = state.ledger.device(device);
                 let spilled = usage.spilled_bytes.load(Ordering::Acquire);
@@ -152,6 +156,8 @@ pub fn watch() {
                 show(before),
                 show(now)
             );
+            let known = |q: u64| (q != NO_QUOTA).then_some(q);
+            record_limit(state, Op::Quota, device, known(before), known(now));
             // The runtime's current device is per thread: make it this one.
             if !use_device(device) {
                 continue;
@@ -168,6 +174,20 @@ pub fn watch() {
             }
         }
     }
+}
+
+/// Records a limit's change in the trace: `size` the new one, `ptr` the one
+/// before (`u64::MAX` for none), for the pictures that draw limits over time.
+fn record_limit(state: &State, op: Op, device: Device, before: Option<u64>, now: Option<u64>) {
+    state.record(
+        op,
+        Api::vramshare,
+        device.number() as i32,
+        before.unwrap_or(u64::MAX) as usize,
+        now.unwrap_or(u64::MAX),
+        Placement::Unknown,
+        0,
+    );
 }
 
 /// Makes `device` current for this thread, through the runtime if the
