@@ -50,6 +50,24 @@ impl DirArg {
     }
 }
 
+/// The trace a picture is drawn from: a file, or the live ring.
+#[derive(clap::Args)]
+struct TraceSource {
+    /// The trace JSON file (from `dump` or VRAMSHARE_TRACE) [default: the live ring]
+    file: Option<PathBuf>,
+    /// Only this process
+    #[arg(long)]
+    pid: Option<u32>,
+    #[command(flatten)]
+    dir: DirArg,
+}
+
+impl TraceSource {
+    fn load(&self) -> Result<vramshare_common::trace_json::TraceJson, out::Failure> {
+        timeline::load(self.file.as_deref(), &self.dir.path(), self.pid)
+    }
+}
+
 /// A setting's words for clap: listed in `--help`, parsed into the setting
 /// (clap has checked the word, so the default is never reached).
 macro_rules! setting_parser {
@@ -133,30 +151,20 @@ enum Command {
     /// Draw a trace over time: Chrome trace-event JSON for ui.perfetto.dev (-o FILE.json), or a self-contained page (-o FILE.html)
     #[command(arg_required_else_help = true)]
     Timeline {
-        /// The trace JSON file (from `dump` or VRAMSHARE_TRACE) [default: the live ring]
-        file: Option<PathBuf>,
+        #[command(flatten)]
+        source: TraceSource,
         /// Where to write it; a name ending in .html gives the page, any other the JSON
         #[arg(short, long, value_name = "FILE")]
         output: PathBuf,
-        /// Only this process
-        #[arg(long)]
-        pid: Option<u32>,
-        #[command(flatten)]
-        dir: DirArg,
     },
     /// Write a trace as a PyTorch memory snapshot pickle, for pytorch.org/memory_viz or torch.cuda._memory_viz
     #[command(arg_required_else_help = true)]
     Snapshot {
-        /// The trace JSON file (from `dump` or VRAMSHARE_TRACE) [default: the live ring]
-        file: Option<PathBuf>,
+        #[command(flatten)]
+        source: TraceSource,
         /// Where to write the pickle
         #[arg(short, long, value_name = "FILE")]
         output: PathBuf,
-        /// Only this process (addresses of different processes may coincide)
-        #[arg(long)]
-        pid: Option<u32>,
-        #[command(flatten)]
-        dir: DirArg,
     },
     /// Serve the shared files as Prometheus metrics on /metrics, read afresh at each scrape
     Exporter {
@@ -248,20 +256,12 @@ fn main() -> ExitCode {
         } => ps::top(&dir.path(), interval, iterations),
         Command::Dump { pid, output, dir } => dump::dump(&dir.path(), pid, output.as_deref()),
         Command::Report { file } => report::report(&file),
-        Command::Timeline {
-            file,
-            output,
-            pid,
-            dir,
-        } => timeline::load(file.as_deref(), &dir.path(), pid)
-            .and_then(|trace| timeline::timeline(&trace, pid, &output)),
-        Command::Snapshot {
-            file,
-            output,
-            pid,
-            dir,
-        } => timeline::load(file.as_deref(), &dir.path(), pid)
-            .and_then(|trace| snapshot::snapshot(&trace, pid, &output)),
+        Command::Timeline { source, output } => source
+            .load()
+            .and_then(|trace| timeline::timeline(&trace, source.pid, &output)),
+        Command::Snapshot { source, output } => source
+            .load()
+            .and_then(|trace| snapshot::snapshot(&trace, source.pid, &output)),
         Command::Exporter { listen, dir } => Ok(exporter::serve(&dir.path(), &listen)),
         Command::Quota(QuotaCommand::Get { pid, json, dir }) => quota::get(&dir.path(), pid, json),
         Command::Quota(QuotaCommand::Set {
