@@ -93,6 +93,9 @@ pub struct Replay {
     pub lives: Vec<Life>,
     /// The first event's time: pictures count from it.
     pub start_ns: u64,
+    /// The trace's last event's time (of any process): where lives still
+    /// open at its end are drawn to.
+    pub end_ns: u64,
 }
 
 /// An address as the trace writes it (`0x…`).
@@ -146,6 +149,7 @@ pub fn replay(trace: &TraceJson, pid: Option<u32>) -> Replay {
     events.sort_by_key(|e| (e.t_ns, e.seq));
     let mut out = Replay {
         start_ns: events.first().map_or(0, |e| e.t_ns),
+        end_ns: trace.events.iter().map(|e| e.t_ns).max().unwrap_or(0),
         ..Replay::default()
     };
     let mut held: BTreeMap<(u32, i32), Held> = BTreeMap::new();
@@ -162,10 +166,7 @@ pub fn replay(trace: &TraceJson, pid: Option<u32>) -> Replay {
                 // An address still live means its free was lost (a ring
                 // that lapped its reader): that block ends here.
                 if let Some(stale) = live.remove(&key) {
-                    let life = &mut out.lives[stale];
-                    life.freed_ns = Some(event.t_ns);
-                    let totals = held.entry((life.pid, life.device)).or_default();
-                    sub(totals, split(life.size, current(life), life.head));
+                    end(&mut out.lives[stale], event.t_ns, &mut held);
                 }
                 let placement = event.placement.clone().unwrap_or_else(|| "device".into());
                 let totals = held.entry((event.pid, event.device)).or_default();
@@ -186,13 +187,9 @@ pub fn replay(trace: &TraceJson, pid: Option<u32>) -> Replay {
                 });
                 Some(event.device)
             }
-            "free" => live.remove(&key).map(|index| {
-                let life = &mut out.lives[index];
-                life.freed_ns = Some(event.t_ns);
-                let totals = held.entry((life.pid, life.device)).or_default();
-                sub(totals, split(life.size, current(life), life.head));
-                life.device
-            }),
+            "free" => live
+                .remove(&key)
+                .map(|index| end(&mut out.lives[index], event.t_ns, &mut held)),
             "promote" | "demote" if moved(&event.api, event.rc) => live.get(&key).map(|&index| {
                 let life = &mut out.lives[index];
                 let to = if event.op == "promote" {
@@ -201,7 +198,7 @@ pub fn replay(trace: &TraceJson, pid: Option<u32>) -> Replay {
                     "host"
                 };
                 let totals = held.entry((life.pid, life.device)).or_default();
-                sub(totals, split(life.size, current(life), life.head));
+                sub(totals, life.held());
                 life.moves.push((event.t_ns, to.to_string()));
                 life.head = 0;
                 add(totals, split(life.size, to, 0));
@@ -233,6 +230,36 @@ pub fn replay(trace: &TraceJson, pid: Option<u32>) -> Replay {
         }
     }
     out
+}
+
+/// The pids with events in `trace` (or `pid`), in order.
+pub fn pids(trace: &TraceJson, pid: Option<u32>) -> Vec<u32> {
+    let mut pids: Vec<u32> = trace
+        .events
+        .iter()
+        .map(|e| e.pid)
+        .filter(|p| pid.is_none_or(|want| *p == want))
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+/// Ends `life` at `t_ns`, its bytes out of its process's totals; its device.
+fn end(life: &mut Life, t_ns: u64, held: &mut BTreeMap<(u32, i32), Held>) -> i32 {
+    life.freed_ns = Some(t_ns);
+    sub(
+        held.entry((life.pid, life.device)).or_default(),
+        life.held(),
+    );
+    life.device
+}
+
+impl Life {
+    /// Its bytes on the device and in host memory, where it is now.
+    fn held(&self) -> Held {
+        split(self.size, current(self), self.head)
+    }
 }
 
 /// Where a block is now: its latest move's destination, or where it was made.

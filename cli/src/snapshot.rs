@@ -151,9 +151,7 @@ pub fn build(trace: &TraceJson, pid: Option<u32>) -> Snapshot {
 }
 
 pub fn snapshot(trace: &TraceJson, pid: Option<u32>, output: &Path) -> Result<ExitCode, Failure> {
-    let mut pids: Vec<u32> = trace.events.iter().map(|e| e.pid).collect();
-    pids.sort_unstable();
-    pids.dedup();
+    let pids = crate::replay::pids(trace, None);
     if pid.is_none() && pids.len() > 1 {
         crate::out::complain(&format!("snapshot: the trace holds {} processes, whose addresses may coincide; memory_viz shows one process best (give --pid PID)", pids.len()));
     }

@@ -35,7 +35,7 @@
     if (!pts.length) return;
     // The chart ends with the trace, so that marks after the last change fit.
     const t0 = 0, t1 = Math.max(pts[pts.length - 1][0], spec.end || 0, 1e-3);
-    let top = spec.quota || 0;
+    let top = 0;
     for (const p of pts) top = Math.max(top, p[1] + p[2], p[3] || 0);
     top = Math.max(top, 1) * 1.05;
     const x = (t) => L + (W - L - R) * (t - t0) / (t1 - t0);

@@ -14,7 +14,7 @@ use vramshare_common::size::human_bytes;
 use vramshare_common::trace_json::TraceJson;
 
 use crate::out::Failure;
-use crate::replay::{replay, Replay};
+use crate::replay::{pids, replay, Replay};
 
 /// Where the trace comes from: a file, or the shared ring in `dir`.
 pub fn load(file: Option<&Path>, dir: &Path, pid: Option<u32>) -> Result<TraceJson, Failure> {
@@ -55,15 +55,6 @@ fn micros(replay: &Replay, t_ns: u64) -> f64 {
     t_ns.saturating_sub(replay.start_ns) as f64 / 1e3
 }
 
-/// The quota of `pid` on `device`, as its process record says.
-fn quota_of(trace: &TraceJson, pid: u32, device: i32) -> Option<u64> {
-    trace
-        .processes
-        .iter()
-        .find(|p| p.pid == pid)
-        .and_then(|p| p.quota.get(&device.to_string()).copied())
-}
-
 fn process_name(trace: &TraceJson, pid: u32) -> String {
     let cmdline = trace
         .processes
@@ -76,19 +67,6 @@ fn process_name(trace: &TraceJson, pid: u32) -> String {
     } else {
         format!("pid {pid}: {cmdline}")
     }
-}
-
-/// The pids with events (or `pid`).
-fn pids(trace: &TraceJson, pid: Option<u32>) -> Vec<u32> {
-    let mut pids: Vec<u32> = trace
-        .events
-        .iter()
-        .map(|e| e.pid)
-        .filter(|p| pid.is_none_or(|want| *p == want))
-        .collect();
-    pids.sort_unstable();
-    pids.dedup();
-    pids
 }
 
 /// The trace-event JSON: one process per pid.
@@ -116,7 +94,7 @@ pub fn trace_events(trace: &TraceJson, pid: Option<u32>, replay: &Replay) -> Val
             "tid": 0, "ts": micros(replay, point.t_ns), "args": args}),
         );
     }
-    let end = trace.events.iter().map(|e| e.t_ns).max().unwrap_or(0);
+    let end = replay.end_ns;
     // Async slices are grouped into tracks by name: one for allocations
     // made on the device, one for those spilled.
     for (index, life) in replay.lives.iter().enumerate() {
@@ -199,7 +177,7 @@ fn escape_html(text: &str) -> String {
 
 /// The self-contained page.
 pub fn page(trace: &TraceJson, pid: Option<u32>, replay: &Replay) -> String {
-    let end = trace.events.iter().map(|e| e.t_ns).max().unwrap_or(0);
+    let end = replay.end_ns;
     let mut charts = Vec::new();
     for pid in pids(trace, pid) {
         let mut devices: Vec<i32> = replay
@@ -235,7 +213,7 @@ pub fn page(trace: &TraceJson, pid: Option<u32>, replay: &Replay) -> String {
                 .collect();
             charts.push(
                 json!({"title": format!("{} — GPU {device}", process_name(trace, pid)),
-                "quota": quota_of(trace, pid, device), "points": points, "marks": marks,
+                "points": points, "marks": marks,
                 "end": micros(replay, end) / 1e3}),
             );
         }
