@@ -66,17 +66,6 @@ impl Drop for Cluster {
     }
 }
 
-/// Beside the test binary, where cargo built them: the plugin and the shim.
-fn built(name: &str) -> PathBuf {
-    let path = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join(name);
-    assert!(path.exists(), "{} is missing", path.display());
-    path
-}
-
 impl Cluster {
     fn start() -> Option<Cluster> {
         let tools = [
@@ -91,7 +80,7 @@ impl Cluster {
         let missing: Vec<&str> = tools
             .iter()
             .copied()
-            .filter(|tool| !on_path(tool))
+            .filter(|tool| on_path(&[tool]).is_none())
             .collect();
         // SAFETY: no arguments.
         let root = unsafe { libc::geteuid() } == 0;
@@ -166,7 +155,7 @@ impl Cluster {
             at("plugstack.conf"),
             format!(
                 "required {} lib={} shards_per_gpu=4\n",
-                built("libspank_vramshare.so").display(),
+                built_library("libspank_vramshare.so").display(),
                 shim_library().display()
             ),
         )
@@ -266,11 +255,6 @@ impl Cluster {
             .stderr(Stdio::piped());
         command
     }
-}
-
-fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(tool).is_file()))
 }
 
 fn wait_for(mut done: impl FnMut() -> bool, what: &str, cluster: &Cluster) {

@@ -45,8 +45,14 @@ pub fn tests_dir() -> PathBuf {
 /// for the command's (vramshare-cli has the shim as a dev-dependency for just
 /// this reason), so it is built from the current source in either case.
 pub fn shim_library() -> PathBuf {
+    built_library("libvramshare.so")
+}
+
+/// A library of the workspace that cargo built beside the test binaries
+/// (the package under test depends on its crate for that).
+pub fn built_library(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
-    let path = exe.parent().unwrap().join("libvramshare.so");
+    let path = exe.parent().unwrap().join(name);
     assert!(
         path.exists(),
         "{} is missing: build with cargo test from the workspace",
@@ -544,18 +550,23 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// The first of `names` on `PATH`. Missing: the test is skipped with a
-/// notice naming `package`, unless the variable `required` is set (as in
-/// CI), where it fails.
-pub fn installed(names: &[&str], package: &str, required: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|path| {
+/// The first of `names` found in a folder of `PATH`.
+pub fn on_path(names: &[&str]) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|path| {
         std::env::split_paths(&path).find_map(|dir| {
             names
                 .iter()
                 .map(|name| dir.join(name))
                 .find(|candidate| candidate.is_file())
         })
-    });
+    })
+}
+
+/// The first of `names` on `PATH`. Missing: the test is skipped with a
+/// notice naming `package`, unless the variable `required` is set (as in
+/// CI), where it fails.
+pub fn installed(names: &[&str], package: &str, required: &str) -> Option<PathBuf> {
+    let found = on_path(names);
     if found.is_none() {
         let message = format!("{} is not installed (apt-get install {package})", names[0]);
         if std::env::var_os(required).is_some() {
