@@ -19,7 +19,7 @@ use std::ffi::{c_char, c_int, CStr, CString};
 use std::sync::Mutex;
 
 use ffi::{spank_t, SpankOption};
-use vramshare_common::settings::{Priority, Spill};
+use vramshare_common::settings::{forms, Priority, Spill};
 use vramshare_common::size::{invalid_setting, parse_quota, QUOTA_FORMS};
 
 /// The options given to this job, as each callback checked them.
@@ -109,23 +109,32 @@ extern "C" fn vram(_val: c_int, arg: *const c_char, _remote: c_int) -> c_int {
     size(arg, "VRAMSHARE_QUOTA", |g, v| g.quota = Some(v))
 }
 
-fn words(names: &[&str]) -> String {
-    names.join(", ")
+/// Takes one of a setting's words (`names`, which `parse` knows), as the
+/// shim checks `variable`.
+fn word<T>(
+    arg: *const c_char,
+    variable: &str,
+    reason: &str,
+    names: &[&str],
+    parse: fn(&str) -> Option<T>,
+    keep: impl FnOnce(&mut Given, String),
+) -> c_int {
+    let check = |v: &str| match parse(v) {
+        Some(_) => Ok(()),
+        None => Err(invalid_setting(variable, v, reason, &forms(names))),
+    };
+    take(arg, check, keep)
 }
 
 extern "C" fn vram_spill(_val: c_int, arg: *const c_char, _remote: c_int) -> c_int {
-    take(
+    let keep = |g: &mut Given, v| g.spill = Some(v);
+    word(
         arg,
-        |v| match Spill::parse(v) {
-            Some(_) => Ok(()),
-            None => Err(invalid_setting(
-                "VRAMSHARE_SPILL",
-                v,
-                "unknown mode",
-                &words(Spill::NAMES),
-            )),
-        },
-        |g, v| g.spill = Some(v),
+        "VRAMSHARE_SPILL",
+        "unknown mode",
+        Spill::NAMES,
+        Spill::parse,
+        keep,
     )
 }
 
@@ -151,18 +160,15 @@ extern "C" fn vram_pool_quota(_val: c_int, arg: *const c_char, _remote: c_int) -
 }
 
 extern "C" fn vram_priority(_val: c_int, arg: *const c_char, _remote: c_int) -> c_int {
-    take(
+    let keep = |g: &mut Given, v| g.priority = Some(v);
+    let names = Priority::NAMES;
+    word(
         arg,
-        |v| match Priority::parse(v) {
-            Some(_) => Ok(()),
-            None => Err(invalid_setting(
-                "VRAMSHARE_PRIORITY",
-                v,
-                "unknown priority",
-                &words(Priority::NAMES),
-            )),
-        },
-        |g, v| g.priority = Some(v),
+        "VRAMSHARE_PRIORITY",
+        "unknown priority",
+        names,
+        Priority::parse,
+        keep,
     )
 }
 
