@@ -224,14 +224,18 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
 /// What the spill tier moved, in one line.
 fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
     format!(
-        "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping, {:.2} s waiting for the device first\n",
+        "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making memory), {:.2} s waiting for the device first, {} times\n",
         moves.to_device,
         human_bytes(moves.bytes_to_device),
         moves.to_host,
         human_bytes(moves.bytes_to_host),
         moves.left_in_place,
         moves.seconds,
-        moves.drain_seconds
+        moves.copy_seconds,
+        moves.remap_seconds,
+        moves.memory_seconds,
+        moves.drain_seconds,
+        moves.fetches
     )
 }
 
@@ -253,13 +257,17 @@ mod tests {
                 left_in_place: 4,
                 seconds: 1.5,
                 drain_seconds: 0.25,
+                copy_seconds: 1.0,
+                remap_seconds: 0.25,
+                memory_seconds: 0.5,
+                fetches: 6,
                 steps: 9,
             }),
             ..ProcessJson::default()
         };
         let report = process_report(&process, &[]);
         assert!(
-            report.contains("  moves: 3 onto the device (3.00 MiB), 2 to the host (2.00 MiB); 4 uses left in place; 1.50 s copying and remapping, 0.25 s waiting for the device first\n"),
+            report.contains("  moves: 3 onto the device (3.00 MiB), 2 to the host (2.00 MiB); 4 uses left in place; 1.50 s copying and remapping (1.00 s waiting for copies, 0.25 s remapping, 0.50 s making memory), 0.25 s waiting for the device first, 6 times\n"),
             "{report}"
         );
         let quiet = process_report(&ProcessJson::default(), &[]);

@@ -170,6 +170,14 @@ pub struct MovesJson {
     /// Time the moves first waited for the device to finish the job's
     /// work (the job's own compute, with no new work queued behind it).
     pub drain_seconds: f64,
+    /// Of `seconds`: waiting for the copies, remapping ranges, and making
+    /// and giving back physical memory (the rest is the shim's own work).
+    pub copy_seconds: f64,
+    pub remap_seconds: f64,
+    pub memory_seconds: f64,
+    /// Times the job's launches were held back and the device drained for
+    /// moves.
+    pub fetches: u64,
     /// Steps begun while the process ran (0: none found).
     pub steps: u64,
 }

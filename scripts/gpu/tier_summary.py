@@ -28,7 +28,9 @@ def quota_of(env):
 def moves_of(name, steps):
     """The tier's moves in the run's trace, per step of the `steps` the run
     made (warm-up included): (GB moved both ways, seconds of copies and
-    remaps, seconds waiting for the device), or None."""
+    remaps, seconds waiting for the device, and of the first: seconds
+    waiting for copies, remapping, making memory; times the device was
+    drained), or None."""
     path = os.path.join(os.path.dirname(sys.argv[1]), f"trace-{name}.json")
     try:
         moves = json.load(open(path))["processes"][0].get("moves")
@@ -37,18 +39,19 @@ def moves_of(name, steps):
     if not moves or not steps:
         return None
     moved = (moves["bytes_to_device"] + moves["bytes_to_host"]) / steps / 1e9
-    return moved, moves["seconds"] / steps, moves.get("drain_seconds", 0) / steps
+    parts = [moves.get(k, 0) / steps for k in ("copy_seconds", "remap_seconds", "memory_seconds", "fetches")]
+    return (moved, moves["seconds"] / steps, moves.get("drain_seconds", 0) / steps, *parts)
 
 
 runs = [json.loads(line) for line in open(sys.argv[1])]
 native = {r["job"]: r for r in runs if r["name"].endswith("-native") and r["result"]}
-print("| run | exit | step ms (median) | x native | x floor | losses = native | most device bytes / quota | link GB/step (rx+tx) | moved GB/step | copy+remap ms/step | drain ms/step |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| run | exit | step ms (median) | x native | x floor | losses = native | most device bytes / quota | link GB/step (rx+tx) | moved GB/step | copy+remap ms/step | drain ms/step | of copy+remap: copies / remaps / memory ms | drains/step |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for run in runs:
     result = run["result"]
     base = native.get(run["job"])
     if not result or not base:
-        print(f"| {run['name']} | {run['exit']} | - | - | - | - | - | - | - | - | - |")
+        print(f"| {run['name']} | {run['exit']} | - | - | - | - | - | - | - | - | - | - | - |")
         continue
     step = median_step(result)
     native_step = median_step(base["result"])
@@ -64,5 +67,10 @@ for run in runs:
     if "link_rx_bytes_per_step" in result:
         link = f"{(result['link_rx_bytes_per_step'] + result['link_tx_bytes_per_step']) / 1e9:.1f}"
     moved = moves_of(run["name"], len(result["values"]))
-    tier = f"{moved[0]:.1f} | {1e3 * moved[1]:.0f} | {1e3 * moved[2]:.0f}" if moved else "- | - | -"
+    tier = (
+        f"{moved[0]:.1f} | {1e3 * moved[1]:.0f} | {1e3 * moved[2]:.0f} | "
+        f"{1e3 * moved[3]:.0f} / {1e3 * moved[4]:.0f} / {1e3 * moved[5]:.0f} | {moved[6]:.0f}"
+        if moved
+        else "- | - | - | - | -"
+    )
     print(f"| {run['name']} | {run['exit']} | {step:.1f} | {step / native_step:.2f} | {step / floor:.2f} | {same} | {held} | {link} | {tier} |")

@@ -218,8 +218,9 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t c
     trace("cuMemSetAccess ptr=%#llx size=%zu", ptr, size);
     return desc && count ? OK : INVALID_VALUE;
 }
-/* The driver's copies run at once here, so a wait has nothing to wait for. */
-CUresult cuStreamSynchronize(CUstream stream) { return OK; }
+/* The driver's copies run at once here, so a wait has nothing to wait for;
+ * it is logged, so that tests see which copies were queued before it. */
+CUresult cuStreamSynchronize(CUstream stream) { trace("cuStreamSynchronize stream=%p", (void *)stream); return OK; }
 CUresult cuCtxSynchronize(void) { trace("cuCtxSynchronize"); return OK; }
 /* Unmaps every mapping inside [ptr, ptr + size). */
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {

@@ -237,6 +237,10 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
         left_in_place: tier.left_in_place.load(Relaxed),
         seconds: tier.move_ns.load(Relaxed) as f64 / 1e9,
         drain_seconds: tier.drain_ns.load(Relaxed) as f64 / 1e9,
+        copy_seconds: tier.copy_ns.load(Relaxed) as f64 / 1e9,
+        remap_seconds: tier.remap_ns.load(Relaxed) as f64 / 1e9,
+        memory_seconds: tier.memory_ns.load(Relaxed) as f64 / 1e9,
+        fetches: tier.fetches.load(Relaxed),
         steps: state.access.steps.current(),
     })
 }

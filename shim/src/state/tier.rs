@@ -2,11 +2,10 @@
 //! and the gate that holds the job's launches back while blocks are remapped.
 //!
 //! A tier block is a reserved address range twice its size: the block at
-//! its start, and a staging half where a copy lands before the block's own
-//! range is remapped to the copy's memory. Its device memory (while it is
-//! on the device) and its host memory (made at its first move to the host,
-//! then kept, so a later move pays no pinning) are handles of the virtual
-//! memory API. The ledger says where it lives; this says with what.
+//! its start, and a staging half where its host memory stays mapped, for
+//! moves to copy to and from. Its device memory (while it is on the device)
+//! and its host memory (made at its first move to the host, then kept, so a
+//! later move pays no pinning) are handles of the virtual memory API. The ledger says where it lives; this says with what.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
@@ -51,6 +50,13 @@ pub struct Tier {
     pub move_ns: AtomicU64,
     /// Time the moves waited for the device to finish the job's work.
     pub drain_ns: AtomicU64,
+    /// Of the moves' time: waiting for their copies, remapping ranges,
+    /// and making and giving back physical memory.
+    pub copy_ns: AtomicU64,
+    pub remap_ns: AtomicU64,
+    pub memory_ns: AtomicU64,
+    /// Times the gate closed and the device was drained for moves.
+    pub fetches: AtomicU64,
     pub gate: Gate,
 }
 

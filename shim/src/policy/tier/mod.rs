@@ -103,6 +103,17 @@ pub fn place(
         backing::unreserve(ptr, size);
         return None;
     }
+    // Host memory is also mapped at the staging half, where moves copy
+    // to and from it.
+    if !on_device {
+        if let Err(rc) = backing::map(ptr + size, size, handle, device) {
+            failed("mapping", rc);
+            backing::unmap(ptr, size);
+            backing::release(handle);
+            backing::unreserve(ptr, size);
+            return None;
+        }
+    }
     let (on, host) = if on_device { (handle, 0) } else { (0, handle) };
     let backing = Backing {
         size,
@@ -150,6 +161,9 @@ pub fn free(state: &State, api: Api, ptr: usize, block: &Block) -> cudaError_t {
         debug!("waiting for the device before freeing {ptr:#x}: CUDA error {rc}");
     }
     backing::unmap(ptr as CUdeviceptr, backing.size);
+    if backing.in_host != 0 {
+        backing::unmap((ptr as u64 + backing.size) as CUdeviceptr, backing.size);
+    }
     for handle in [backing.on_device, backing.in_host] {
         if handle != 0 {
             backing::release(handle);
@@ -244,6 +258,7 @@ pub fn fetch(state: &State, api: Api, wanted: &[usize], keep: &[usize]) {
         debug!("waiting for the device before a move: CUDA error {rc}; nothing moves");
         return;
     }
+    state.tier.fetches.fetch_add(1, Relaxed);
     let _timed = Timed(state, std::time::Instant::now());
     let mut staged: Vec<Staged> = Vec::new();
     let mut made_room_on = None;

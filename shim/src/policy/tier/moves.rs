@@ -1,11 +1,20 @@
 //! One block's move, in two halves so that several can overlap: staged
-//! (its bytes copied, on the copy engine of its direction, into the memory
-//! it moves to, mapped at its range's staging half), then finished once
-//! the copies are done (its range remapped to that memory, the old memory
-//! given back, the ledger told). A move that fails leaves the block mapped
-//! where it was, with its bytes, and changes no count.
+//! (its range remapped or its copy queued, on the copy engine of its
+//! direction), then finished once the copies are done (the ledger told,
+//! the memory it left given back). A move that fails leaves the block
+//! mapped where it was, with its bytes, and changes no count.
+//!
+//! A block's host memory, once made, stays mapped at its range's staging
+//! half, so that each move remaps the block's range once: a move onto the
+//! device maps new device memory at the block and copies the bytes in
+//! from the staging half; a move to the host copies the bytes out to the
+//! staging half and then maps the host memory at the block too. Both run
+//! behind the closed gate with the device drained, so no kernel sees the
+//! range while it is remapped or before its copy has landed.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::time::Instant;
 
 use cudart_sys::*;
 use vramshare_common::event::{Api, Op, Placement};
@@ -29,9 +38,18 @@ pub struct Staged {
     made_host: bool,
 }
 
+/// Runs `f`, adding the time it took to `counter`.
+fn timed<T>(counter: &AtomicU64, f: impl FnOnce() -> T) -> T {
+    let began = Instant::now();
+    let result = f();
+    counter.fetch_add(began.elapsed().as_nanos() as u64, Relaxed);
+    result
+}
+
 /// Stages the move of a block in host memory onto the device, whose bytes
-/// the caller reserved; `None` (and the reservation given back) if it
-/// cannot move.
+/// the caller reserved: device memory mapped at the block, the bytes
+/// copied in from the host memory at the staging half. `None` (and the
+/// reservation given back) if it cannot move.
 pub fn stage_in(state: &State, ptr: usize, block: Block) -> Option<Staged> {
     let (device, size) = (block.device, block.size);
     let give_back = || state.ledger.unreserve(device, size);
@@ -43,21 +61,30 @@ pub fn stage_in(state: &State, ptr: usize, block: Block) -> Option<Staged> {
         give_back();
         return None;
     }
+    let tier = &state.tier;
+    let at = ptr as CUdeviceptr;
     let backing = state.tier.blocks.get(&ptr).map(|b| *b);
-    let staged = backing.and_then(|backing| {
-        let handle = backing::create(size, device, true).ok()?;
+    let staged = backing.filter(|b| b.in_host != 0).and_then(|backing| {
+        let handle = timed(&tier.memory_ns, || backing::create(size, device, true)).ok()?;
+        let host = backing.in_host;
+        if timed(&tier.remap_ns, || remap(at, size, device, handle, host)).is_err() {
+            backing::release(handle);
+            return None;
+        }
         let staged = Staged {
             ptr,
             size,
             device,
             direction: Direction::ToDevice,
             to: handle,
-            from: backing.in_host,
+            from: host,
             made_host: false,
         };
-        match copy(&staged) {
+        match backing::copy(at, at + size, size, device, Direction::ToDevice) {
             Ok(()) => Some(staged),
             Err(_) => {
+                // The host memory still holds the bytes: mapped back.
+                let _ = remap(at, size, device, host, handle);
                 backing::release(handle);
                 None
             }
@@ -70,16 +97,24 @@ pub fn stage_in(state: &State, ptr: usize, block: Block) -> Option<Staged> {
     staged
 }
 
-/// Stages the move of a block on the device to its host memory (made on
-/// its first move out); `None` if it cannot move.
+/// Stages the move of a block on the device to its host memory (made, and
+/// mapped at the staging half, on its first move out): its bytes copied
+/// there. `None` if it cannot move.
 pub fn stage_out(state: &State, ptr: usize, size: u64) -> Option<Staged> {
     let block = state.ledger.begin_tier_move(ptr, Placement::Device, size)?;
     let device = block.device;
+    let tier = &state.tier;
+    let staging = ptr as CUdeviceptr + size;
     let backing = state.tier.blocks.get(&ptr).map(|b| *b);
     let staged = backing.and_then(|backing| {
         let made_host = backing.in_host == 0;
         let host = if made_host {
-            backing::create(size, device, false).ok()?
+            let host = timed(&tier.memory_ns, || backing::create(size, device, false)).ok()?;
+            if timed(&tier.remap_ns, || backing::map(staging, size, host, device)).is_err() {
+                backing::release(host);
+                return None;
+            }
+            host
         } else {
             backing.in_host
         };
@@ -92,10 +127,11 @@ pub fn stage_out(state: &State, ptr: usize, size: u64) -> Option<Staged> {
             from: backing.on_device,
             made_host,
         };
-        match copy(&staged) {
+        match backing::copy(staging, ptr as CUdeviceptr, size, device, Direction::ToHost) {
             Ok(()) => Some(staged),
             Err(_) => {
                 if made_host {
+                    backing::unmap(staging, size);
                     backing::release(host);
                 }
                 None
@@ -106,18 +142,6 @@ pub fn stage_out(state: &State, ptr: usize, size: u64) -> Option<Staged> {
         state.ledger.end_tier_move(ptr, Placement::Device);
     }
     staged
-}
-
-/// Maps the destination at the staging half and queues the copy there.
-fn copy(staged: &Staged) -> backing::Result<()> {
-    let at = staged.ptr as CUdeviceptr;
-    let staging = at + staged.size;
-    backing::map(staging, staged.size, staged.to, staged.device)?;
-    let queued = backing::copy(staging, at, staged.size, staged.device, staged.direction);
-    if queued.is_err() {
-        backing::unmap(staging, staged.size);
-    }
-    queued
 }
 
 /// Waits for the staged copies and finishes each move; whether each moved,
@@ -132,7 +156,9 @@ pub fn finish(state: &State, staged: Vec<Staged>) -> Vec<bool> {
                 .find(|(d, dir, _)| *d == move_.device && *dir == move_.direction)
                 .map(|(_, _, result)| *result);
             let copied = known.unwrap_or_else(|| {
-                let result = backing::wait(move_.device, move_.direction);
+                let result = timed(&state.tier.copy_ns, || {
+                    backing::wait(move_.device, move_.direction)
+                });
                 waited.push((move_.device, move_.direction, result));
                 result
             });
@@ -152,44 +178,55 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
         made_host,
     } = staged;
     let at = ptr as CUdeviceptr;
-    backing::unmap(at + size, size);
-    let remapped = copied.and_then(|()| remap(at, size, device, to, from));
-    let (op, placement, rc) = match (direction, remapped) {
-        (Direction::ToDevice, Ok(())) => {
-            if let Some(mut entry) = state.tier.blocks.get_mut(&ptr) {
-                entry.on_device = to;
-                entry.fetched_in = state.access.steps.current() + 1;
+    let tier = &state.tier;
+    let (op, placement, rc) = match direction {
+        Direction::ToDevice => match copied {
+            Ok(()) => {
+                if let Some(mut entry) = tier.blocks.get_mut(&ptr) {
+                    entry.on_device = to;
+                    entry.fetched_in = state.access.steps.current() + 1;
+                }
+                tier.bytes_in_host.fetch_sub(size, SeqCst);
+                tier.moved_in.fetch_add(size, Relaxed);
+                tier.moves_in.fetch_add(1, Relaxed);
+                state.ledger.end_tier_move(ptr, Placement::Device);
+                (Op::Promote, Placement::Device, CUDA_SUCCESS)
             }
-            state.tier.bytes_in_host.fetch_sub(size, SeqCst);
-            state.tier.moved_in.fetch_add(size, Relaxed);
-            state.tier.moves_in.fetch_add(1, Relaxed);
-            state.ledger.end_tier_move(ptr, Placement::Device);
-            (Op::Promote, Placement::Device, CUDA_SUCCESS)
-        }
-        (Direction::ToHost, Ok(())) => {
-            backing::release(from);
-            if let Some(mut entry) = state.tier.blocks.get_mut(&ptr) {
-                entry.on_device = 0;
-                entry.in_host = to;
+            Err(rc) => {
+                // The copy may have landed in part: the host memory, which
+                // still holds the bytes, is mapped back.
+                let _ = timed(&tier.remap_ns, || remap(at, size, device, from, to));
+                timed(&tier.memory_ns, || backing::release(to));
+                state.ledger.unreserve(device, size);
+                state.ledger.end_tier_move(ptr, Placement::Host);
+                (Op::Promote, Placement::Device, rc)
             }
-            state.tier.bytes_in_host.fetch_add(size, SeqCst);
-            state.tier.moved_out.fetch_add(size, Relaxed);
-            state.tier.moves_out.fetch_add(1, Relaxed);
-            state.ledger.end_tier_move(ptr, Placement::Host);
-            (Op::Demote, Placement::Host, CUDA_SUCCESS)
-        }
-        (Direction::ToDevice, Err(rc)) => {
-            backing::release(to);
-            state.ledger.unreserve(device, size);
-            state.ledger.end_tier_move(ptr, Placement::Host);
-            (Op::Promote, Placement::Device, rc)
-        }
-        (Direction::ToHost, Err(rc)) => {
-            if made_host {
-                backing::release(to);
+        },
+        Direction::ToHost => {
+            let remapped =
+                copied.and_then(|()| timed(&tier.remap_ns, || remap(at, size, device, to, from)));
+            match remapped {
+                Ok(()) => {
+                    timed(&tier.memory_ns, || backing::release(from));
+                    if let Some(mut entry) = tier.blocks.get_mut(&ptr) {
+                        entry.on_device = 0;
+                        entry.in_host = to;
+                    }
+                    tier.bytes_in_host.fetch_add(size, SeqCst);
+                    tier.moved_out.fetch_add(size, Relaxed);
+                    tier.moves_out.fetch_add(1, Relaxed);
+                    state.ledger.end_tier_move(ptr, Placement::Host);
+                    (Op::Demote, Placement::Host, CUDA_SUCCESS)
+                }
+                Err(rc) => {
+                    if made_host {
+                        backing::unmap(at + size, size);
+                        backing::release(to);
+                    }
+                    state.ledger.end_tier_move(ptr, Placement::Device);
+                    (Op::Demote, Placement::Host, rc)
+                }
             }
-            state.ledger.end_tier_move(ptr, Placement::Device);
-            (Op::Demote, Placement::Host, rc)
         }
     };
     state.record(
