@@ -159,3 +159,32 @@ fn a_split_block_counts_its_head_on_the_device_and_its_tail_spilled() {
         0
     );
 }
+
+#[test]
+fn a_tier_move_to_the_host_gives_its_device_bytes_back_or_keeps_them_for_a_spare() {
+    let ledger = ledger();
+    let tiered = |at| {
+        assert!(ledger.try_reserve(dev(0), 8, 100));
+        let mut b = block(8, Placement::Device);
+        b.managed = false;
+        b.tiered = true;
+        ledger.insert(at, b);
+    };
+    tiered(0x1000);
+    tiered(0x2000);
+    let counts = || {
+        let usage = ledger.device(dev(0));
+        (
+            usage.device_bytes.load(Ordering::SeqCst),
+            usage.spilled_bytes.load(Ordering::SeqCst),
+        )
+    };
+    assert_eq!(counts(), (16, 0));
+    assert!(ledger.begin_tier_move(0x1000, Placement::Device, 8).is_some());
+    ledger.end_tier_move(0x1000, Placement::Host);
+    assert_eq!(counts(), (8, 8), "its bytes leave the device");
+    assert!(ledger.begin_tier_move(0x2000, Placement::Device, 8).is_some());
+    ledger.end_tier_move_keeping(0x2000);
+    assert_eq!(counts(), (8, 16), "the spare's bytes still count on the device");
+    assert_eq!(ledger.block_at(0x2000).unwrap().placement, Placement::Host);
+}
