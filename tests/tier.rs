@@ -383,7 +383,8 @@ fn blocks_moving_out_ahead_overlap_a_block_coming_in_and_every_block_keeps_its_b
 }
 
 #[test]
-fn a_block_coming_in_takes_the_device_memory_one_of_its_size_left_and_an_allocation_takes_it_back() {
+fn a_block_coming_in_takes_the_device_memory_one_of_its_size_left_and_an_allocation_takes_it_back()
+{
     // Ten blocks of 2 MiB under a 16 MiB quota, filled three times over: a
     // block moving out leaves its memory for the next of its size to come.
     let names: Vec<String> = (0..10).map(|i| format!("b{i}")).collect();
@@ -438,6 +439,58 @@ fn a_block_coming_in_takes_the_device_memory_one_of_its_size_left_and_an_allocat
     );
     let process = &run.trace()["processes"][0];
     assert!(process["peak_device"]["0"].as_u64().unwrap() <= 16 * MIB);
+}
+
+#[test]
+fn where_the_job_marks_its_steps_a_block_comes_once_a_step_and_elsewhere_whenever_work_names_it() {
+    // Three blocks of 4 MiB, two of which fit under the quota, each used
+    // twice a step in turn: least recently used, each use finds its block
+    // moved out. A kernel launched once a round marks where rounds begin,
+    // so that steps are found in the launch sequence where they are not
+    // marked.
+    let run = |marked: bool| {
+        let mut steps = vec!["malloc:a:4M", "malloc:b:4M", "malloc:c:4M"];
+        let uses = [
+            "opaque:rt:a",
+            "fill:a:1:1",
+            "fill:b:2:1",
+            "kernel:rt:c:-:-",
+            "kernel:rt:a:-:-",
+            "fill:b:2:1",
+            "kernel:rt:c:-:-",
+        ];
+        let body: Vec<&str> = if marked { vec!["step"] } else { vec![] }
+            .into_iter()
+            .chain(uses.iter().copied())
+            .collect();
+        let repeat = format!("repeat:8:{}", body.len());
+        steps.push(&repeat);
+        steps.extend(body.iter());
+        let run = client(Runtime::Fake13, &moving("8MiB", &[]), &steps);
+        run.assert_ok();
+        let moves = run.trace()["processes"][0]["moves"].clone();
+        let promotes = tier_moves(&run)
+            .iter()
+            .filter(|(op, _)| op == "promote")
+            .count();
+        let steps = moves["steps"].as_u64().unwrap();
+        (promotes, moves["left_in_place"].as_u64().unwrap(), steps)
+    };
+    let (marked_in, marked_left, _) = run(true);
+    let (unmarked_in, unmarked_left, found) = run(false);
+    assert!(
+        marked_left > 0,
+        "marked: {marked_in} in, {marked_left} left in place"
+    );
+    assert!(found > 0, "steps found in the launch sequence");
+    assert_eq!(
+        unmarked_left, 0,
+        "unmarked: {unmarked_in} in, {found} steps found"
+    );
+    assert!(
+        unmarked_in > marked_in,
+        "in: {unmarked_in} unmarked, {marked_in} marked"
+    );
 }
 
 #[test]

@@ -219,16 +219,21 @@ pub fn fetch(state: &State, api: Api, wanted: &[usize], keep: &[usize]) {
     let Ok(current) = backend.current_device() else {
         return;
     };
-    // No step found yet: no cap (0 matches no block's step).
-    let step = if state.access.steps.steps() > 0 {
+    // Where the job marks its steps, a block comes once a step: one the
+    // step needs again after it made room for others is read in place, so
+    // that blocks used all through a step do not chase each other over the
+    // link, as predicting next uses from the step before would make them.
+    // Where steps are only found in the launch sequence, the found step is
+    // often a part of the real one, and such a cap only leaves blocks in
+    // host memory: measured, a quarter slower for ResNet-50 at half its
+    // peak. There a block comes whenever work names it (0 matches no
+    // block's step).
+    let step = if state.access.steps.steps() > 0 && state.access.steps.marked() {
         state.access.steps.current() + 1
     } else {
         0
     };
     // Only blocks that can come: the wait for the device is paid only then.
-    // A block comes once a step: one the step needs again after it made
-    // room for others is read in place, so that blocks used all through a
-    // step do not chase each other over the link.
     let movable = |ptr: &usize| {
         state.ledger.block_at(*ptr).is_some_and(|b| {
             b.tiered
@@ -482,7 +487,9 @@ fn make_room(
                     return Some(Some(handle));
                 }
             }
-        } else if move_out(state, ptr, victim, None) && state.ledger.try_reserve(device, size, quota) {
+        } else if move_out(state, ptr, victim, None)
+            && state.ledger.try_reserve(device, size, quota)
+        {
             return Some(None);
         }
     }

@@ -121,12 +121,7 @@ pub fn stage_in(state: &State, ptr: usize, block: Block, spare: Option<u64>) -> 
 /// mapped at the staging half, on its first move out): its bytes copied
 /// there. The device memory it leaves is kept as a spare under
 /// `spare_bound`, if given. `None` if it cannot move.
-pub fn stage_out(
-    state: &State,
-    ptr: usize,
-    size: u64,
-    spare_bound: Option<u64>,
-) -> Option<Staged> {
+pub fn stage_out(state: &State, ptr: usize, size: u64, spare_bound: Option<u64>) -> Option<Staged> {
     let block = state.ledger.begin_tier_move(ptr, Placement::Device, size)?;
     let device = block.device;
     let tier = &state.tier;

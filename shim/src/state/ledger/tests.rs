@@ -180,11 +180,19 @@ fn a_tier_move_to_the_host_gives_its_device_bytes_back_or_keeps_them_for_a_spare
         )
     };
     assert_eq!(counts(), (16, 0));
-    assert!(ledger.begin_tier_move(0x1000, Placement::Device, 8).is_some());
+    assert!(ledger
+        .begin_tier_move(0x1000, Placement::Device, 8)
+        .is_some());
     ledger.end_tier_move(0x1000, Placement::Host);
     assert_eq!(counts(), (8, 8), "its bytes leave the device");
-    assert!(ledger.begin_tier_move(0x2000, Placement::Device, 8).is_some());
+    assert!(ledger
+        .begin_tier_move(0x2000, Placement::Device, 8)
+        .is_some());
     ledger.end_tier_move_keeping(0x2000);
-    assert_eq!(counts(), (8, 16), "the spare's bytes still count on the device");
+    assert_eq!(
+        counts(),
+        (8, 16),
+        "the spare's bytes still count on the device"
+    );
     assert_eq!(ledger.block_at(0x2000).unwrap().placement, Placement::Host);
 }
