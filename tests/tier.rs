@@ -383,65 +383,6 @@ fn blocks_moving_out_ahead_overlap_a_block_coming_in_and_every_block_keeps_its_b
 }
 
 #[test]
-fn a_block_coming_in_takes_the_device_memory_one_of_its_size_left_and_an_allocation_takes_it_back()
-{
-    // Ten blocks of 2 MiB under a 16 MiB quota, filled three times over: a
-    // block moving out leaves its memory for the next of its size to come.
-    let names: Vec<String> = (0..10).map(|i| format!("b{i}")).collect();
-    let mut steps: Vec<String> = names.iter().map(|n| format!("malloc:{n}:2M")).collect();
-    steps.push(format!("repeat:3:{}", names.len() + 1));
-    steps.push("step".into());
-    steps.extend(
-        names
-            .iter()
-            .enumerate()
-            .map(|(i, n)| format!("fill:{n}:{}:1", i + 1)),
-    );
-    steps.extend(names.iter().map(|n| format!("peekvia:{n}:2")));
-    // Then an allocation that fits only if that memory is given back.
-    steps.push("sync".into());
-    steps.push("malloc:late:2M".into());
-    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
-    let run = client(Runtime::Fake13, &moving("16MiB", &[]), &steps);
-    run.assert_ok();
-    for (i, name) in names.iter().enumerate() {
-        let line = run.line(&format!("peekvia {name}"));
-        let byte = (i + 1).to_string();
-        assert_eq!(
-            (log_field(line, "first"), log_field(line, "last")),
-            (byte.clone(), byte),
-            "{line}"
-        );
-    }
-    let promotes = tier_moves(&run)
-        .iter()
-        .filter(|(op, _)| op == "promote")
-        .count();
-    let first_move = run
-        .calls
-        .iter()
-        .position(|c| c.contains("cuMemcpyAsync "))
-        .expect("blocks moved");
-    let made = run.calls[first_move..]
-        .iter()
-        .filter(|c| c.contains("cuMemCreate ") && c.contains("location=device"))
-        .count();
-    assert!(promotes >= 10, "{promotes} moves in");
-    assert!(
-        made * 4 <= promotes,
-        "device memory made {made} times for {promotes} moves in"
-    );
-    let allocations = run.allocations();
-    assert_eq!(
-        allocations.last().map(|a| a.1.as_str()),
-        Some("device"),
-        "{allocations:?}"
-    );
-    let process = &run.trace()["processes"][0];
-    assert!(process["peak_device"]["0"].as_u64().unwrap() <= 16 * MIB);
-}
-
-#[test]
 fn where_the_job_marks_its_steps_a_block_comes_once_a_step_and_elsewhere_whenever_work_names_it() {
     // Three blocks of 4 MiB, two of which fit under the quota, each used
     // twice a step in turn: least recently used, each use finds its block

@@ -83,10 +83,6 @@ where
     if !fits && stream_pools::trim_device(state, device) {
         fits = state.ledger.try_reserve(device, size, limit);
     }
-    // So does the device memory the spill tier keeps for its moves.
-    if !fits && tier::spares::release_all(state, device) > 0 {
-        fits = state.ledger.try_reserve(device, size, limit);
-    }
     if !fits && config().priority == Priority::High {
         fits = wait_for_room(state, device, size, limit);
     }

@@ -48,11 +48,9 @@ pub unsafe fn mem_create(
     let api = Api::cuMemCreate;
     let size = size as u64;
     let quota = device_quota(state, device, Backend::Driver);
-    let limit = quota.unwrap_or(u64::MAX);
-    // The device memory the spill tier keeps for its moves gives way.
-    let fits = state.ledger.try_reserve(device, size, limit)
-        || (super::tier::spares::release_all(state, device) > 0
-            && state.ledger.try_reserve(device, size, limit));
+    let fits = state
+        .ledger
+        .try_reserve(device, size, quota.unwrap_or(u64::MAX));
     let refuse = |why: &str| {
         info!(
             "cuMemCreate of {} refused: over device {device}'s quota{why}",

@@ -57,20 +57,7 @@ pub struct Tier {
     pub memory_ns: AtomicU64,
     /// Times the gate closed and the device was drained for moves.
     pub fetches: AtomicU64,
-    /// Device memory left by blocks that moved to the host, kept for
-    /// blocks of the same size to come into without making memory (which
-    /// costs more than the copy): its bytes stay reserved in the ledger, so
-    /// they count on the device, against the quota and the pool's budget.
-    pub spares: Mutex<Vec<Spare>>,
     pub gate: Gate,
-}
-
-/// Device memory the tier keeps, mapped nowhere.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Spare {
-    pub device: Device,
-    pub size: u64,
-    pub handle: u64,
 }
 
 /// Launches, copies and library calls enter the gate while they hand work

@@ -13,9 +13,8 @@
 //! memory, the tier brings it onto the device ([`fetch`]): room is made by
 //! moving to the host the tier's blocks on the device whose next use is
 //! furthest away (the access profile's prediction, from the step before),
-//! its range is remapped to device memory (a spare one of its size, if a
-//! block moving out left it: [`spares`]), and its bytes cross the link on
-//! a copy engine. Moves happen behind the gate
+//! its range is remapped to device memory, and its bytes cross the link on
+//! a copy engine from the host memory kept at the staging half. Moves happen behind the gate
 //! ([`crate::state::tier::Gate`]): the job's other threads hold their work
 //! back, and the device has finished everything given to it, so no kernel
 //! is queued or running while a range is remapped.
@@ -26,7 +25,6 @@
 
 pub mod backing;
 mod moves;
-pub mod spares;
 
 use std::ffi::c_void;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
@@ -276,9 +274,9 @@ pub fn fetch(state: &State, api: Api, wanted: &[usize], keep: &[usize]) {
         };
         let quota = device_quota(state, block.device, backend).unwrap_or(u64::MAX);
         let came = make_room(state, block.device, block.size, quota, keep)
-            .and_then(|spare| moves::stage_in(state, ptr, block, spare))
-            .map(|s| staged.push(s))
-            .is_some();
+            && moves::stage_in(state, ptr, block)
+                .map(|s| staged.push(s))
+                .is_some();
         if came {
             let bound = limit(state, block.device, Some(quota)).unwrap_or(quota);
             made_room_on = Some((block.device, bound));
@@ -310,11 +308,9 @@ const MOVE_BUDGET_DIVISOR: u64 = 8;
 fn evict_ahead(state: &State, device: Device, limit: u64, keep: &[usize]) -> Vec<Staged> {
     let budget = limit / MOVE_BUDGET_DIVISOR;
     let used = state.ledger.device(device).device_bytes.load(SeqCst);
-    // Spares are room for blocks of their size.
     let mut room = limit
         .saturating_sub(used)
-        .min(super::moves::pool_room(state, device))
-        .saturating_add(spares::bytes(state, device));
+        .min(super::moves::pool_room(state, device));
     let mut staged = Vec::new();
     if room >= budget {
         return staged;
@@ -329,7 +325,7 @@ fn evict_ahead(state: &State, device: Device, limit: u64, keep: &[usize]) -> Vec
         if size > budget {
             continue;
         }
-        if let Some(out) = moves::stage_out(state, ptr, size, Some(budget)) {
+        if let Some(out) = moves::stage_out(state, ptr, size) {
             staged.push(out);
             room += size;
         }
@@ -375,7 +371,7 @@ fn could_fit(state: &State, block: Block, quota: Option<u64>, keep: &[usize]) ->
     // A pool's budget holds the members' device bytes together: moving
     // this process's blocks out frees that much of it, no more.
     let pool_room = super::moves::pool_room(state, block.device);
-    let movable = movable_all(state, block.device, keep) + spares::bytes(state, block.device);
+    let movable = movable_all(state, block.device, keep);
     room.saturating_add(movable) >= block.size && pool_room.saturating_add(movable) >= block.size
 }
 
@@ -415,18 +411,17 @@ pub fn evict_while(state: &State, device: Device, mut more: impl FnMut(u64) -> b
     let Some(_closed) = state.tier.gate.close() else {
         return 0;
     };
-    // The spares go first: they hold room nothing uses.
-    let mut moved = spares::release_all(state, device);
     // Listed again behind the gate: a launch's move may have taken some.
     let candidates = state.ledger.tier_on_device(device);
     if backing::drain(api).is_err() {
-        return moved;
+        return 0;
     }
+    let mut moved = 0;
     for (_, size, ptr) in by_next_use(state, candidates) {
         if !more(moved) {
             break;
         }
-        if move_out(state, ptr, size, None) {
+        if move_out(state, ptr, size) {
             moved += size;
         }
     }
@@ -449,49 +444,22 @@ fn by_next_use(state: &State, blocks: Vec<(usize, u64)>) -> Vec<(u64, u64, usize
 
 /// Reserves `size` device bytes on `device` under `quota`, moving the
 /// tier's blocks whose next use is furthest to the host until they fit.
-/// Blocks in `keep` (the work's own) stay. `Some(spare)` if room was made:
-/// the handle of a spare of that size, which holds the reservation, or
-/// `None` for bytes reserved, whose memory is yet to be made. `None` if
-/// there is no such room.
-fn make_room(
-    state: &State,
-    device: Device,
-    size: u64,
-    quota: u64,
-    keep: &[usize],
-) -> Option<Option<u64>> {
-    if let Some(handle) = spares::take(state, device, size) {
-        return Some(Some(handle));
-    }
+/// Blocks in `keep` (the work's own) stay. False if there is no such room.
+fn make_room(state: &State, device: Device, size: u64, quota: u64, keep: &[usize]) -> bool {
     if state.ledger.try_reserve(device, size, quota) {
-        return Some(None);
-    }
-    // Spares of other sizes give their room back first.
-    while spares::release_one(state, device) {
-        if state.ledger.try_reserve(device, size, quota) {
-            return Some(None);
-        }
+        return true;
     }
     let candidates = movable_blocks(state, device, keep);
     let used = state.ledger.device(device).device_bytes.load(SeqCst);
     let movable: u64 = candidates.iter().map(|(_, size)| size).sum();
     if used.saturating_add(size).saturating_sub(movable) > quota {
         // Moving every candidate out would still leave too little room.
-        return None;
+        return false;
     }
     for (_, victim, ptr) in by_next_use(state, candidates) {
-        // A victim of the same size leaves its memory to the block.
-        if victim == size {
-            if move_out(state, ptr, victim, Some(u64::MAX)) {
-                if let Some(handle) = spares::take(state, device, size) {
-                    return Some(Some(handle));
-                }
-            }
-        } else if move_out(state, ptr, victim, None)
-            && state.ledger.try_reserve(device, size, quota)
-        {
-            return Some(None);
+        if move_out(state, ptr, victim) && state.ledger.try_reserve(device, size, quota) {
+            return true;
         }
     }
-    None
+    false
 }

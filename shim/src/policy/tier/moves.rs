@@ -21,11 +21,9 @@ use vramshare_common::event::{Api, Op, Placement};
 
 use crate::config::Device;
 use crate::state::ledger::Block;
-use crate::state::tier::Spare;
 use crate::state::State;
 
 use super::backing::{self, Direction};
-use super::spares;
 
 /// A move whose copy has been queued.
 pub struct Staged {
@@ -38,9 +36,6 @@ pub struct Staged {
     from: u64,
     /// The host memory was made for this move (given back if it fails).
     made_host: bool,
-    /// To the host: the device memory left is kept as a spare, under this
-    /// bound of its device's spares; `None`: given back.
-    spare_bound: Option<u64>,
 }
 
 /// Runs `f`, adding the time it took to `counter`.
@@ -52,18 +47,12 @@ fn timed<T>(counter: &AtomicU64, f: impl FnOnce() -> T) -> T {
 }
 
 /// Stages the move of a block in host memory onto the device, whose bytes
-/// the caller reserved (or a spare of its size, `spare`, holds): device
-/// memory mapped at the block, the bytes copied in from the host memory at
-/// the staging half. `None` (and the reservation given back) if it cannot
-/// move.
-pub fn stage_in(state: &State, ptr: usize, block: Block, spare: Option<u64>) -> Option<Staged> {
+/// the caller reserved: device memory mapped at the block, the bytes
+/// copied in from the host memory at the staging half. `None` (and the
+/// reservation given back) if it cannot move.
+pub fn stage_in(state: &State, ptr: usize, block: Block) -> Option<Staged> {
     let (device, size) = (block.device, block.size);
-    let give_back = || {
-        if let Some(handle) = spare {
-            backing::release(handle);
-        }
-        state.ledger.unreserve(device, size);
-    };
+    let give_back = || state.ledger.unreserve(device, size);
     if state
         .ledger
         .begin_tier_move(ptr, Placement::Host, size)
@@ -76,16 +65,10 @@ pub fn stage_in(state: &State, ptr: usize, block: Block, spare: Option<u64>) -> 
     let at = ptr as CUdeviceptr;
     let backing = state.tier.blocks.get(&ptr).map(|b| *b);
     let staged = backing.filter(|b| b.in_host != 0).and_then(|backing| {
-        let handle = match spare {
-            Some(handle) => handle,
-            None => timed(&tier.memory_ns, || backing::create(size, device, true)).ok()?,
-        };
+        let handle = timed(&tier.memory_ns, || backing::create(size, device, true)).ok()?;
         let host = backing.in_host;
-        // On failure below, the handle is given back with the reservation.
         if timed(&tier.remap_ns, || remap(at, size, device, handle, host)).is_err() {
-            if spare.is_none() {
-                backing::release(handle);
-            }
+            backing::release(handle);
             return None;
         }
         let staged = Staged {
@@ -96,16 +79,13 @@ pub fn stage_in(state: &State, ptr: usize, block: Block, spare: Option<u64>) -> 
             to: handle,
             from: host,
             made_host: false,
-            spare_bound: None,
         };
         match backing::copy(at, at + size, size, device, Direction::ToDevice) {
             Ok(()) => Some(staged),
             Err(_) => {
                 // The host memory still holds the bytes: mapped back.
                 let _ = remap(at, size, device, host, handle);
-                if spare.is_none() {
-                    backing::release(handle);
-                }
+                backing::release(handle);
                 None
             }
         }
@@ -119,9 +99,8 @@ pub fn stage_in(state: &State, ptr: usize, block: Block, spare: Option<u64>) -> 
 
 /// Stages the move of a block on the device to its host memory (made, and
 /// mapped at the staging half, on its first move out): its bytes copied
-/// there. The device memory it leaves is kept as a spare under
-/// `spare_bound`, if given. `None` if it cannot move.
-pub fn stage_out(state: &State, ptr: usize, size: u64, spare_bound: Option<u64>) -> Option<Staged> {
+/// there. `None` if it cannot move.
+pub fn stage_out(state: &State, ptr: usize, size: u64) -> Option<Staged> {
     let block = state.ledger.begin_tier_move(ptr, Placement::Device, size)?;
     let device = block.device;
     let tier = &state.tier;
@@ -147,7 +126,6 @@ pub fn stage_out(state: &State, ptr: usize, size: u64, spare_bound: Option<u64>)
             to: host,
             from: backing.on_device,
             made_host,
-            spare_bound,
         };
         match backing::copy(staging, ptr as CUdeviceptr, size, device, Direction::ToHost) {
             Ok(()) => Some(staged),
@@ -198,7 +176,6 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
         to,
         from,
         made_host,
-        spare_bound,
     } = staged;
     let at = ptr as CUdeviceptr;
     let tier = &state.tier;
@@ -230,6 +207,7 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
                 copied.and_then(|()| timed(&tier.remap_ns, || remap(at, size, device, to, from)));
             match remapped {
                 Ok(()) => {
+                    timed(&tier.memory_ns, || backing::release(from));
                     if let Some(mut entry) = tier.blocks.get_mut(&ptr) {
                         entry.on_device = 0;
                         entry.in_host = to;
@@ -237,21 +215,7 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
                     tier.bytes_in_host.fetch_add(size, SeqCst);
                     tier.moved_out.fetch_add(size, Relaxed);
                     tier.moves_out.fetch_add(1, Relaxed);
-                    match spare_bound {
-                        Some(bound) => {
-                            state.ledger.end_tier_move_keeping(ptr);
-                            let spare = Spare {
-                                device,
-                                size,
-                                handle: from,
-                            };
-                            timed(&tier.memory_ns, || spares::keep(state, spare, bound));
-                        }
-                        None => {
-                            timed(&tier.memory_ns, || backing::release(from));
-                            state.ledger.end_tier_move(ptr, Placement::Host);
-                        }
-                    }
+                    state.ledger.end_tier_move(ptr, Placement::Host);
                     (Op::Demote, Placement::Host, CUDA_SUCCESS)
                 }
                 Err(rc) => {
@@ -290,8 +254,7 @@ fn remap(at: CUdeviceptr, size: u64, device: Device, to: u64, from: u64) -> back
     Ok(())
 }
 
-/// Moves a block on the device to the host, waiting for it; its device
-/// memory is kept as a spare under `spare_bound`, if given.
-pub fn move_out(state: &State, ptr: usize, size: u64, spare_bound: Option<u64>) -> bool {
-    stage_out(state, ptr, size, spare_bound).is_some_and(|staged| finish(state, vec![staged])[0])
+/// Moves a block on the device to the host, waiting for it.
+pub fn move_out(state: &State, ptr: usize, size: u64) -> bool {
+    stage_out(state, ptr, size).is_some_and(|staged| finish(state, vec![staged])[0])
 }

@@ -495,17 +495,6 @@ impl Ledger {
     /// and count as spilled. A move that failed (`to` where it was) changes
     /// no count.
     pub fn end_tier_move(&self, ptr: usize, to: Placement) {
-        self.end_tier_move_as(ptr, to, false);
-    }
-
-    /// As [`Ledger::end_tier_move`] to the host, but the block's device
-    /// bytes stay reserved: they pass to the device memory it left, which
-    /// the tier keeps for another block to come into.
-    pub fn end_tier_move_keeping(&self, ptr: usize) {
-        self.end_tier_move_as(ptr, Placement::Host, true);
-    }
-
-    fn end_tier_move_as(&self, ptr: usize, to: Placement, keep_reserved: bool) {
         if let Some(mut block) = self.blocks.get_mut(&ptr) {
             block.moving = false;
             if block.placement != to {
@@ -518,9 +507,7 @@ impl Ledger {
                             .fetch_add(1, Ordering::Relaxed);
                     }
                     _ => {
-                        if !keep_reserved {
-                            self.unreserve(device, size);
-                        }
+                        self.unreserve(device, size);
                         self.count_spilled(device, size, None);
                     }
                 }
