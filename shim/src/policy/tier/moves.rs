@@ -186,9 +186,7 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
                     entry.on_device = to;
                     entry.fetched_in = state.access.steps.current() + 1;
                 }
-                tier.bytes_in_host.fetch_sub(size, SeqCst);
-                tier.moved_in.fetch_add(size, Relaxed);
-                tier.moves_in.fetch_add(1, Relaxed);
+                count_move(state, Direction::ToDevice, size);
                 state.ledger.end_tier_move(ptr, Placement::Device);
                 (Op::Promote, Placement::Device, CUDA_SUCCESS)
             }
@@ -212,9 +210,7 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
                         entry.on_device = 0;
                         entry.in_host = to;
                     }
-                    tier.bytes_in_host.fetch_add(size, SeqCst);
-                    tier.moved_out.fetch_add(size, Relaxed);
-                    tier.moves_out.fetch_add(1, Relaxed);
+                    count_move(state, Direction::ToHost, size);
                     state.ledger.end_tier_move(ptr, Placement::Host);
                     (Op::Demote, Placement::Host, CUDA_SUCCESS)
                 }
@@ -239,6 +235,24 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
         rc,
     );
     rc == CUDA_SUCCESS
+}
+
+/// Counts a move of `size` bytes that ended `direction`: the tier's bytes
+/// in host memory, and the moves and bytes each way.
+fn count_move(state: &State, direction: Direction, size: u64) {
+    let tier = &state.tier;
+    let (moves, bytes) = match direction {
+        Direction::ToDevice => {
+            tier.bytes_in_host.fetch_sub(size, SeqCst);
+            (&tier.moves_in, &tier.moved_in)
+        }
+        Direction::ToHost => {
+            tier.bytes_in_host.fetch_add(size, SeqCst);
+            (&tier.moves_out, &tier.moved_out)
+        }
+    };
+    moves.fetch_add(1, Relaxed);
+    bytes.fetch_add(size, Relaxed);
 }
 
 /// Remaps the block's range from `from` to `to`; on failure it maps `from`
