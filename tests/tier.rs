@@ -1,5 +1,5 @@
 //! The spill tier on the fake runtime: blocks over the quota are virtual
-//! memory in host memory, and move onto the device (by a copy and a remap
+//! memory in host memory, and move onto the device (by a remap and a copy
 //! at their own address) before the kernels that name them, while the
 //! blocks whose next use is furthest make room. The fake's streams run
 //! their work late, so a move not ordered after the job's kernels would

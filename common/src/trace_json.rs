@@ -176,7 +176,7 @@ pub struct MovesJson {
     pub remap_seconds: f64,
     pub memory_seconds: f64,
     /// Times the job's launches were held back and the device drained for
-    /// moves.
+    /// moves (before a launch, or for a quota or budget cut).
     pub fetches: u64,
     /// Steps begun while the process ran (0: none found).
     pub steps: u64,

@@ -15,7 +15,7 @@ use vramshare_common::event::Api;
 
 use crate::cuda::real;
 use crate::state::access::functions::Param;
-use crate::state::access::{InHost, Launch, Naming};
+use crate::state::access::{Launch, Named, Naming};
 use crate::state::{state, Attribution, State};
 
 use super::tier;
@@ -104,7 +104,7 @@ pub unsafe fn launch(
     let library = IN_LIBRARY
         .try_with(|inside| inside.get())
         .unwrap_or(Library::Outside);
-    let mut in_host = InHost::default();
+    let mut names = Named::default();
     let how = match library {
         // The library call's own operands name its blocks: its kernels'
         // parameters are not read too (that would count each use twice).
@@ -116,17 +116,17 @@ pub unsafe fn launch(
             Attribution::InLibrary
         }
         // SAFETY: as the caller promises.
-        Library::Outside => unsafe { attribute(state, &launched, &mut in_host) },
+        Library::Outside => unsafe { attribute(state, &launched, &mut names) },
     };
     state.count_launch(api, how);
-    tier::fetch(state, api, in_host.starts(), in_host.named());
+    tier::fetch(state, api, names.blocks());
     let _inside = tier::enter(state);
     real()
 }
 
 /// Reads the launch's parameters for blocks; what came of it. A launch on
 /// a stream being captured is recorded for its graph instead.
-unsafe fn attribute(state: &State, launched: &Launched, in_host: &mut InHost) -> Attribution {
+unsafe fn attribute(state: &State, launched: &Launched, names: &mut Named) -> Attribution {
     let entry = launched.entry;
     let ask = || layout(entry, launched.key);
     state
@@ -134,7 +134,7 @@ unsafe fn attribute(state: &State, launched: &Launched, in_host: &mut InHost) ->
         .functions
         .with(launched.key, ask, |info, recurrence| {
             if entry == Entry::Graph {
-                return graph_launch(state, launched, recurrence, in_host);
+                return graph_launch(state, launched, recurrence, names);
             }
             let layout = info.and_then(|info| info.params.as_deref());
             let readable = match launched.params {
@@ -152,7 +152,7 @@ unsafe fn attribute(state: &State, launched: &Launched, in_host: &mut InHost) ->
                 recurrence,
                 launched.stream,
                 read,
-                in_host,
+                names,
             );
             match (readable, named) {
                 (false, _) => Attribution::Undecoded,
@@ -168,7 +168,7 @@ fn graph_launch(
     state: &State,
     launched: &Launched,
     recurrence: Option<&mut crate::state::access::steps::Recurrence>,
-    in_host: &mut InHost,
+    names: &mut Named,
 ) -> Attribution {
     let blocks = state.access.graphs.blocks_of(launched.key);
     let stream = launched.stream as u64;
@@ -182,7 +182,7 @@ fn graph_launch(
                 naming.word(*block as u64);
             }
         },
-        in_host,
+        names,
     );
     match (blocks, named) {
         (None, _) => Attribution::Undecoded,
@@ -386,7 +386,7 @@ pub fn library_call(
         (api, Launch::Library),
         operands,
         stream.unwrap_or(inner),
-        &mut InHost::default(),
+        &mut Named::default(),
     );
     rc
 }
@@ -408,7 +408,7 @@ fn fetch_operands(state: &State, api: Api, operands: &[*const c_void]) {
             .for_each(|operand| naming.word(*operand as u64))
     };
     let named = state.access.blocks_named(&state.ledger, read);
-    tier::fetch(state, api, &named, &named);
+    tier::fetch(state, api, &named);
 }
 
 /// A use by `api` (a library call, a copy) on `stream` of the blocks its
@@ -418,13 +418,13 @@ fn name_operands(
     (api, kind): (Api, Launch),
     operands: impl Iterator<Item = u64>,
     stream: usize,
-    in_host: &mut InHost,
+    names: &mut Named,
 ) {
     let read = |naming: &mut Naming| operands.for_each(|operand| naming.word(operand));
     let key = (api as usize, kind);
     let named = state
         .access
-        .use_or_capture(&state.ledger, key, None, stream, read, in_host);
+        .use_or_capture(&state.ledger, key, None, stream, read, names);
     let how = if named > 0 {
         Attribution::Named
     } else {
@@ -446,10 +446,10 @@ pub fn copy_call(api: Api, operands: &[u64], stream: usize, real: impl FnOnce() 
         state.count_launch(api, Attribution::InLibrary);
         return real();
     }
-    let mut in_host = InHost::default();
+    let mut names = Named::default();
     let operands = operands.iter().copied();
-    name_operands(state, (api, Launch::Copy), operands, stream, &mut in_host);
-    tier::fetch(state, api, in_host.starts(), in_host.named());
+    name_operands(state, (api, Launch::Copy), operands, stream, &mut names);
+    tier::fetch(state, api, names.blocks());
     let _inside = tier::enter(state);
     real()
 }

@@ -5,7 +5,8 @@
 //! its start, and a staging half where its host memory stays mapped, for
 //! moves to copy to and from. Its device memory (while it is on the device)
 //! and its host memory (made at its first move to the host, then kept, so a
-//! later move pays no pinning) are handles of the virtual memory API. The ledger says where it lives; this says with what.
+//! later move pays no pinning) are handles of the virtual memory API. The
+//! ledger says where it lives; this says with what.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
@@ -23,10 +24,14 @@ pub struct Backing {
     pub device: Device,
     /// The device memory mapped at the block (0: none, it is on the host).
     pub on_device: u64,
-    /// Its host memory (0: none made yet).
+    /// Its host memory (0: none made yet), mapped at the staging half from
+    /// when it is made until the block is freed.
     pub in_host: u64,
     /// The step (plus one) in which it last came onto the device.
     pub fetched_in: u64,
+    /// When a move onto the device last failed for it (monotonic ns; 0:
+    /// never).
+    pub failed_ns: u64,
 }
 
 #[derive(Default)]
@@ -55,7 +60,8 @@ pub struct Tier {
     pub copy_ns: AtomicU64,
     pub remap_ns: AtomicU64,
     pub memory_ns: AtomicU64,
-    /// Times the gate closed and the device was drained for moves.
+    /// Times the gate closed and the device was drained for moves (for a
+    /// launch, or for a quota or budget cut).
     pub fetches: AtomicU64,
     pub gate: Gate,
 }
@@ -64,8 +70,9 @@ pub struct Tier {
 /// to CUDA; a move closes it, waits until no thread is inside, and then
 /// waits for the device to finish everything the job gave it. While it
 /// remaps, no kernel of the job is queued or running, so none can read a
-/// block's range between its unmapping and its new mapping, whether or not
-/// the shim saw the kernel's pointer to it.
+/// block's range between its unmapping and its new mapping, or before the
+/// copy into its new memory has landed, whether or not the shim saw the
+/// kernel's pointer to it.
 #[derive(Default)]
 pub struct Gate {
     closed: AtomicBool,

@@ -14,10 +14,11 @@
 //! moving to the host the tier's blocks on the device whose next use is
 //! furthest away (the access profile's prediction, from the step before),
 //! its range is remapped to device memory, and its bytes cross the link on
-//! a copy engine from the host memory kept at the staging half. Moves happen behind the gate
-//! ([`crate::state::tier::Gate`]): the job's other threads hold their work
-//! back, and the device has finished everything given to it, so no kernel
-//! is queued or running while a range is remapped.
+//! a copy engine from the host memory kept at the staging half. Moves
+//! happen behind the gate ([`crate::state::tier::Gate`]): the job's other
+//! threads hold their work back, and the device has finished everything
+//! given to it, so no kernel is queued or running while a range is
+//! remapped or before its copy has landed.
 //!
 //! The device bytes the ledger counts never exceed the quota: a block's
 //! device memory is reserved before it is made, and a block moving out
@@ -121,6 +122,7 @@ pub fn place(
         on_device: on,
         in_host: host,
         fetched_in: 0,
+        failed_ns: 0,
     };
     state.tier.blocks.insert(ptr as usize, backing);
     state.tier.active.store(true, SeqCst);
@@ -204,10 +206,13 @@ pub fn enter(state: &State) -> Option<Inside<'_>> {
         .then(|| state.tier.gate.enter())
 }
 
-/// Before work that names `wanted` (blocks in host memory, by start):
-/// brings the tier's among them onto the device where they fit, making
-/// room as the module says. A block that cannot come is read in place.
-pub fn fetch(state: &State, api: Api, wanted: &[usize], keep: &[usize]) {
+/// Before work that names `named` (blocks by start): brings the tier's
+/// among them that are in host memory (as the ledger says now: the
+/// launches' index may lag behind a move) onto the device where they fit,
+/// making room as the module says, and moving none of `named` out. A block
+/// that cannot come is read in place.
+pub fn fetch(state: &State, api: Api, named: &[usize]) {
+    let (wanted, keep) = (named, named);
     if wanted.is_empty() || state.tier.bytes_in_host.load(Relaxed) == 0 {
         return;
     }
@@ -239,6 +244,7 @@ pub fn fetch(state: &State, api: Api, wanted: &[usize], keep: &[usize]) {
                 && b.placement == Placement::Host
                 && b.device == current
                 && !fetched_in(state, *ptr, step)
+                && !failed_lately(state, *ptr)
                 && could_fit(state, b, device_quota(state, b.device, backend), keep)
         })
     };
@@ -253,17 +259,13 @@ pub fn fetch(state: &State, api: Api, wanted: &[usize], keep: &[usize]) {
     let Some(_closed) = state.tier.gate.close() else {
         return;
     };
-    let began = std::time::Instant::now();
-    let drained = backing::drain(api);
-    state
-        .tier
-        .drain_ns
-        .fetch_add(began.elapsed().as_nanos() as u64, Relaxed);
-    if let Err(rc) = drained {
-        debug!("waiting for the device before a move: CUDA error {rc}; nothing moves");
+    // Declared after the gate's guard, so dropped before it: should what
+    // follows unwind, the gate opens only once the copies queued have
+    // landed.
+    let _copies = moves::WaitOnDrop(current);
+    if !drained(state, api) {
         return;
     }
-    state.tier.fetches.fetch_add(1, Relaxed);
     let _timed = Timed(state, std::time::Instant::now());
     let mut staged: Vec<Staged> = Vec::new();
     let mut made_room_on = None;
@@ -282,9 +284,11 @@ pub fn fetch(state: &State, api: Api, wanted: &[usize], keep: &[usize]) {
             made_room_on = Some((block.device, bound));
         } else if let Some(mut backing) = state.tier.blocks.get_mut(&ptr) {
             // No room after all (a pool's budget, say) or no memory: the
-            // block is read in place for the rest of the step, rather than
-            // every launch that names it waiting for the device again.
+            // block is read in place for the rest of the step (where steps
+            // are marked) and for a while, rather than every launch that
+            // names it waiting for the device again.
             backing.fetched_in = step;
+            backing.failed_ns = vramshare_common::process::monotonic_ns();
         }
     }
     // While those copies run, blocks move out until the move budget is
@@ -333,6 +337,27 @@ fn evict_ahead(state: &State, device: Device, limit: u64, keep: &[usize]) -> Vec
     staged
 }
 
+/// Waits for the device to finish the job's work before moves, behind the
+/// closed gate; counts the wait and the drain. False if the wait failed
+/// (nothing moves then).
+fn drained(state: &State, api: Api) -> bool {
+    let began = std::time::Instant::now();
+    let drained = backing::drain(api);
+    let tier = &state.tier;
+    tier.drain_ns
+        .fetch_add(began.elapsed().as_nanos() as u64, Relaxed);
+    match drained {
+        Ok(()) => {
+            tier.fetches.fetch_add(1, Relaxed);
+            true
+        }
+        Err(rc) => {
+            debug!("waiting for the device before a move: CUDA error {rc}; nothing moves");
+            false
+        }
+    }
+}
+
 /// Counts the time a move held the job back, when dropped.
 struct Timed<'a>(&'a State, std::time::Instant);
 
@@ -355,6 +380,17 @@ fn fetched_in(state: &State, ptr: usize, step: u64) -> bool {
         state.tier.left_in_place.fetch_add(1, Relaxed);
     }
     again
+}
+
+/// How long a block whose move onto the device failed is read in place
+/// before a move is tried again.
+const RETRY_AFTER_NS: u64 = 20_000_000;
+
+/// Whether a move onto the device failed for the tier block at `ptr` less
+/// than [`RETRY_AFTER_NS`] ago.
+fn failed_lately(state: &State, ptr: usize) -> bool {
+    let failed = state.tier.blocks.get(&ptr).map_or(0, |b| b.failed_ns);
+    failed != 0 && vramshare_common::process::monotonic_ns().saturating_sub(failed) < RETRY_AFTER_NS
 }
 
 /// Whether `block` could come onto its device under `quota` and the
@@ -413,9 +449,10 @@ pub fn evict_while(state: &State, device: Device, mut more: impl FnMut(u64) -> b
     };
     // Listed again behind the gate: a launch's move may have taken some.
     let candidates = state.ledger.tier_on_device(device);
-    if backing::drain(api).is_err() {
+    if !drained(state, api) {
         return 0;
     }
+    let _timed = Timed(state, std::time::Instant::now());
     let mut moved = 0;
     for (_, size, ptr) in by_next_use(state, candidates) {
         if !more(moved) {

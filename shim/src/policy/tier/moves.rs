@@ -1,7 +1,8 @@
 //! One block's move, in two halves so that several can overlap: staged
-//! (its range remapped or its copy queued, on the copy engine of its
-//! direction), then finished once the copies are done (the ledger told,
-//! the memory it left given back). A move that fails leaves the block
+//! (onto the device: its range remapped and its copy queued; to the host:
+//! its copy queued, on the copy engine of its direction), then finished
+//! once the copies are done (to the host: its range remapped; the ledger
+//! told, the memory it left given back). A move that fails leaves the block
 //! mapped where it was, with its bytes, and changes no count.
 //!
 //! A block's host memory, once made, stays mapped at its range's staging
@@ -36,6 +37,17 @@ pub struct Staged {
     from: u64,
     /// The host memory was made for this move (given back if it fails).
     made_host: bool,
+}
+
+/// Waits, when dropped, for the copies queued either way on its device.
+pub struct WaitOnDrop(pub Device);
+
+impl Drop for WaitOnDrop {
+    fn drop(&mut self) {
+        for direction in [Direction::ToDevice, Direction::ToHost] {
+            let _ = backing::wait(self.0, direction);
+        }
+    }
 }
 
 /// Runs `f`, adding the time it took to `counter`.
@@ -84,7 +96,7 @@ pub fn stage_in(state: &State, ptr: usize, block: Block) -> Option<Staged> {
             Ok(()) => Some(staged),
             Err(_) => {
                 // The host memory still holds the bytes: mapped back.
-                let _ = remap(at, size, device, host, handle);
+                map_back(at, size, device, host);
                 backing::release(handle);
                 None
             }
@@ -193,7 +205,7 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
             Err(rc) => {
                 // The copy may have landed in part: the host memory, which
                 // still holds the bytes, is mapped back.
-                let _ = timed(&tier.remap_ns, || remap(at, size, device, from, to));
+                timed(&tier.remap_ns, || map_back(at, size, device, from));
                 timed(&tier.memory_ns, || backing::release(to));
                 state.ledger.unreserve(device, size);
                 state.ledger.end_tier_move(ptr, Placement::Host);
@@ -255,8 +267,18 @@ fn count_move(state: &State, direction: Direction, size: u64) {
     bytes.fetch_add(size, Relaxed);
 }
 
+/// Maps the block's range back to its host memory (`host`), which holds
+/// its bytes, after a move onto the device failed: never to the device
+/// memory it was remapped to, whose bytes may not have landed.
+fn map_back(at: CUdeviceptr, size: u64, device: Device, host: u64) {
+    backing::unmap(at, size);
+    if let Err(rc) = backing::map(at, size, host, device) {
+        error!("the spill tier could not map the block at {at:#x} back to its host memory (CUDA error {rc}); kernels that use it will fail");
+    }
+}
+
 /// Remaps the block's range from `from` to `to`; on failure it maps `from`
-/// again.
+/// (which holds the block's bytes) again.
 fn remap(at: CUdeviceptr, size: u64, device: Device, to: u64, from: u64) -> backing::Result<()> {
     backing::unmap(at, size);
     if let Err(rc) = backing::map(at, size, to, device) {

@@ -59,37 +59,33 @@ impl Launch {
     }
 }
 
-/// The blocks a use named, by start, and which of them were in host
-/// memory: what the spill tier may bring onto the device before the use
-/// is made, and what it must not move out to make room.
-#[derive(Default)]
-pub struct InHost {
-    starts: [usize; 8],
+/// The blocks a use named, by start (the first 64): what the spill tier
+/// brings onto the device before the use is made, where they are in host
+/// memory, and what it must not move out to make room.
+pub struct Named {
+    starts: [usize; 64],
     count: usize,
-    named: [usize; 16],
-    named_count: usize,
 }
 
-impl InHost {
-    fn note(&mut self, start: usize, in_host: bool) {
-        if in_host && self.count < self.starts.len() {
+impl Default for Named {
+    fn default() -> Self {
+        Named {
+            starts: [0; 64],
+            count: 0,
+        }
+    }
+}
+
+impl Named {
+    fn note(&mut self, start: usize) {
+        if self.count < self.starts.len() {
             self.starts[self.count] = start;
             self.count += 1;
         }
-        if self.named_count < self.named.len() {
-            self.named[self.named_count] = start;
-            self.named_count += 1;
-        }
     }
 
-    /// Those in host memory.
-    pub fn starts(&self) -> &[usize] {
+    pub fn blocks(&self) -> &[usize] {
         &self.starts[..self.count]
-    }
-
-    /// All of them (the first 16).
-    pub fn named(&self) -> &[usize] {
-        &self.named[..self.named_count]
     }
 }
 
@@ -148,8 +144,8 @@ impl<'a> Naming<'a> {
 impl Access {
     /// One launch of function `key` (`recurrence`: how it recurs on this
     /// thread; `None` for a library call) on `stream`: `read` feeds its
-    /// parameters to the naming; each block named gets the use, and those in
-    /// host memory are noted in `in_host`. The number of blocks named.
+    /// parameters to the naming; each block named gets the use, and is
+    /// noted in `named`. The number of blocks named.
     pub fn launch(
         &self,
         ledger: &Ledger,
@@ -157,7 +153,7 @@ impl Access {
         recurrence: Option<&mut Recurrence>,
         stream: u64,
         read: impl FnOnce(&mut Naming),
-        in_host: &mut InHost,
+        named: &mut Named,
     ) -> usize {
         let place = if kind == Launch::Copy {
             self.steps.place_now()
@@ -173,7 +169,7 @@ impl Access {
                 for index in naming.named() {
                     let spilled = snapshot.in_host(index);
                     snapshot.profiles[index].touch(place, stream, via, spilled);
-                    in_host.note(snapshot.profiles[index].start, spilled);
+                    named.note(snapshot.profiles[index].start);
                 }
                 naming.count
             })
@@ -181,8 +177,8 @@ impl Access {
 
     /// A use by `key` on `stream`, as [`Access::launch`] makes it; or, on a
     /// stream being captured into a graph, the graph's
-    /// ([`Access::capture`]). The number of blocks named; those in host
-    /// memory are noted in `in_host`.
+    /// ([`Access::capture`]). The number of blocks named; each is
+    /// noted in `named`.
     pub fn use_or_capture(
         &self,
         ledger: &Ledger,
@@ -190,12 +186,12 @@ impl Access {
         recurrence: Option<&mut Recurrence>,
         stream: usize,
         read: impl FnOnce(&mut Naming),
-        in_host: &mut InHost,
+        named: &mut Named,
     ) -> usize {
         if self.graphs.capturing(stream) {
             self.capture(ledger, stream, read)
         } else {
-            self.launch(ledger, key, recurrence, stream as u64, read, in_host)
+            self.launch(ledger, key, recurrence, stream as u64, read, named)
         }
     }
 
@@ -338,7 +334,7 @@ mod tests {
                 // SAFETY: the array is 40 readable bytes.
                 unsafe { n.words(params.as_ptr().cast(), 40) }
             },
-            &mut InHost::default(),
+            &mut Named::default(),
         );
         assert_eq!(named, 2, "two pointers into the first block count once");
         let profiles = access.index.profiles();
@@ -359,7 +355,7 @@ mod tests {
                 // SAFETY: 12 readable bytes.
                 unsafe { n.words(bytes.as_ptr(), 12) }
             },
-            &mut InHost::default(),
+            &mut Named::default(),
         );
         assert_eq!(named, 0);
         // A block freed is no longer named, once the index is rebuilt: 100
@@ -373,7 +369,7 @@ mod tests {
             None,
             5,
             |n| n.word(0x20008),
-            &mut InHost::default(),
+            &mut Named::default(),
         );
         assert_eq!(named, 0);
     }
