@@ -343,9 +343,18 @@ fn blocks_moving_out_ahead_overlap_a_block_coming_in_and_every_block_keeps_its_b
     );
     steps.extend(names.iter().map(|n| format!("peekvia:{n}:2")));
     let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    // Copies land only when the shim waits for them: a kernel let through
+    // before then would see a block's old bytes, and its own writes would
+    // be overwritten.
     let run = client(
         Runtime::Fake13,
-        &moving("16MiB", &[("FAKE_CUDA_STREAM_DELAY_US", "2000")]),
+        &moving(
+            "16MiB",
+            &[
+                ("FAKE_CUDA_STREAM_DELAY_US", "2000"),
+                ("FAKE_CUDA_DEFER_COPIES", "1"),
+            ],
+        ),
         &steps,
     );
     run.assert_ok();
@@ -432,6 +441,41 @@ fn where_the_job_marks_its_steps_a_block_comes_once_a_step_and_elsewhere_wheneve
         unmarked_in > marked_in,
         "in: {unmarked_in} unmarked, {marked_in} marked"
     );
+}
+
+#[test]
+fn freeing_blocks_that_moved_gives_back_every_mapping_and_handle_once() {
+    // c starts in host memory; the uses move each block in and out.
+    let mut steps = vec!["malloc:a:4M", "malloc:b:4M", "malloc:c:4M", "repeat:3:3"];
+    steps.extend(["fill:a:1:0", "fill:c:3:0", "fill:b:2:0"]);
+    steps.extend(["sync", "free:a", "free:b", "free:c"]);
+    let run = client(Runtime::Fake13, &moving("8MiB", &[]), &steps);
+    run.assert_ok();
+    let moves = tier_moves(&run);
+    assert!(moves.len() >= 6, "{moves:?}");
+    for name in ["a", "b", "c"] {
+        assert_eq!(run.rc(&format!("free {name}")), 0, "{}", run.stdout);
+    }
+    let created: Vec<String> = run
+        .calls_with(&["cuMemCreate", "rc=0"])
+        .iter()
+        .map(|c| log_field(c, "handle"))
+        .collect();
+    let released: Vec<String> = run
+        .calls_with(&["cuMemRelease", "rc=0"])
+        .iter()
+        .map(|c| log_field(c, "handle"))
+        .collect();
+    let mut once = released.clone();
+    once.sort();
+    once.dedup();
+    assert_eq!(once.len(), released.len(), "released twice: {released:?}");
+    let mut made = created.clone();
+    made.sort();
+    assert_eq!(made, once, "every handle made is released");
+    let ranges = run.calls_with(&["cuMemAddressFree"]);
+    assert_eq!(ranges.len(), 3, "{ranges:?}");
+    assert!(ranges.iter().all(|c| c.contains("rc=0")), "{ranges:?}");
 }
 
 #[test]

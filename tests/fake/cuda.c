@@ -189,9 +189,19 @@ CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CU
     *ptr = (CUdeviceptr)at;
     return OK;
 }
+/* Refused while memory is still mapped inside the range, as the driver
+ * refuses it; logged with its answer. */
 CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
     if (!ptr || !size) return INVALID_VALUE;
-    return munmap((void *)ptr, (size + 0xfffff) & ~(size_t)0xfffff) ? INVALID_VALUE : OK;
+    size = (size + 0xfffff) & ~(size_t)0xfffff;
+    CUresult rc = OK;
+    pthread_mutex_lock(&lock);
+    for (int m = 0; m < MAX_MAPPINGS; m++)
+        if (mappings[m].ptr && mappings[m].ptr >= ptr && mappings[m].ptr < ptr + size) rc = INVALID_VALUE;
+    pthread_mutex_unlock(&lock);
+    if (rc == OK && munmap((void *)ptr, size)) rc = INVALID_VALUE;
+    trace("cuMemAddressFree ptr=%#llx size=%zu rc=%d", ptr, size, rc);
+    return rc;
 }
 CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags) {
     CUresult rc = INVALID_VALUE;
@@ -218,10 +228,22 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t c
     trace("cuMemSetAccess ptr=%#llx size=%zu", ptr, size);
     return desc && count ? OK : INVALID_VALUE;
 }
-/* The driver's copies run at once here, so a wait has nothing to wait for;
- * it is logged, so that tests see which copies were queued before it. */
-CUresult cuStreamSynchronize(CUstream stream) { trace("cuStreamSynchronize stream=%p", (void *)stream); return OK; }
-CUresult cuCtxSynchronize(void) { trace("cuCtxSynchronize"); return OK; }
+/* The driver's asynchronous copies run at once here, or, with
+ * FAKE_CUDA_DEFER_COPIES, only at the next wait for a stream or the
+ * context: work that does not wait for a copy then sees its destination
+ * as it was before. Waits are logged, so that tests see which copies were
+ * queued before them. */
+#define MAX_DEFERRED 1024
+static struct { void *dst; const void *src; size_t n; } deferred[MAX_DEFERRED];
+static int deferred_count;
+static void land_copies(void) {
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < deferred_count; i++) memcpy(deferred[i].dst, deferred[i].src, deferred[i].n);
+    deferred_count = 0;
+    pthread_mutex_unlock(&lock);
+}
+CUresult cuStreamSynchronize(CUstream stream) { land_copies(); trace("cuStreamSynchronize stream=%p", (void *)stream); return OK; }
+CUresult cuCtxSynchronize(void) { land_copies(); trace("cuCtxSynchronize"); return OK; }
 /* Unmaps every mapping inside [ptr, ptr + size). */
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     CUresult rc = INVALID_VALUE;
@@ -348,6 +370,13 @@ CUresult cuGraphDestroy(void *graph) { trace("cuGraphDestroy graph=%p", graph); 
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
     trace("cuMemcpyAsync dst=%#llx src=%#llx size=%zu", dst, src, n);
     move_delay();
+    if (env_size("FAKE_CUDA_DEFER_COPIES", 0)) {
+        pthread_mutex_lock(&lock);
+        int queued = deferred_count < MAX_DEFERRED;
+        if (queued) deferred[deferred_count++] = (typeof(deferred[0])){(void *)dst, (const void *)src, n};
+        pthread_mutex_unlock(&lock);
+        if (queued) return OK;
+    }
     memcpy((void *)dst, (void *)src, n);
     return OK;
 }
