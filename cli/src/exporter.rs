@@ -202,6 +202,7 @@ fn process_metrics(
             slurm_step_id,
             pod,
             namespace,
+            ..
         } = known
             .get(&(process.pid, process.start_time))
             .cloned()

@@ -23,7 +23,39 @@ pub fn registry(
 }
 
 pub fn live_processes(dir: &Path) -> Result<Vec<ProcessInfo>, String> {
-    Ok(registry(dir)?.live())
+    Ok(ranks_together(registry(dir)?.live()))
+}
+
+/// The ranks of each distributed job together, in rank order, where its
+/// first rank came; other processes where they were.
+fn ranks_together(processes: Vec<ProcessInfo>) -> Vec<ProcessInfo> {
+    let ranks: Vec<Option<(String, u64)>> = processes
+        .iter()
+        .map(|p| {
+            let ids = JobIds::of(p.pid);
+            ids.rank_in_run().map(|(run, rank)| (run.to_string(), rank))
+        })
+        .collect();
+    let mut order: Vec<(usize, u64, usize)> = ranks
+        .iter()
+        .enumerate()
+        .map(|(index, rank)| match rank {
+            Some((run, rank)) => {
+                let first = ranks
+                    .iter()
+                    .position(|r| r.as_ref().is_some_and(|(other, _)| other == run))
+                    .unwrap_or(index);
+                (first, *rank, index)
+            }
+            None => (index, 0, index),
+        })
+        .collect();
+    order.sort_unstable();
+    let mut slots: Vec<Option<ProcessInfo>> = processes.into_iter().map(Some).collect();
+    order
+        .into_iter()
+        .filter_map(|(_, _, index)| slots[index].take())
+        .collect()
 }
 
 /// A pool in use: its name, and per device its budget and the bytes its
@@ -70,6 +102,11 @@ struct ProcessRow {
     slurm_job_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     slurm_step_id: Option<String>,
+    /// A distributed job's rank and size, where its environment says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rank: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    world_size: Option<String>,
     /// Kernel launches the shim has seen, and their rate since the process
     /// registered.
     launches: u64,
@@ -94,24 +131,35 @@ fn json_rows(processes: &[ProcessInfo], pools: &[PoolInfo]) -> Vec<ProcessRow> {
         .map(|p| {
             let job = JobIds::of(p.pid);
             let some = |id: String| (!id.is_empty()).then_some(id);
-            (p, some(job.slurm_job_id), some(job.slurm_step_id))
+            let ids = [
+                job.slurm_job_id,
+                job.slurm_step_id,
+                job.rank,
+                job.world_size,
+            ]
+            .map(some);
+            (p, ids)
         })
-        .map(|(p, slurm_job_id, slurm_step_id)| ProcessRow {
-            slurm_job_id,
-            slurm_step_id,
-            launches: p.launches,
-            launches_per_second: launch_rate(p, now),
-            pid: p.pid,
-            cmdline: p.cmdline.clone(),
-            spill: p.spill.name(),
-            pool: pool_name(pools, p.pool),
-            priority: p.priority.name(),
-            devices: p
-                .devices
-                .iter()
-                .map(|(d, i)| (d.to_string(), i.clone()))
-                .collect(),
-        })
+        .map(
+            |(p, [slurm_job_id, slurm_step_id, rank, world_size])| ProcessRow {
+                slurm_job_id,
+                slurm_step_id,
+                rank,
+                world_size,
+                launches: p.launches,
+                launches_per_second: launch_rate(p, now),
+                pid: p.pid,
+                cmdline: p.cmdline.clone(),
+                spill: p.spill.name(),
+                pool: pool_name(pools, p.pool),
+                priority: p.priority.name(),
+                devices: p
+                    .devices
+                    .iter()
+                    .map(|(d, i)| (d.to_string(), i.clone()))
+                    .collect(),
+            },
+        )
         .collect()
 }
 

@@ -97,6 +97,40 @@ mod tests {
     }
 
     #[test]
+    fn a_job_is_named_by_its_scheduler_and_its_rank_and_ranks_of_one_run_share_it() {
+        let ids = |text: &str| JobIds::from_environ(text.replace(';', "\0").as_bytes());
+        let rank1 = ids(
+            "RANK=1;WORLD_SIZE=2;TORCHELASTIC_RUN_ID=r7;MASTER_ADDR=n1;MASTER_PORT=29500;PATH=/bin",
+        );
+        assert_eq!(rank1.describe().as_deref(), Some("rank 1/2"));
+        let rank0 =
+            ids("TORCHELASTIC_RUN_ID=r7;MASTER_PORT=29500;MASTER_ADDR=n1;RANK=0;WORLD_SIZE=2");
+        assert_eq!(rank0.rank_in_run(), Some(("r7@n1:29500", 0)));
+        assert_eq!(
+            rank1.rank_in_run().unwrap().0,
+            rank0.rank_in_run().unwrap().0
+        );
+        let other =
+            ids("RANK=0;WORLD_SIZE=2;TORCHELASTIC_RUN_ID=r7;MASTER_ADDR=n1;MASTER_PORT=29501");
+        assert_ne!(
+            other.rank_in_run(),
+            rank0.rank_in_run(),
+            "another job's port"
+        );
+        let slurm = ids("SLURM_JOB_ID=42;SLURM_STEP_ID=0;RANK=3;WORLD_SIZE=8");
+        assert_eq!(slurm.describe().as_deref(), Some("job 42.0, rank 3/8"));
+        let pod = ids("POD_NAME=trainer;POD_NAMESPACE=ml");
+        assert_eq!(pod.describe().as_deref(), Some("pod ml/trainer"));
+        assert_eq!(pod.rank_in_run(), None);
+        assert_eq!(
+            ids("RANK=x").rank_in_run(),
+            None,
+            "a rank that is no number"
+        );
+        assert_eq!(ids("PATH=/bin").describe(), None);
+    }
+
+    #[test]
     fn a_reaped_child_is_gone() {
         let mut child = std::process::Command::new("sleep")
             .arg("10")
@@ -121,14 +155,22 @@ mod tests {
 
 /// What a scheduler calls a process's job, from its environment: Slurm's
 /// job and step ids, a Kubernetes pod's name and namespace (as a pod's spec
-/// sets `POD_NAME` and `POD_NAMESPACE` from the downward API). Empty where
-/// the environment has none, or cannot be read (another user's process).
+/// sets `POD_NAME` and `POD_NAMESPACE` from the downward API), and a
+/// distributed job's rank (as torchrun, `torch.distributed.launch` and
+/// Slurm's PyTorch recipes set `RANK`, `WORLD_SIZE`, `MASTER_ADDR` and
+/// `MASTER_PORT`; torchrun also `TORCHELASTIC_RUN_ID`). Empty where the
+/// environment has none, or cannot be read (another user's process).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JobIds {
     pub slurm_job_id: String,
     pub slurm_step_id: String,
     pub pod: String,
     pub namespace: String,
+    pub rank: String,
+    pub world_size: String,
+    /// What the ranks of one distributed job share: its run id and the
+    /// address of its rank 0.
+    pub run: String,
 }
 
 impl JobIds {
@@ -136,7 +178,14 @@ impl JobIds {
     /// started with, which does not change after).
     pub fn of(pid: u32) -> JobIds {
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        JobIds::from_environ(&environ)
+    }
+
+    /// Those of an environment block (`NAME=value` entries, each ended by a
+    /// NUL, as `/proc/PID/environ` holds them).
+    pub fn from_environ(environ: &[u8]) -> JobIds {
         let mut ids = JobIds::default();
+        let (mut run_id, mut master) = (String::new(), [String::new(), String::new()]);
         for entry in environ.split(|b| *b == 0) {
             let Some(eq) = entry.iter().position(|b| *b == b'=') else {
                 continue;
@@ -147,26 +196,50 @@ impl JobIds {
                 b"SLURM_STEP_ID" => ids.slurm_step_id = value,
                 b"POD_NAME" => ids.pod = value,
                 b"POD_NAMESPACE" => ids.namespace = value,
+                b"RANK" => ids.rank = value,
+                b"WORLD_SIZE" => ids.world_size = value,
+                b"TORCHELASTIC_RUN_ID" => run_id = value,
+                b"MASTER_ADDR" => master[0] = value,
+                b"MASTER_PORT" => master[1] = value,
                 _ => {}
             }
+        }
+        if !ids.rank.is_empty() {
+            ids.run = format!("{run_id}@{}:{}", master[0], master[1]);
         }
         ids
     }
 
+    /// For showing the ranks of one distributed job together: the job they
+    /// share and this process's rank; `None` for a process with no rank.
+    pub fn rank_in_run(&self) -> Option<(&str, u64)> {
+        let rank = self.rank.parse().ok()?;
+        Some((self.run.as_str(), rank))
+    }
+
     /// The job as `ps` names it: `job 42.0` (Slurm), `pod ns/name`, or
-    /// nothing.
+    /// nothing; then the rank, where it has one: `rank 1/8`.
     pub fn describe(&self) -> Option<String> {
-        if !self.slurm_job_id.is_empty() {
+        let job = if !self.slurm_job_id.is_empty() {
             let step = if self.slurm_step_id.is_empty() {
                 String::new()
             } else {
                 format!(".{}", self.slurm_step_id)
             };
-            return Some(format!("job {}{step}", self.slurm_job_id));
+            Some(format!("job {}{step}", self.slurm_job_id))
+        } else {
+            (!self.pod.is_empty()).then(|| match self.namespace.as_str() {
+                "" => format!("pod {}", self.pod),
+                namespace => format!("pod {namespace}/{}", self.pod),
+            })
+        };
+        let rank = (!self.rank.is_empty()).then(|| match self.world_size.as_str() {
+            "" => format!("rank {}", self.rank),
+            size => format!("rank {}/{size}", self.rank),
+        });
+        match (job, rank) {
+            (Some(job), Some(rank)) => Some(format!("{job}, {rank}")),
+            (job, rank) => job.or(rank),
         }
-        (!self.pod.is_empty()).then(|| match self.namespace.as_str() {
-            "" => format!("pod {}", self.pod),
-            namespace => format!("pod {namespace}/{}", self.pod),
-        })
     }
 }
