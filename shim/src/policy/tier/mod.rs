@@ -212,8 +212,7 @@ pub fn enter(state: &State) -> Option<Inside<'_>> {
 /// making room as the module says, and moving none of `named` out. A block
 /// that cannot come is read in place.
 pub fn fetch(state: &State, api: Api, named: &[usize]) {
-    let (wanted, keep) = (named, named);
-    if wanted.is_empty() || state.tier.bytes_in_host.load(Relaxed) == 0 {
+    if named.is_empty() || state.tier.bytes_in_host.load(Relaxed) == 0 {
         return;
     }
     let backend = Backend::of(api);
@@ -243,12 +242,11 @@ pub fn fetch(state: &State, api: Api, named: &[usize]) {
                 && !b.moving
                 && b.placement == Placement::Host
                 && b.device == current
-                && !fetched_in(state, *ptr, step)
-                && !failed_lately(state, *ptr)
-                && could_fit(state, b, device_quota(state, b.device, backend), keep)
+                && !held_back(state, *ptr, step)
+                && could_fit(state, b, device_quota(state, b.device, backend), named)
         })
     };
-    let coming: Vec<usize> = wanted.iter().copied().filter(movable).collect();
+    let coming: Vec<usize> = named.iter().copied().filter(movable).collect();
     if coming.is_empty() {
         return;
     }
@@ -275,7 +273,7 @@ pub fn fetch(state: &State, api: Api, named: &[usize]) {
             continue;
         };
         let quota = device_quota(state, block.device, backend).unwrap_or(u64::MAX);
-        let came = make_room(state, block.device, block.size, quota, keep)
+        let came = make_room(state, block.device, block.size, quota, named)
             && moves::stage_in(state, ptr, block)
                 .map(|s| staged.push(s))
                 .is_some();
@@ -295,7 +293,7 @@ pub fn fetch(state: &State, api: Api, named: &[usize]) {
     // free again, for the next block to come at once: the link carries
     // both directions together.
     if let Some((device, quota)) = made_room_on {
-        staged.extend(evict_ahead(state, device, quota, keep));
+        staged.extend(evict_ahead(state, device, quota, named));
     }
     moves::finish(state, staged);
 }
@@ -368,28 +366,23 @@ impl Drop for Timed<'_> {
     }
 }
 
-/// Whether the tier block at `ptr` came onto the device in `step` (plus
-/// one) already; such a use is counted as left in place.
-fn fetched_in(state: &State, ptr: usize, step: u64) -> bool {
-    let again = state
-        .tier
-        .blocks
-        .get(&ptr)
-        .is_some_and(|b| step != 0 && b.fetched_in == step);
-    if again {
-        state.tier.left_in_place.fetch_add(1, Relaxed);
-    }
-    again
-}
-
 /// How long a block whose move onto the device failed is read in place
 /// before a move is tried again.
 const RETRY_AFTER_NS: u64 = 20_000_000;
 
-/// Whether a move onto the device failed for the tier block at `ptr` less
-/// than [`RETRY_AFTER_NS`] ago.
-fn failed_lately(state: &State, ptr: usize) -> bool {
-    let failed = state.tier.blocks.get(&ptr).map_or(0, |b| b.failed_ns);
+/// Whether the tier block at `ptr` stays in host memory for this use: it
+/// came onto the device in `step` (plus one; 0 matches none) already, a
+/// use then counted as left in place, or a move of it failed less than
+/// [`RETRY_AFTER_NS`] ago.
+fn held_back(state: &State, ptr: usize, step: u64) -> bool {
+    let Some(backing) = state.tier.blocks.get(&ptr).map(|b| *b) else {
+        return false;
+    };
+    if step != 0 && backing.fetched_in == step {
+        state.tier.left_in_place.fetch_add(1, Relaxed);
+        return true;
+    }
+    let failed = backing.failed_ns;
     failed != 0 && vramshare_common::process::monotonic_ns().saturating_sub(failed) < RETRY_AFTER_NS
 }
 
