@@ -1,8 +1,9 @@
 /*
  * A CUDA program driven by its arguments, one step each, for the tests:
- *   malloc:NAME:SIZE  managed:NAME:SIZE  async:NAME:SIZE  async_ptsz:NAME:SIZE
+ *   malloc:NAME:SIZE  managed:NAME:SIZE  async:NAME:SIZE[:S]  async_ptsz:NAME:SIZE
  *   pool:NAME:SIZE  pool_ptsz:NAME:SIZE  pitch:NAME:WIDTH:HEIGHT  m3d:NAME:W:H:D
- *   free:NAME  freeasync:NAME  freeasync_ptsz:NAME  (NAME may be a 0x address)
+ *   free:NAME  freeasync:NAME[:S]  freeasync_ptsz:NAME  (NAME may be a 0x address;
+ *   S a stream as for fill, 0 when left out)
  *   meminfo  device:N  touch:NAME (write its first and last byte)  fork  sleep:MS
  *   forkrest (a child runs the steps after it; the parent waits for it and ends)
  *   atexit_free:NAME (at exit, cudaFree NAME; registered now, so best first)
@@ -176,7 +177,7 @@ static int run(char *step) {
         size_t size = parse_size(fields[2]);
         if (!strcmp(op, "malloc")) rc = cudaMalloc(&p, size);
         else if (!strcmp(op, "managed")) rc = cudaMallocManaged(&p, size, 1);
-        else if (!strcmp(op, "async")) rc = cudaMallocAsync(&p, size, 0);
+        else if (!strcmp(op, "async")) rc = cudaMallocAsync(&p, size, fields[3] ? stream_numbered(fields[3]) : 0);
         else if (!strcmp(op, "async_ptsz")) rc = cudaMallocAsync_ptsz(&p, size, 0);
         else if (!strcmp(op, "pool")) rc = cudaMallocFromPoolAsync(&p, size, 0, 0);
         else rc = cudaMallocFromPoolAsync_ptsz(&p, size, 0, 0);
@@ -194,7 +195,8 @@ static int run(char *step) {
         printf("pitched %s pitch=%zu xsize=%zu ysize=%zu\n", fields[1], pp.pitch, pp.xsize, pp.ysize);
     } else if (!strcmp(op, "free") || !strcmp(op, "freeasync") || !strcmp(op, "freeasync_ptsz")) {
         p = lookup(fields[1]);
-        rc = !strcmp(op, "free") ? cudaFree(p) : !strcmp(op, "freeasync") ? cudaFreeAsync(p, 0) : cudaFreeAsync_ptsz(p, 0);
+        cudaStream_t s = fields[2] ? stream_numbered(fields[2]) : 0;
+        rc = !strcmp(op, "free") ? cudaFree(p) : !strcmp(op, "freeasync") ? cudaFreeAsync(p, s) : cudaFreeAsync_ptsz(p, 0);
         printf("%s %s rc=%d\n", op, fields[1], rc);
     } else if (!strcmp(op, "meminfo")) {
         size_t free_bytes = 0, total = 0;

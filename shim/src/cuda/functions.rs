@@ -163,6 +163,20 @@ macro_rules! cuda_functions {
                 fn cuStreamSynchronize(stream: CUstream);
                 fn cuCtxSynchronize();
                 fn cudaDeviceSynchronize();
+                // Events that say when a stream-ordered free of a tier block
+                // has been reached, so that its memory serves another stream.
+                fn cudaEventCreateWithFlags(event: *mut *mut c_void, flags: c_uint);
+                fn cudaEventRecord(event: *mut c_void, stream: cudaStream_t);
+                fn cudaEventRecord_ptsz(event: *mut c_void, stream: cudaStream_t);
+                fn cudaEventQuery(event: *mut c_void);
+                fn cudaEventSynchronize(event: *mut c_void);
+                fn cudaEventDestroy(event: *mut c_void);
+                fn cuEventCreate(event: *mut *mut c_void, flags: c_uint);
+                fn cuEventRecord(event: *mut c_void, stream: CUstream);
+                fn cuEventRecord_ptsz(event: *mut c_void, stream: CUstream);
+                fn cuEventQuery(event: *mut c_void);
+                fn cuEventSynchronize(event: *mut c_void);
+                fn cuEventDestroy_v2(event: *mut c_void);
                 fn cudnnBackendGetAttribute(descriptor: LibraryHandle, name: c_int, kind: c_int, requested: i64, count: *mut i64, elements: *mut c_void);
             }
         }

@@ -42,20 +42,32 @@ pub unsafe fn malloc_pooled(
     out: *mut *mut c_void,
     size: usize,
     pool: *mut c_void,
+    stream: *mut c_void,
     real_alloc: impl FnOnce(*mut *mut c_void) -> cudaError_t,
 ) -> cudaError_t {
+    let ordered = Ordered {
+        pool,
+        stream: stream as usize,
+    };
     // SAFETY: `out` is the caller's, as CUDA would receive it.
     unsafe {
         allocate_into(
             api,
             out,
             size,
-            Some(pool),
+            Some(ordered),
             real_alloc,
             cudaMemAttachGlobal,
             false,
         )
     }
+}
+
+/// A stream-ordered allocation's pool (null: the device's current one) and
+/// stream.
+struct Ordered {
+    pool: *mut c_void,
+    stream: usize,
 }
 
 /// `cudaMallocManaged` and `cuMemAllocManaged`: the caller's own managed
@@ -81,7 +93,7 @@ unsafe fn allocate_into(
     api: Api,
     out: *mut *mut c_void,
     size: usize,
-    pool: Option<*mut c_void>,
+    ordered: Option<Ordered>,
     real_alloc: impl FnOnce(*mut *mut c_void) -> cudaError_t,
     managed_flags: c_uint,
     always_spill: bool,
@@ -92,7 +104,8 @@ unsafe fn allocate_into(
     allocate(Request {
         api,
         size: size as u64,
-        pool,
+        pool: ordered.as_ref().map(|o| o.pool),
+        stream: ordered.as_ref().map(|o| o.stream),
         on_device: || {
             let rc = real_alloc(out);
             let ptr = if rc == cudaSuccess {
@@ -136,6 +149,7 @@ pub unsafe fn malloc_pitch(
         api,
         size: size as u64,
         pool: None,
+        stream: None,
         // SAFETY: CUDA has written the caller's `out` and `pitch`, checked not null.
         on_device: || unsafe {
             let rc = real_pitch();
@@ -168,6 +182,7 @@ pub unsafe fn malloc_3d(pitched: *mut cudaPitchedPtr, extent: cudaExtent) -> cud
         api: Api::cudaMalloc3D,
         size: size as u64,
         pool: None,
+        stream: None,
         // SAFETY: CUDA has written the caller's `pitched`, checked not null.
         on_device: || unsafe {
             let rc = real::cudaMalloc3D(pitched, extent);
@@ -208,6 +223,7 @@ pub unsafe fn malloc_3d(pitched: *mut cudaPitchedPtr, extent: cudaExtent) -> cud
 pub unsafe fn free(
     api: Api,
     ptr: *mut c_void,
+    stream: Option<*mut c_void>,
     real_free: impl FnOnce(*mut c_void) -> cudaError_t,
 ) -> cudaError_t {
     if ptr.is_null() {
@@ -215,8 +231,16 @@ pub unsafe fn free(
         return real_free(ptr);
     }
     let state = state();
+    // A tier block freed in stream order is kept, its device bytes still
+    // counted.
+    let kept = stream.filter(|_| super::tier::kept::keeps(state, ptr as usize));
     let block = loop {
-        match state.ledger.take(ptr as usize) {
+        let taken = if kept.is_some() {
+            state.ledger.take_holding(ptr as usize)
+        } else {
+            state.ledger.take(ptr as usize)
+        };
+        match taken {
             Taken::Block(block) => break block,
             Taken::Moving => std::thread::yield_now(),
             Taken::Unknown => {
@@ -227,7 +251,9 @@ pub unsafe fn free(
             }
         }
     };
-    let rc = if block.tiered {
+    let rc = if let Some(stream) = kept {
+        super::tier::kept::keep(state, api, ptr as usize, &block, stream as usize)
+    } else if block.tiered {
         super::tier::free(state, api, ptr as usize, &block)
     } else if block.managed && !matches!(api, Api::cudaFree | Api::cuMemFree_v2) {
         Backend::of(api).free_managed(ptr)

@@ -26,6 +26,8 @@ pub(super) struct Request<D, H> {
     /// For a stream-ordered allocation: the pool asked for (null: the
     /// device's current one).
     pub(super) pool: Option<*mut c_void>,
+    /// For a stream-ordered allocation: the stream it is made on.
+    pub(super) stream: Option<usize>,
     /// Makes the allocation on the device; returns (rc, pointer, bytes taken).
     pub(super) on_device: D,
     /// Writes a spilled block's pointer (and pitch) where the caller wants it.
@@ -45,6 +47,7 @@ where
         api,
         size,
         pool,
+        stream,
         on_device,
         on_host,
         managed_flags,
@@ -70,9 +73,21 @@ where
     let tiered = if movable(state, api) {
         None
     } else {
-        tier::tier_size(api, size as usize, tier_limit).filter(|_| one_device())
+        // A stream-ordered allocation being captured belongs to the graph,
+        // made and freed at each replay: CUDA's pool serves it.
+        let captured = stream.is_some() && state.access.graphs.capturing_any();
+        tier::tier_size(api, size as usize, tier_limit).filter(|_| !captured && one_device())
     };
     let size = tiered.unwrap_or(size);
+    // A tier block of this size freed in stream order, kept on the device:
+    // its bytes count there already.
+    let kept_stream = stream.filter(|_| tiered.is_some());
+    if let Some(stream) = kept_stream {
+        if let Some(ptr) = tier::kept::reuse(state, api, device, size, stream, true) {
+            on_host(ptr);
+            return cudaSuccess;
+        }
+    }
     let usage = state.ledger.device(device);
     let pool = pool.and_then(|given| stream_pools::resolve(backend, given, device));
     // No quota of its own: only a pool's budget can refuse.
@@ -83,6 +98,15 @@ where
     if !fits && stream_pools::trim_device(state, device) {
         fits = state.ledger.try_reserve(device, size, limit);
     }
+    // So do the tier's kept blocks.
+    if !fits && kept_stream.is_some() {
+        let mut room = false;
+        tier::kept::give_back_while(state, device, true, |_| {
+            room = state.ledger.try_reserve(device, size, limit);
+            !room
+        });
+        fits = room;
+    }
     if !fits && config().priority == Priority::High {
         fits = wait_for_room(state, device, size, limit);
     }
@@ -91,6 +115,12 @@ where
     }
     // The tier's blocks: on the device if they fit, else in host memory,
     // whence they move onto it as kernels need them.
+    if let Some(stream) = kept_stream.filter(|_| !fits) {
+        if let Some(ptr) = tier::kept::reuse(state, api, device, size, stream, false) {
+            on_host(ptr);
+            return cudaSuccess;
+        }
+    }
     if let Some(ptr) = tiered.and_then(|_| tier::place(state, api, device, size, fits)) {
         on_host(ptr);
         return cudaSuccess;

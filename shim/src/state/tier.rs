@@ -34,6 +34,25 @@ pub struct Backing {
     pub failed_ns: u64,
 }
 
+/// A tier block that a stream-ordered free gave back, kept whole (range,
+/// memory, mappings) for the next allocation of its size, as CUDA's pools
+/// keep freed memory: the job's step allocates the same sizes again, and
+/// a kept block costs no virtual memory calls, no pinning and, where it is
+/// on the device, no room to be made.
+#[derive(Clone, Copy, Debug)]
+pub struct Kept {
+    pub ptr: usize,
+    pub backing: Backing,
+    /// The stream freed on, where later work on it is ordered after the
+    /// free (0: none, as for a per-thread default stream).
+    pub stream: usize,
+    /// Recorded on that stream at the free: once it has completed, no
+    /// work the job gave before the free can touch the block.
+    pub event: usize,
+    /// Whether the event is the runtime's (else the driver's).
+    pub runtime_event: bool,
+}
+
 #[derive(Default)]
 pub struct Tier {
     /// By the block's address.
@@ -64,6 +83,11 @@ pub struct Tier {
     /// launch, or for a quota or budget cut).
     pub fetches: AtomicU64,
     pub gate: Gate,
+    /// Blocks freed in stream order, the latest last. Those on the device
+    /// still count there: their memory is the process's until given back.
+    pub kept: Mutex<Vec<Kept>>,
+    /// Allocations served from `kept`.
+    pub reused: AtomicU64,
 }
 
 /// Launches, copies and library calls enter the gate while they hand work

@@ -69,6 +69,7 @@ pub unsafe fn cudaMallocAsync(
             ptr,
             size,
             std::ptr::null_mut(),
+            stream,
             |out| real::cudaMallocAsync(out, size, stream),
         )
     }
@@ -86,6 +87,7 @@ pub unsafe fn cudaMallocAsync_ptsz(
             ptr,
             size,
             std::ptr::null_mut(),
+            stream,
             |out| real::cudaMallocAsync_ptsz(out, size, stream),
         )
     }
@@ -99,9 +101,14 @@ pub unsafe fn cudaMallocFromPoolAsync(
 ) -> cudaError_t {
     // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
-        super::malloc_pooled(Api::cudaMallocFromPoolAsync, ptr, size, pool, |out| {
-            real::cudaMallocFromPoolAsync(out, size, pool, stream)
-        })
+        super::malloc_pooled(
+            Api::cudaMallocFromPoolAsync,
+            ptr,
+            size,
+            pool,
+            stream,
+            |out| real::cudaMallocFromPoolAsync(out, size, pool, stream),
+        )
     }
 }
 
@@ -113,26 +120,35 @@ pub unsafe fn cudaMallocFromPoolAsync_ptsz(
 ) -> cudaError_t {
     // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
-        super::malloc_pooled(Api::cudaMallocFromPoolAsync_ptsz, ptr, size, pool, |out| {
-            real::cudaMallocFromPoolAsync_ptsz(out, size, pool, stream)
-        })
+        super::malloc_pooled(
+            Api::cudaMallocFromPoolAsync_ptsz,
+            ptr,
+            size,
+            pool,
+            stream,
+            |out| real::cudaMallocFromPoolAsync_ptsz(out, size, pool, stream),
+        )
     }
 }
 
 pub unsafe fn cudaFree(ptr: *mut c_void) -> cudaError_t {
     // SAFETY: the caller's arguments, as CUDA would receive them.
-    unsafe { super::free(Api::cudaFree, ptr, |p| real::cudaFree(p)) }
+    unsafe { super::free(Api::cudaFree, ptr, None, |p| real::cudaFree(p)) }
 }
 
 pub unsafe fn cudaFreeAsync(ptr: *mut c_void, stream: cudaStream_t) -> cudaError_t {
     // SAFETY: the caller's arguments, as CUDA would receive them.
-    unsafe { super::free(Api::cudaFreeAsync, ptr, |p| real::cudaFreeAsync(p, stream)) }
+    unsafe {
+        super::free(Api::cudaFreeAsync, ptr, Some(stream), |p| {
+            real::cudaFreeAsync(p, stream)
+        })
+    }
 }
 
 pub unsafe fn cudaFreeAsync_ptsz(ptr: *mut c_void, stream: cudaStream_t) -> cudaError_t {
     // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
-        super::free(Api::cudaFreeAsync_ptsz, ptr, |p| {
+        super::free(Api::cudaFreeAsync_ptsz, ptr, Some(stream), |p| {
             real::cudaFreeAsync_ptsz(p, stream)
         })
     }
@@ -196,6 +212,7 @@ pub unsafe fn cuMemAllocAsync(ptr: *mut CUdeviceptr, size: usize, stream: CUstre
             ptr.cast(),
             size,
             std::ptr::null_mut(),
+            stream.cast(),
             |out| real::cuMemAllocAsync(out.cast(), size, stream),
         )
     }
@@ -213,6 +230,7 @@ pub unsafe fn cuMemAllocAsync_ptsz(
             ptr.cast(),
             size,
             std::ptr::null_mut(),
+            stream.cast(),
             |out| real::cuMemAllocAsync_ptsz(out.cast(), size, stream),
         )
     }
@@ -231,6 +249,7 @@ pub unsafe fn cuMemAllocFromPoolAsync(
             ptr.cast(),
             size,
             pool,
+            stream.cast(),
             |out| real::cuMemAllocFromPoolAsync(out.cast(), size, pool, stream),
         )
     }
@@ -249,6 +268,7 @@ pub unsafe fn cuMemAllocFromPoolAsync_ptsz(
             ptr.cast(),
             size,
             pool,
+            stream.cast(),
             |out| real::cuMemAllocFromPoolAsync_ptsz(out.cast(), size, pool, stream),
         )
     }
@@ -257,7 +277,7 @@ pub unsafe fn cuMemAllocFromPoolAsync_ptsz(
 pub unsafe fn cuMemFree_v2(ptr: CUdeviceptr) -> cudaError_t {
     // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
-        super::free(Api::cuMemFree_v2, ptr as *mut c_void, |p| {
+        super::free(Api::cuMemFree_v2, ptr as *mut c_void, None, |p| {
             real::cuMemFree_v2(p as CUdeviceptr)
         })
     }
@@ -266,18 +286,24 @@ pub unsafe fn cuMemFree_v2(ptr: CUdeviceptr) -> cudaError_t {
 pub unsafe fn cuMemFreeAsync(ptr: CUdeviceptr, stream: CUstream) -> cudaError_t {
     // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
-        super::free(Api::cuMemFreeAsync, ptr as *mut c_void, |p| {
-            real::cuMemFreeAsync(p as CUdeviceptr, stream)
-        })
+        super::free(
+            Api::cuMemFreeAsync,
+            ptr as *mut c_void,
+            Some(stream.cast()),
+            |p| real::cuMemFreeAsync(p as CUdeviceptr, stream),
+        )
     }
 }
 
 pub unsafe fn cuMemFreeAsync_ptsz(ptr: CUdeviceptr, stream: CUstream) -> cudaError_t {
     // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
-        super::free(Api::cuMemFreeAsync_ptsz, ptr as *mut c_void, |p| {
-            real::cuMemFreeAsync_ptsz(p as CUdeviceptr, stream)
-        })
+        super::free(
+            Api::cuMemFreeAsync_ptsz,
+            ptr as *mut c_void,
+            Some(stream.cast()),
+            |p| real::cuMemFreeAsync_ptsz(p as CUdeviceptr, stream),
+        )
     }
 }
 

@@ -25,6 +25,7 @@
 //! counts on the device until its device memory is released.
 
 pub mod backing;
+pub mod kept;
 mod moves;
 
 use std::ffi::c_void;
@@ -50,7 +51,17 @@ pub fn tier_size(api: Api, size: usize, quota: Option<u64>) -> Option<u64> {
     let config = config();
     let quota = quota?;
     let rounded = (size as u64).checked_next_multiple_of(PAGE)?;
-    let made_here = matches!(api, Api::cudaMalloc | Api::cuMemAlloc_v2);
+    // Stream-ordered allocations from the device's own pool too: their
+    // frees are kept for reuse ([`kept`]), as the pool would keep them.
+    let made_here = matches!(
+        api,
+        Api::cudaMalloc
+            | Api::cuMemAlloc_v2
+            | Api::cudaMallocAsync
+            | Api::cudaMallocAsync_ptsz
+            | Api::cuMemAllocAsync
+            | Api::cuMemAllocAsync_ptsz
+    );
     (config.moves == Moves::On
         && config.spill == Spill::Host
         && made_here
@@ -317,6 +328,11 @@ fn evict_ahead(state: &State, device: Device, limit: u64, keep: &[usize]) -> Vec
     if room >= budget {
         return staged;
     }
+    // Kept blocks go first: giving them back moves nothing.
+    room += kept::give_back_while(state, device, false, |given| room + given < budget);
+    if room >= budget {
+        return staged;
+    }
     let candidates = movable_blocks(state, device, keep);
     // Blocks larger than the budget stay: moving one out would leave more
     // free than the budget is for.
@@ -400,7 +416,7 @@ fn could_fit(state: &State, block: Block, quota: Option<u64>, keep: &[usize]) ->
     // A pool's budget holds the members' device bytes together: moving
     // this process's blocks out frees that much of it, no more.
     let pool_room = super::moves::pool_room(state, block.device);
-    let movable = movable_all(state, block.device, keep);
+    let movable = movable_all(state, block.device, keep) + kept::on_device(state, block.device);
     room.saturating_add(movable) >= block.size && pool_room.saturating_add(movable) >= block.size
 }
 
@@ -427,26 +443,28 @@ fn movable_all(state: &State, device: Device, keep: &[usize]) -> u64 {
 /// first, while `more(bytes moved so far)` (a quota or a pool's budget
 /// cut, or a pool member of higher priority wanting room). The bytes moved.
 pub fn evict_while(state: &State, device: Device, mut more: impl FnMut(u64) -> bool) -> u64 {
+    // Kept blocks first: giving them back needs no move, nor the gate.
+    let given = kept::give_back_while(state, device, false, &mut more);
     let first = state.ledger.tier_on_device(device).first().copied();
     let Some(api) = first
         .and_then(|(ptr, _)| state.ledger.block_at(ptr))
         .map(|block| block.api)
     else {
-        return 0;
+        return given;
     };
-    if state.access.graphs.capturing_any() || backing::ready(api).is_err() {
-        return 0;
+    if !more(given) || state.access.graphs.capturing_any() || backing::ready(api).is_err() {
+        return given;
     }
     let Some(_closed) = state.tier.gate.close() else {
-        return 0;
+        return given;
     };
     // Listed again behind the gate: a launch's move may have taken some.
     let candidates = state.ledger.tier_on_device(device);
     if !drained(state, api) {
-        return 0;
+        return given;
     }
     let _timed = Timed(state, std::time::Instant::now());
-    let mut moved = 0;
+    let mut moved = given;
     for (_, size, ptr) in by_next_use(state, candidates) {
         if !more(moved) {
             break;
@@ -477,6 +495,15 @@ fn by_next_use(state: &State, blocks: Vec<(usize, u64)>) -> Vec<(u64, u64, usize
 /// Blocks in `keep` (the work's own) stay. False if there is no such room.
 fn make_room(state: &State, device: Device, size: u64, quota: u64, keep: &[usize]) -> bool {
     if state.ledger.try_reserve(device, size, quota) {
+        return true;
+    }
+    // Kept blocks go first: giving them back moves nothing.
+    let mut fits = false;
+    kept::give_back_while(state, device, false, |_| {
+        fits = state.ledger.try_reserve(device, size, quota);
+        !fits
+    });
+    if fits {
         return true;
     }
     let candidates = movable_blocks(state, device, keep);

@@ -73,6 +73,11 @@ impl Snapshot {
     }
 
     /// Whether the block at `index` was in host memory.
+    /// The ledger's generation it was built from.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     pub fn in_host(&self, index: usize) -> bool {
         self.in_host.get(index).copied().unwrap_or(false)
     }

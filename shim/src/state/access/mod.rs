@@ -89,20 +89,47 @@ impl Named {
     }
 }
 
+/// The alignment of every spill tier block's start (its large page).
+const TIER_ALIGN: u64 = 2 << 20;
+
+/// Words a launch passed that the snapshot did not find, kept to be asked
+/// of the ledger itself (at most this many a launch).
+const MAX_UNFOUND: usize = 8;
+
 /// The blocks one launch names, as its parameters are read.
 pub struct Naming<'a> {
     snapshot: &'a Snapshot,
     named: [u32; MAX_NAMED],
     count: usize,
+    /// Whether the snapshot is older than the ledger: a block made since
+    /// (a tensor of a stream-ordered allocator, made just before its first
+    /// kernel) is not in it.
+    stale: bool,
+    unfound: [u64; MAX_UNFOUND],
+    unfound_count: usize,
 }
 
 impl<'a> Naming<'a> {
-    fn new(snapshot: &'a Snapshot) -> Self {
+    fn new(snapshot: &'a Snapshot, generation: u64) -> Self {
         Naming {
             snapshot,
             named: [0; MAX_NAMED],
             count: 0,
+            stale: snapshot.generation() != generation,
+            unfound: [0; MAX_UNFOUND],
+            unfound_count: 0,
         }
+    }
+
+    /// The tier's blocks among the words the stale snapshot did not find,
+    /// by the ledger's own record (a start, which is what a kernel is most
+    /// often given), by start: a block made since the snapshot still comes
+    /// onto the device before the use.
+    fn unfound_blocks<'b>(&'b self, ledger: &'b Ledger) -> impl Iterator<Item = usize> + 'b {
+        self.unfound[..self.unfound_count]
+            .iter()
+            .map(|word| *word as usize)
+            .filter(|start| ledger.block_at(*start).is_some_and(|block| block.tiered))
     }
 
     /// The indexes of the blocks named, in the snapshot.
@@ -114,6 +141,15 @@ impl<'a> Naming<'a> {
     #[inline]
     pub fn word(&mut self, value: u64) {
         let Some(index) = self.snapshot.find(value) else {
+            if self.stale
+                && value != 0
+                && value % TIER_ALIGN == 0
+                && self.unfound_count < MAX_UNFOUND
+                && !self.unfound[..self.unfound_count].contains(&value)
+            {
+                self.unfound[self.unfound_count] = value;
+                self.unfound_count += 1;
+            }
             return;
         };
         let index = index as u32;
@@ -162,17 +198,22 @@ impl Access {
         };
         let via = kind.via();
         let live = || ledger.ranges();
-        self.index
-            .with(ledger.generation(), live, place.step, |snapshot| {
-                let mut naming = Naming::new(snapshot);
-                read(&mut naming);
-                for index in naming.named() {
-                    let spilled = snapshot.in_host(index);
-                    snapshot.profiles[index].touch(place, stream, via, spilled);
-                    named.note(snapshot.profiles[index].start);
-                }
-                naming.count
-            })
+        let generation = ledger.generation();
+        self.index.with(generation, live, place.step, |snapshot| {
+            let mut naming = Naming::new(snapshot, generation);
+            read(&mut naming);
+            for index in naming.named() {
+                let spilled = snapshot.in_host(index);
+                snapshot.profiles[index].touch(place, stream, via, spilled);
+                named.note(snapshot.profiles[index].start);
+            }
+            let mut count = naming.count;
+            for start in naming.unfound_blocks(ledger) {
+                named.note(start);
+                count += 1;
+            }
+            count
+        })
     }
 
     /// A use by `key` on `stream`, as [`Access::launch`] makes it; or, on a
@@ -237,15 +278,17 @@ impl Access {
     pub fn blocks_named(&self, ledger: &Ledger, read: impl FnOnce(&mut Naming)) -> Vec<usize> {
         let live = || ledger.ranges();
         let step = self.steps.current();
-        self.index
-            .with(ledger.generation(), live, step, |snapshot| {
-                let mut naming = Naming::new(snapshot);
-                read(&mut naming);
-                naming
-                    .named()
-                    .map(|index| snapshot.profiles[index].start)
-                    .collect()
-            })
+        let generation = ledger.generation();
+        self.index.with(generation, live, step, |snapshot| {
+            let mut naming = Naming::new(snapshot, generation);
+            read(&mut naming);
+            let mut named: Vec<usize> = naming
+                .named()
+                .map(|index| snapshot.profiles[index].start)
+                .collect();
+            named.extend(naming.unfound_blocks(ledger));
+            named
+        })
     }
 }
 

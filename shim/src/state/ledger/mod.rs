@@ -360,13 +360,26 @@ impl Ledger {
 
     /// Removes a block and releases the bytes it held.
     pub fn take(&self, ptr: usize) -> Taken {
+        self.take_as(ptr, false)
+    }
+
+    /// Removes a block whose device memory the process keeps (a tier block
+    /// freed in stream order): its device bytes stay counted, with no
+    /// moment in which another allocation could take them too.
+    pub fn take_holding(&self, ptr: usize) -> Taken {
+        self.take_as(ptr, true)
+    }
+
+    fn take_as(&self, ptr: usize, holding: bool) -> Taken {
         match self.blocks.entry(ptr) {
             Entry::Vacant(_) => Taken::Unknown,
             Entry::Occupied(entry) if entry.get().moving => Taken::Moving,
             Entry::Occupied(entry) => {
                 let block = entry.remove();
                 self.changed();
-                self.release(ptr, &block);
+                if !(holding && block.placement == Placement::Device) {
+                    self.release(ptr, &block);
+                }
                 Taken::Block(block)
             }
         }

@@ -1,0 +1,373 @@
+//! Tier blocks freed in stream order (`cudaFreeAsync`, `cuMemFreeAsync`)
+//! are kept whole for the next allocation of their size, as CUDA's own
+//! pools keep freed memory. A job that allocates each tensor from a
+//! stream-ordered pool (PyTorch's `backend:cudaMallocAsync`) frees and
+//! allocates the same sizes every step: a kept block serves the next one
+//! with no virtual memory call, no host memory to pin, and, where it is on
+//! the device, no room to make. Since each tensor is a block of its own,
+//! moves carry tensors rather than a caching allocator's segments, and a
+//! freed tensor's bytes never cross the link.
+//!
+//! A kept block serves an allocation on the stream it was freed on at
+//! once (the stream orders the new work after the free), and one on any
+//! other stream once the event recorded at the free has completed. Kept
+//! blocks on the device count there, like a pool's reserve, until given
+//! back: before the quota would refuse an allocation, and before a move
+//! makes room by sending live blocks to the host.
+
+use std::ffi::c_void;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+
+use cudart_sys::*;
+use vramshare_common::event::{Api, Placement};
+
+use crate::config::Device;
+use crate::cuda::backend::Backend;
+use crate::cuda::real;
+use crate::state::ledger::Block;
+use crate::state::tier::Kept;
+use crate::state::{lock, State};
+
+use super::super::allocate::record_allocation;
+use super::backing;
+
+/// `cudaEventDisableTiming`, `CU_EVENT_DISABLE_TIMING`.
+const DISABLE_TIMING: u32 = 2;
+
+/// The key a stream has for reuse without waiting: its handle, 1 for the
+/// legacy default stream, 0 (none) for a per-thread default stream, which
+/// differs from one thread to the next.
+fn stream_key(api: Api, stream: usize) -> usize {
+    let per_thread = api.name().ends_with("_ptsz");
+    match stream {
+        0 if per_thread => 0,
+        0 | 1 => 1,
+        2 => 0,
+        handle => handle,
+    }
+}
+
+/// Whether the stream-ordered free of the block at `ptr` is kept here: it
+/// is one of the tier's.
+pub fn keeps(state: &State, ptr: usize) -> bool {
+    state.tier.blocks.contains_key(&ptr)
+}
+
+/// Keeps the tier block at `ptr`, which the ledger has let go of (holding
+/// its device bytes, [`crate::state::ledger::Ledger::take_holding`]),
+/// freed by `api` on `stream`. Where no event can say when the free is
+/// reached, or a capture is under way (the free would happen at each
+/// replay), the block is given back as `cudaFree` does.
+pub fn keep(state: &State, api: Api, ptr: usize, block: &Block, stream: usize) -> cudaError_t {
+    let recorded = (!state.access.graphs.capturing_any())
+        .then(|| record(api, stream))
+        .flatten();
+    let Some((event, runtime_event)) = recorded else {
+        if block.placement == Placement::Device {
+            state.ledger.unreserve(block.device, block.size);
+        }
+        return super::free(state, api, ptr, block);
+    };
+    let Some((_, backing)) = state.tier.blocks.remove(&ptr) else {
+        destroy(event, runtime_event);
+        return cudaErrorInvalidValue;
+    };
+    if block.placement == Placement::Host {
+        state.tier.bytes_in_host.fetch_sub(backing.size, SeqCst);
+    }
+    let kept = Kept {
+        ptr,
+        backing,
+        stream: stream_key(api, stream),
+        event,
+        runtime_event,
+    };
+    let dropped = {
+        let mut list = lock(&state.tier.kept);
+        list.push(kept);
+        over_host_bound(state, &mut list, block.device)
+    };
+    for kept in dropped {
+        release(state, kept);
+    }
+    cudaSuccess
+}
+
+/// Takes out of `list` the oldest blocks in host memory on `device` whose
+/// frees are reached, while the host memory kept there is more than the
+/// most the device's blocks ever had in host memory at once: what the job
+/// may need again, and no more.
+fn over_host_bound(state: &State, list: &mut Vec<Kept>, device: Device) -> Vec<Kept> {
+    let bound = state.ledger.device(device).peak_spilled.load(Relaxed);
+    let in_host = |k: &Kept| k.backing.device == device && k.backing.on_device == 0;
+    let mut held: u64 = list
+        .iter()
+        .filter(|k| in_host(k))
+        .map(|k| k.backing.size)
+        .sum();
+    let mut dropped = Vec::new();
+    let mut index = 0;
+    while held > bound && index < list.len() {
+        if in_host(&list[index]) && reached(&list[index]) {
+            held -= list[index].backing.size;
+            dropped.push(list.remove(index));
+        } else {
+            index += 1;
+        }
+    }
+    dropped
+}
+
+/// A kept block of `size` bytes on `device` for an allocation by `api` on
+/// `stream`, recorded as the caller's: one on the device first; one in
+/// host memory too unless `device_only`. Its address, if there was one.
+pub fn reuse(
+    state: &State,
+    api: Api,
+    device: Device,
+    size: u64,
+    stream: usize,
+    device_only: bool,
+) -> Option<*mut c_void> {
+    let key = stream_key(api, stream);
+    let kept = {
+        let mut list = lock(&state.tier.kept);
+        let fits = |k: &Kept, on_device: bool| {
+            k.backing.device == device
+                && k.backing.size == size
+                && (k.backing.on_device != 0) == on_device
+                && ((key != 0 && k.stream == key) || reached(k))
+        };
+        // The latest freed first: its memory is the likeliest in caches,
+        // and steps that repeat get the same addresses back.
+        let found = list.iter().rposition(|k| fits(k, true)).or_else(|| {
+            (!device_only)
+                .then(|| list.iter().rposition(|k| fits(k, false)))
+                .flatten()
+        })?;
+        list.remove(found)
+    };
+    destroy(kept.event, kept.runtime_event);
+    let on_device = kept.backing.on_device != 0;
+    let mut backing = kept.backing;
+    backing.fetched_in = 0;
+    backing.failed_ns = 0;
+    state.tier.blocks.insert(kept.ptr, backing);
+    if !on_device {
+        state.tier.bytes_in_host.fetch_add(size, SeqCst);
+    }
+    state.tier.reused.fetch_add(1, Relaxed);
+    let placement = if on_device {
+        Placement::Device
+    } else {
+        Placement::Host
+    };
+    let block = Block {
+        size,
+        device,
+        pool: 0,
+        placement,
+        device_part: 0,
+        api,
+        managed: false,
+        moving: false,
+        tiered: true,
+    };
+    record_allocation(state, kept.ptr as *mut c_void, block);
+    Some(kept.ptr as *mut c_void)
+}
+
+/// Bytes of kept blocks on `device`'s memory.
+pub fn on_device(state: &State, device: Device) -> u64 {
+    lock(&state.tier.kept)
+        .iter()
+        .filter(|k| k.backing.device == device && k.backing.on_device != 0)
+        .map(|k| k.backing.size)
+        .sum()
+}
+
+/// Gives back kept blocks on `device`'s memory whose frees are reached, the
+/// oldest first, while `more(bytes given back so far)`; with `wait`, once
+/// none is reached, waits for the oldest one's free (cheaper than sending
+/// the allocation waiting for room to host memory, whence it would move
+/// in at its first use). The bytes given back.
+pub fn give_back_while(
+    state: &State,
+    device: Device,
+    wait: bool,
+    mut more: impl FnMut(u64) -> bool,
+) -> u64 {
+    let mut given = 0;
+    while more(given) {
+        let kept = {
+            let mut list = lock(&state.tier.kept);
+            let here = |k: &Kept| k.backing.device == device && k.backing.on_device != 0;
+            let found = list
+                .iter()
+                .position(|k| here(k) && reached(k))
+                .or_else(|| wait.then(|| list.iter().position(here)).flatten());
+            match found {
+                Some(index) => list.remove(index),
+                None => break,
+            }
+        };
+        if !reached(&kept) && !synchronize(&kept) {
+            // It may still be in use: it stays kept.
+            lock(&state.tier.kept).insert(0, kept);
+            break;
+        }
+        given += kept.backing.size;
+        if kept.backing.in_host != 0 {
+            to_host(state, kept);
+        } else {
+            release(state, kept);
+        }
+    }
+    given
+}
+
+/// Gives back the device memory of a kept block that has host memory, and
+/// keeps it on as a block in host memory: the next allocation of its size
+/// that finds no room gets memory that is pinned already.
+fn to_host(state: &State, mut kept: Kept) {
+    let at = kept.ptr as CUdeviceptr;
+    let backing = &mut kept.backing;
+    backing::unmap(at, backing.size);
+    if backing::map(at, backing.size, backing.in_host, backing.device).is_err() {
+        // Its device memory is unmapped already: all of it goes.
+        backing::unmap(at + backing.size, backing.size);
+        backing::release(backing.in_host);
+        backing.in_host = 0;
+        return release(state, kept);
+    }
+    backing::release(backing.on_device);
+    backing.on_device = 0;
+    state.ledger.unreserve(backing.device, backing.size);
+    let device = backing.device;
+    let dropped = {
+        let mut list = lock(&state.tier.kept);
+        list.push(kept);
+        over_host_bound(state, &mut list, device)
+    };
+    for kept in dropped {
+        release(state, kept);
+    }
+}
+
+/// Unmaps and releases a kept block whose free is reached, and gives its
+/// device bytes back to the count.
+fn release(state: &State, kept: Kept) {
+    let Kept { ptr, backing, .. } = kept;
+    let at = ptr as CUdeviceptr;
+    backing::unmap(at, backing.size);
+    if backing.in_host != 0 {
+        backing::unmap(at + backing.size, backing.size);
+    }
+    for handle in [backing.on_device, backing.in_host] {
+        if handle != 0 {
+            backing::release(handle);
+        }
+    }
+    backing::unreserve(at, backing.size);
+    if backing.on_device != 0 {
+        state.ledger.unreserve(backing.device, backing.size);
+    }
+    destroy(kept.event, kept.runtime_event);
+}
+
+/// An event recorded on `stream` in the form `api` uses; (event, whether
+/// it is the runtime's). `None` if CUDA refused.
+fn record(api: Api, stream: usize) -> Option<(usize, bool)> {
+    let per_thread = api.name().ends_with("_ptsz");
+    let mut event: *mut c_void = std::ptr::null_mut();
+    let stream = stream as *mut c_void;
+    let runtime = Backend::of(api) == Backend::Runtime;
+    // SAFETY: the event is ours, the stream the caller's free named.
+    let rc = unsafe {
+        if runtime {
+            match real::cudaEventCreateWithFlags(&mut event, DISABLE_TIMING) {
+                rc if rc != cudaSuccess => rc,
+                _ if per_thread => real::cudaEventRecord_ptsz(event, stream),
+                _ => real::cudaEventRecord(event, stream),
+            }
+        } else {
+            match real::cuEventCreate(&mut event, DISABLE_TIMING) {
+                rc if rc != CUDA_SUCCESS => rc,
+                _ if per_thread => real::cuEventRecord_ptsz(event, stream),
+                _ => real::cuEventRecord(event, stream),
+            }
+        }
+    };
+    if rc != cudaSuccess {
+        debug!("recording an event for a stream-ordered free: CUDA error {rc}; the block is given back instead");
+        if !event.is_null() {
+            destroy(event as usize, runtime);
+        }
+        return None;
+    }
+    Some((event as usize, runtime))
+}
+
+/// Whether the free that kept `kept` has been reached on its stream.
+fn reached(kept: &Kept) -> bool {
+    let event = kept.event as *mut c_void;
+    // SAFETY: an event `record` made, not yet destroyed.
+    let rc = unsafe {
+        if kept.runtime_event {
+            real::cudaEventQuery(event)
+        } else {
+            real::cuEventQuery(event)
+        }
+    };
+    rc == cudaSuccess
+}
+
+/// Waits until the free that kept `kept` is reached; false if CUDA could
+/// not say.
+fn synchronize(kept: &Kept) -> bool {
+    let event = kept.event as *mut c_void;
+    // SAFETY: an event `record` made, not yet destroyed.
+    let rc = unsafe {
+        if kept.runtime_event {
+            real::cudaEventSynchronize(event)
+        } else {
+            real::cuEventSynchronize(event)
+        }
+    };
+    rc == cudaSuccess
+}
+
+fn destroy(event: usize, runtime: bool) {
+    let event = event as *mut c_void;
+    // SAFETY: an event `record` made, destroyed once; CUDA releases it when
+    // its record completes, if it has not yet.
+    unsafe {
+        if runtime {
+            real::cudaEventDestroy(event);
+        } else {
+            real::cuEventDestroy_v2(event);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_stream_named_alike_by_every_thread_is_reused_without_waiting() {
+        assert_eq!(
+            stream_key(Api::cudaFreeAsync, 0),
+            1,
+            "legacy default stream"
+        );
+        assert_eq!(stream_key(Api::cudaFreeAsync, 1), 1, "cudaStreamLegacy");
+        assert_eq!(
+            stream_key(Api::cudaFreeAsync_ptsz, 0),
+            0,
+            "per-thread default"
+        );
+        assert_eq!(stream_key(Api::cudaFreeAsync, 2), 0, "cudaStreamPerThread");
+        assert_eq!(stream_key(Api::cuMemFreeAsync_ptsz, 0x7f00), 0x7f00);
+    }
+}
