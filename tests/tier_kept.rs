@@ -164,3 +164,34 @@ fn a_move_in_takes_the_room_of_a_kept_block_before_moving_a_live_one_out() {
         assert_eq!(log_field(line, "first"), byte, "{line}");
     }
 }
+
+#[test]
+fn host_memory_of_a_freed_block_serves_the_next_block_of_its_size_without_pinning_more() {
+    let run = client(
+        Runtime::Fake13,
+        &moving("8MiB", &[]),
+        &[
+            "malloc:a:4M",
+            "malloc:b:4M",
+            // No room: c and then d are made in host memory.
+            "malloc:c:4M",
+            "free:c",
+            "malloc:d:4M",
+            "fill:d:4:0",
+            "peekvia:d:0",
+        ],
+    );
+    run.assert_ok();
+    let placements: Vec<String> = run.allocations().into_iter().map(|(_, p)| p).collect();
+    assert_eq!(placements, ["device", "device", "host", "host"]);
+    let host_made = run
+        .calls
+        .iter()
+        .filter(|c| c.contains("cuMemCreate") && !c.contains("location=device"))
+        .count();
+    // c's, and a's at its first move out (to make room for d at its fill):
+    // d got c's.
+    assert_eq!(host_made, 2, "{:?}", run.calls);
+    let line = run.line("peekvia d");
+    assert_eq!(log_field(line, "first"), "4", "{line}");
+}

@@ -88,6 +88,10 @@ pub struct Tier {
     pub kept: Mutex<Vec<Kept>>,
     /// Allocations served from `kept`.
     pub reused: AtomicU64,
+    /// Host memory no block holds, as (bytes, device, handle), unmapped:
+    /// pinning host memory runs at a few GB/s, so a block's host memory is
+    /// kept for the next block of its size that needs some.
+    pub spare_host: Mutex<Vec<(u64, Device, u64)>>,
 }
 
 /// Launches, copies and library calls enter the gate while they hand work

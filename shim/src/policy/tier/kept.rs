@@ -29,7 +29,7 @@ use crate::state::tier::Kept;
 use crate::state::{lock, State};
 
 use super::super::allocate::record_allocation;
-use super::backing;
+use super::{backing, spare};
 
 /// `cudaEventDisableTiming`, `CU_EVENT_DISABLE_TIMING`.
 const DISABLE_TIMING: u32 = 2;
@@ -236,7 +236,7 @@ fn to_host(state: &State, mut kept: Kept) {
     if backing::map(at, backing.size, backing.in_host, backing.device).is_err() {
         // Its device memory is unmapped already: all of it goes.
         backing::unmap(at + backing.size, backing.size);
-        backing::release(backing.in_host);
+        spare::give(state, backing.size, backing.device, backing.in_host);
         backing.in_host = 0;
         return release(state, kept);
     }
@@ -263,10 +263,11 @@ fn release(state: &State, kept: Kept) {
     if backing.in_host != 0 {
         backing::unmap(at + backing.size, backing.size);
     }
-    for handle in [backing.on_device, backing.in_host] {
-        if handle != 0 {
-            backing::release(handle);
-        }
+    if backing.on_device != 0 {
+        backing::release(backing.on_device);
+    }
+    if backing.in_host != 0 {
+        spare::give(state, backing.size, backing.device, backing.in_host);
     }
     backing::unreserve(at, backing.size);
     if backing.on_device != 0 {

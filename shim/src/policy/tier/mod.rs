@@ -27,6 +27,7 @@
 pub mod backing;
 pub mod kept;
 mod moves;
+mod spare;
 
 use std::ffi::c_void;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
@@ -101,7 +102,12 @@ pub fn place(
     let ptr = backing::reserve(size)
         .map_err(|rc| failed("address range", rc))
         .ok()?;
-    let handle = match backing::create(size, device, on_device) {
+    let made = if on_device {
+        backing::create(size, device, true)
+    } else {
+        spare::take(state, size, device)
+    };
+    let handle = match made {
         Ok(handle) => handle,
         Err(rc) => {
             failed("physical memory", rc);
@@ -177,10 +183,11 @@ pub fn free(state: &State, api: Api, ptr: usize, block: &Block) -> cudaError_t {
     if backing.in_host != 0 {
         backing::unmap((ptr as u64 + backing.size) as CUdeviceptr, backing.size);
     }
-    for handle in [backing.on_device, backing.in_host] {
-        if handle != 0 {
-            backing::release(handle);
-        }
+    if backing.on_device != 0 {
+        backing::release(backing.on_device);
+    }
+    if backing.in_host != 0 {
+        spare::give(state, backing.size, backing.device, backing.in_host);
     }
     backing::unreserve(ptr as CUdeviceptr, backing.size);
     if block.placement == Placement::Host {

@@ -25,6 +25,7 @@ use crate::state::ledger::Block;
 use crate::state::State;
 
 use super::backing::{self, Direction};
+use super::spare;
 
 /// A move whose copy has been queued.
 pub struct Staged {
@@ -121,9 +122,9 @@ pub fn stage_out(state: &State, ptr: usize, size: u64) -> Option<Staged> {
     let staged = backing.and_then(|backing| {
         let made_host = backing.in_host == 0;
         let host = if made_host {
-            let host = timed(&tier.memory_ns, || backing::create(size, device, false)).ok()?;
+            let host = timed(&tier.memory_ns, || spare::take(state, size, device)).ok()?;
             if timed(&tier.remap_ns, || backing::map(staging, size, host, device)).is_err() {
-                backing::release(host);
+                spare::give(state, size, device, host);
                 return None;
             }
             host
@@ -144,7 +145,7 @@ pub fn stage_out(state: &State, ptr: usize, size: u64) -> Option<Staged> {
             Err(_) => {
                 if made_host {
                     backing::unmap(staging, size);
-                    backing::release(host);
+                    spare::give(state, size, device, host);
                 }
                 None
             }
@@ -229,7 +230,7 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
                 Err(rc) => {
                     if made_host {
                         backing::unmap(at + size, size);
-                        backing::release(to);
+                        spare::give(state, size, device, to);
                     }
                     state.ledger.end_tier_move(ptr, Placement::Device);
                     (Op::Demote, Placement::Host, rc)
