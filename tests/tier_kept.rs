@@ -195,3 +195,43 @@ fn host_memory_of_a_freed_block_serves_the_next_block_of_its_size_without_pinnin
     let line = run.line("peekvia d");
     assert_eq!(log_field(line, "first"), "4", "{line}");
 }
+
+#[test]
+fn a_block_that_needs_host_memory_takes_that_of_a_kept_block_up_to_twice_its_size() {
+    let run = client(
+        Runtime::Fake13,
+        &moving("8MiB", &[]),
+        &[
+            "async:a:4M",
+            "async:b:4M",
+            // No room: c is made in host memory, then kept.
+            "async:c:4M",
+            "freeasync:c",
+            "sync",
+            // d, half c's size, gets c's host memory; c is given up.
+            "async:d:2M",
+            "fill:d:6:0",
+            "copyout:d:0",
+            "sync",
+            "hostbytes",
+        ],
+    );
+    run.assert_ok();
+    let placements: Vec<String> = run.allocations().into_iter().map(|(_, p)| p).collect();
+    assert_eq!(placements, ["device", "device", "host", "host"]);
+    let host_made: Vec<&String> = run
+        .calls
+        .iter()
+        .filter(|c| c.contains("cuMemCreate") && !c.contains("location=device"))
+        .collect();
+    // c's, and a's at its first move out (making room for d at its fill):
+    // none for d.
+    assert_eq!(host_made.len(), 2, "{host_made:?}");
+    assert!(
+        host_made.iter().all(|c| c.contains("size=4194304")),
+        "{host_made:?}"
+    );
+    let line = run.line("hostbytes");
+    assert_eq!(log_field(line, "first"), "6", "{line}");
+    assert_eq!(log_field(line, "last"), "6", "{line}");
+}

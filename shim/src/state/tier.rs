@@ -9,6 +9,7 @@
 //! ledger says where it lives; this says with what.
 
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Mutex, MutexGuard};
 
@@ -92,6 +93,9 @@ pub struct Tier {
     /// pinning host memory runs at a few GB/s, so a block's host memory is
     /// kept for the next block of its size that needs some.
     pub spare_host: Mutex<Vec<(u64, Device, u64)>>,
+    /// The bytes of each host memory handle the tier made: a block may hold
+    /// one larger than itself.
+    pub host_bytes: Mutex<HashMap<u64, u64>>,
 }
 
 /// Launches, copies and library calls enter the gate while they hand work

@@ -236,7 +236,7 @@ fn to_host(state: &State, mut kept: Kept) {
     if backing::map(at, backing.size, backing.in_host, backing.device).is_err() {
         // Its device memory is unmapped already: all of it goes.
         backing::unmap(at + backing.size, backing.size);
-        spare::give(state, backing.size, backing.device, backing.in_host);
+        spare::give(state, backing.device, backing.in_host);
         backing.in_host = 0;
         return release(state, kept);
     }
@@ -267,7 +267,7 @@ fn release(state: &State, kept: Kept) {
         backing::release(backing.on_device);
     }
     if backing.in_host != 0 {
-        spare::give(state, backing.size, backing.device, backing.in_host);
+        spare::give(state, backing.device, backing.in_host);
     }
     backing::unreserve(at, backing.size);
     if backing.on_device != 0 {
@@ -310,7 +310,7 @@ fn record(api: Api, stream: usize) -> Option<(usize, bool)> {
 }
 
 /// Whether the free that kept `kept` has been reached on its stream.
-fn reached(kept: &Kept) -> bool {
+pub(super) fn reached(kept: &Kept) -> bool {
     let event = kept.event as *mut c_void;
     // SAFETY: an event `record` made, not yet destroyed.
     let rc = unsafe {
@@ -338,7 +338,7 @@ fn synchronize(kept: &Kept) -> bool {
     rc == cudaSuccess
 }
 
-fn destroy(event: usize, runtime: bool) {
+pub(super) fn destroy(event: usize, runtime: bool) {
     let event = event as *mut c_void;
     // SAFETY: an event `record` made, destroyed once; CUDA releases it when
     // its record completes, if it has not yet.

@@ -187,9 +187,12 @@ pub fn free(state: &State, api: Api, ptr: usize, block: &Block) -> cudaError_t {
         backing::release(backing.on_device);
     }
     if backing.in_host != 0 {
-        spare::give(state, backing.size, backing.device, backing.in_host);
+        spare::give(state, backing.device, backing.in_host);
     }
     backing::unreserve(ptr as CUdeviceptr, backing.size);
+    if state.tier.blocks.is_empty() {
+        spare::release_all(state);
+    }
     if block.placement == Placement::Host {
         state.tier.bytes_in_host.fetch_sub(backing.size, SeqCst);
     }

@@ -124,7 +124,7 @@ pub fn stage_out(state: &State, ptr: usize, size: u64) -> Option<Staged> {
         let host = if made_host {
             let host = timed(&tier.memory_ns, || spare::take(state, size, device)).ok()?;
             if timed(&tier.remap_ns, || backing::map(staging, size, host, device)).is_err() {
-                spare::give(state, size, device, host);
+                spare::give(state, device, host);
                 return None;
             }
             host
@@ -145,7 +145,7 @@ pub fn stage_out(state: &State, ptr: usize, size: u64) -> Option<Staged> {
             Err(_) => {
                 if made_host {
                     backing::unmap(staging, size);
-                    spare::give(state, size, device, host);
+                    spare::give(state, device, host);
                 }
                 None
             }
@@ -230,7 +230,7 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
                 Err(rc) => {
                     if made_host {
                         backing::unmap(at + size, size);
-                        spare::give(state, size, device, to);
+                        spare::give(state, device, to);
                     }
                     state.ledger.end_tier_move(ptr, Placement::Device);
                     (Op::Demote, Placement::Host, rc)

@@ -1,44 +1,105 @@
-//! Host memory that no tier block holds any more (its block was freed or
-//! given back), kept for the next block of its size. Making host memory
-//! pins it, at a few GB/s; a job that frees and allocates the same sizes
-//! every step (a tensor per block) would otherwise pin its spilled bytes
-//! again at every step. What is kept stays under the most the device's
-//! blocks ever had in host memory at once.
+//! Host memory for the tier's blocks, made once and passed on. Making host
+//! memory pins it, at a few GB/s: a job that frees and allocates tensors
+//! of its step's sizes again and again (a tensor per block) would pin its
+//! spilled bytes anew at every step. Host memory that no block holds any
+//! more is kept as a spare, and a block that needs host memory takes, in
+//! order: a spare of its size or up to twice it; the host memory of a kept
+//! block ([`super::kept`]) in host memory, likewise, which then is given up
+//! whole; new memory. Spares stay under the most the device's blocks ever
+//! had in host memory at once.
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use cudart_sys::CUdeviceptr;
+
 use crate::config::Device;
+use crate::state::tier::Kept;
 use crate::state::{lock, State};
 
 use super::backing;
 
-/// Host memory of `size` bytes for a block of `device`: a spare one, else
-/// made.
-pub fn take(state: &State, size: u64, device: Device) -> backing::Result<u64> {
-    let spare = {
-        let mut spares = lock(&state.tier.spare_host);
-        spares
-            .iter()
-            .rposition(|&(bytes, of, _)| bytes == size && of == device)
-            .map(|index| spares.swap_remove(index).2)
-    };
-    match spare {
-        Some(handle) => Ok(handle),
-        None => backing::create(size, device, false),
-    }
+/// Whether host memory of `bytes` serves a block of `size`: it holds it,
+/// and wastes at most as much again.
+fn serves(bytes: u64, size: u64) -> bool {
+    bytes >= size && bytes <= size.saturating_mul(2)
 }
 
-/// Host memory a block held (unmapped everywhere now): kept if it fits
-/// under the bound, else released.
-pub fn give(state: &State, size: u64, device: Device, handle: u64) {
+/// Host memory for a block of `size` bytes on `device`, as above.
+pub fn take(state: &State, size: u64, device: Device) -> backing::Result<u64> {
+    if let Some(handle) = spare(state, size, device).or_else(|| from_kept(state, size, device)) {
+        return Ok(handle);
+    }
+    let handle = backing::create(size, device, false)?;
+    lock(&state.tier.host_bytes).insert(handle, size);
+    Ok(handle)
+}
+
+/// The smallest spare that serves `size`.
+fn spare(state: &State, size: u64, device: Device) -> Option<u64> {
+    let mut spares = lock(&state.tier.spare_host);
+    let best = spares
+        .iter()
+        .enumerate()
+        .filter(|(_, &(bytes, of, _))| of == device && serves(bytes, size))
+        .min_by_key(|(_, &(bytes, _, _))| bytes)
+        .map(|(index, _)| index)?;
+    Some(spares.swap_remove(best).2)
+}
+
+/// The host memory of the kept block in host memory (its free reached)
+/// whose host memory serves `size` best; the kept block is given up.
+fn from_kept(state: &State, size: u64, device: Device) -> Option<u64> {
+    let sizes = lock(&state.tier.host_bytes).clone();
+    let bytes_of = |k: &Kept| sizes.get(&k.backing.in_host).copied().unwrap_or(0);
+    let kept = {
+        let mut list = lock(&state.tier.kept);
+        let best = list
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| {
+                k.backing.device == device
+                    && k.backing.on_device == 0
+                    && k.backing.in_host != 0
+                    && serves(bytes_of(k), size)
+                    && super::kept::reached(k)
+            })
+            .min_by_key(|(_, k)| bytes_of(k))
+            .map(|(index, _)| index)?;
+        list.remove(best)
+    };
+    let at = kept.ptr as CUdeviceptr;
+    let backing = kept.backing;
+    backing::unmap(at, backing.size);
+    backing::unmap(at + backing.size, backing.size);
+    backing::unreserve(at, backing.size);
+    super::kept::destroy(kept.event, kept.runtime_event);
+    Some(backing.in_host)
+}
+
+/// Host memory a block held, unmapped everywhere now: kept as a spare if
+/// it fits under the bound, else released.
+pub fn give(state: &State, device: Device, handle: u64) {
+    let bytes = lock(&state.tier.host_bytes).get(&handle).copied();
     let bound = state.ledger.device(device).peak_spilled.load(Relaxed);
-    {
+    if let Some(bytes) = bytes {
         let mut spares = lock(&state.tier.spare_host);
         let held: u64 = spares.iter().map(|&(bytes, _, _)| bytes).sum();
-        if held + size <= bound {
-            spares.push((size, device, handle));
+        if held + bytes <= bound {
+            spares.push((bytes, device, handle));
             return;
         }
     }
+    lock(&state.tier.host_bytes).remove(&handle);
     backing::release(handle);
+}
+
+/// Releases every spare: once the job has freed all its tier blocks, it
+/// may not spill again, and its host memory goes back to the machine.
+pub fn release_all(state: &State) {
+    let spares = std::mem::take(&mut *lock(&state.tier.spare_host));
+    let mut sizes = lock(&state.tier.host_bytes);
+    for (_, _, handle) in spares {
+        sizes.remove(&handle);
+        backing::release(handle);
+    }
 }
