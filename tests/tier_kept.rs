@@ -192,6 +192,8 @@ fn host_memory_of_a_freed_block_serves_the_next_block_of_its_size_without_pinnin
     // c's, and a's at its first move out (to make room for d at its fill):
     // d got c's.
     assert_eq!(host_made, 2, "{:?}", run.calls);
+    let moves = &run.trace()["processes"][0]["moves"];
+    assert_eq!(moves["pinned_bytes"], 8 * MIB, "{moves}");
     let line = run.line("peekvia d");
     assert_eq!(log_field(line, "first"), "4", "{line}");
 }

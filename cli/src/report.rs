@@ -224,7 +224,7 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
 /// What the spill tier moved, in one line.
 fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
     format!(
-        "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making memory), {:.2} s waiting for the device first, {} times\n",
+        "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making memory), {:.2} s waiting for the device first, {} times; {} of new host memory pinned in {:.2} s\n",
         moves.to_device,
         human_bytes(moves.bytes_to_device),
         moves.to_host,
@@ -235,7 +235,9 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
         moves.remap_seconds,
         moves.memory_seconds,
         moves.drain_seconds,
-        moves.fetches
+        moves.fetches,
+        human_bytes(moves.pinned_bytes),
+        moves.pinning_seconds
     )
 }
 
@@ -260,6 +262,8 @@ mod tests {
                 copy_seconds: 1.0,
                 remap_seconds: 0.25,
                 memory_seconds: 0.5,
+                pinning_seconds: 0.75,
+                pinned_bytes: 4 << 20,
                 fetches: 6,
                 steps: 9,
             }),
@@ -267,7 +271,7 @@ mod tests {
         };
         let report = process_report(&process, &[]);
         assert!(
-            report.contains("  moves: 3 onto the device (3.00 MiB), 2 to the host (2.00 MiB); 4 uses left in place; 1.50 s copying and remapping (1.00 s waiting for copies, 0.25 s remapping, 0.50 s making memory), 0.25 s waiting for the device first, 6 times\n"),
+            report.contains("  moves: 3 onto the device (3.00 MiB), 2 to the host (2.00 MiB); 4 uses left in place; 1.50 s copying and remapping (1.00 s waiting for copies, 0.25 s remapping, 0.50 s making memory), 0.25 s waiting for the device first, 6 times; 4.00 MiB of new host memory pinned in 0.75 s\n"),
             "{report}"
         );
         let quiet = process_report(&ProcessJson::default(), &[]);

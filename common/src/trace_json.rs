@@ -175,6 +175,10 @@ pub struct MovesJson {
     pub copy_seconds: f64,
     pub remap_seconds: f64,
     pub memory_seconds: f64,
+    /// Of all the tier's time (moves and allocations): making new host
+    /// memory, which pins it, and its bytes.
+    pub pinning_seconds: f64,
+    pub pinned_bytes: u64,
     /// Times the job's launches were held back and the device drained for
     /// moves (before a launch, or for a quota or budget cut).
     pub fetches: u64,

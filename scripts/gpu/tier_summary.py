@@ -29,7 +29,8 @@ def moves_of(name, steps):
     """The tier's moves in the run's trace, per step of the `steps` the run
     made (warm-up included): (GB moved both ways, seconds of copies and
     remaps, seconds waiting for the device, and of the first: seconds
-    waiting for copies, remapping, making memory; times the device was
+    waiting for copies, remapping, making memory, pinning new host memory
+    (wherever it was made); times the device was
     drained), or None."""
     path = os.path.join(os.path.dirname(sys.argv[1]), f"trace-{name}.json")
     try:
@@ -39,19 +40,19 @@ def moves_of(name, steps):
     if not moves or not steps:
         return None
     moved = (moves["bytes_to_device"] + moves["bytes_to_host"]) / steps / 1e9
-    parts = [moves.get(k, 0) / steps for k in ("copy_seconds", "remap_seconds", "memory_seconds", "fetches")]
+    parts = [moves.get(k, 0) / steps for k in ("copy_seconds", "remap_seconds", "memory_seconds", "pinning_seconds", "fetches")]
     return (moved, moves["seconds"] / steps, moves.get("drain_seconds", 0) / steps, *parts)
 
 
 runs = [json.loads(line) for line in open(sys.argv[1])]
 native = {r["job"]: r for r in runs if r["name"].endswith("-native") and r["result"]}
-print("| run | exit | step ms (median) | x native | x floor | losses = native | most device bytes / quota | link GB/step (rx+tx) | moved GB/step | copy+remap ms/step | drain ms/step | of copy+remap: copies / remaps / memory ms | drains/step |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| run | exit | step ms (median) | x native | x floor | losses = native | most device bytes / quota | link GB/step (rx+tx) | moved GB/step | copy+remap ms/step | drain ms/step | of copy+remap: copies / remaps / memory ms | pinning ms/step | drains/step |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for run in runs:
     result = run["result"]
     base = native.get(run["job"])
     if not result or not base:
-        print(f"| {run['name']} | {run['exit']} | - | - | - | - | - | - | - | - | - | - | - |")
+        print(f"| {run['name']} | {run['exit']} | - | - | - | - | - | - | - | - | - | - | - | - |")
         continue
     step = median_step(result)
     native_step = median_step(base["result"])
@@ -69,8 +70,8 @@ for run in runs:
     moved = moves_of(run["name"], len(result["values"]))
     tier = (
         f"{moved[0]:.1f} | {1e3 * moved[1]:.0f} | {1e3 * moved[2]:.0f} | "
-        f"{1e3 * moved[3]:.0f} / {1e3 * moved[4]:.0f} / {1e3 * moved[5]:.0f} | {moved[6]:.0f}"
+        f"{1e3 * moved[3]:.0f} / {1e3 * moved[4]:.0f} / {1e3 * moved[5]:.0f} | {1e3 * moved[6]:.0f} | {moved[7]:.0f}"
         if moved
-        else "- | - | - | - | -"
+        else "- | - | - | - | - | -"
     )
     print(f"| {run['name']} | {run['exit']} | {step:.1f} | {step / native_step:.2f} | {step / floor:.2f} | {same} | {held} | {link} | {tier} |")

@@ -240,6 +240,8 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
         copy_seconds: tier.copy_ns.load(Relaxed) as f64 / 1e9,
         remap_seconds: tier.remap_ns.load(Relaxed) as f64 / 1e9,
         memory_seconds: tier.memory_ns.load(Relaxed) as f64 / 1e9,
+        pinning_seconds: tier.pinning_ns.load(Relaxed) as f64 / 1e9,
+        pinned_bytes: tier.pinned.load(Relaxed),
         fetches: tier.fetches.load(Relaxed),
         steps: state.access.steps.current(),
     })

@@ -80,6 +80,10 @@ pub struct Tier {
     pub copy_ns: AtomicU64,
     pub remap_ns: AtomicU64,
     pub memory_ns: AtomicU64,
+    /// Making new host memory (pinning it), wherever it was made, and its
+    /// bytes.
+    pub pinning_ns: AtomicU64,
+    pub pinned: AtomicU64,
     /// Times the gate closed and the device was drained for moves (for a
     /// launch, or for a quota or budget cut).
     pub fetches: AtomicU64,

@@ -29,8 +29,13 @@ pub fn take(state: &State, size: u64, device: Device) -> backing::Result<u64> {
     if let Some(handle) = spare(state, size, device).or_else(|| from_kept(state, size, device)) {
         return Ok(handle);
     }
+    let began = std::time::Instant::now();
     let handle = backing::create(size, device, false)?;
-    lock(&state.tier.host_bytes).insert(handle, size);
+    let tier = &state.tier;
+    tier.pinning_ns
+        .fetch_add(began.elapsed().as_nanos() as u64, Relaxed);
+    tier.pinned.fetch_add(size, Relaxed);
+    lock(&tier.host_bytes).insert(handle, size);
     Ok(handle)
 }
 
