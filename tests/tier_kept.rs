@@ -71,24 +71,59 @@ fn a_block_freed_in_stream_order_serves_the_next_allocation_of_its_size_and_coun
 }
 
 #[test]
-fn another_stream_gets_a_kept_block_only_once_its_free_is_reached() {
+fn another_stream_gets_a_kept_block_at_once_waiting_for_its_free() {
     let run = client(
         Runtime::Fake13,
-        // Work on the streams runs 50 ms after it is given.
+        // Work on the streams runs 50 ms after it is given: stream 1 has
+        // not reached the free when stream 2 allocates.
         &moving("64MiB", &[("FAKE_CUDA_STREAM_DELAY_US", "50000")]),
         &[
             "async:a:4M:1",
             "fill:a:5:1",
             "freeasync:a:1",
             "async:b:4M:2",
+            "fill:b:9:2",
+            "copyout:b:2",
             "sync",
-            "async:c:4M:2",
+            "hostbytes",
         ],
     );
     run.assert_ok();
-    let a = ptr(&run, "async a");
-    assert_ne!(ptr(&run, "async b"), a, "stream 1 had not reached the free");
-    assert_eq!(ptr(&run, "async c"), a, "reached after the wait");
+    assert_eq!(ptr(&run, "async b"), ptr(&run, "async a"), "the same block");
+    let line = run.line("hostbytes");
+    assert_eq!(log_field(line, "first"), "9", "{line}");
+}
+
+#[test]
+fn a_block_freed_while_a_stream_is_captured_stays_and_is_never_reused() {
+    let run = client(
+        Runtime::Fake13,
+        &moving("64MiB", &[]),
+        &[
+            "async:a:4M",
+            "capture",
+            "freeasync:a",
+            "endcapture",
+            "async:b:4M",
+        ],
+    );
+    run.assert_ok();
+    assert_ne!(
+        ptr(&run, "async b"),
+        ptr(&run, "async a"),
+        "a is the graph's"
+    );
+    // Nothing waited for the device or gave memory back during the capture.
+    let calls: Vec<&String> = run
+        .calls
+        .iter()
+        .skip_while(|c| !c.contains("cudaStreamBeginCapture"))
+        .take_while(|c| !c.contains("cudaStreamEndCapture"))
+        .filter(|c| {
+            c.contains("Synchronize") || c.contains("cuMemUnmap") || c.contains("cuMemRelease")
+        })
+        .collect();
+    assert!(calls.is_empty(), "{calls:?}");
 }
 
 #[test]
@@ -236,4 +271,29 @@ fn a_block_that_needs_host_memory_takes_that_of_a_kept_block_up_to_twice_its_siz
     let line = run.line("hostbytes");
     assert_eq!(log_field(line, "first"), "6", "{line}");
     assert_eq!(log_field(line, "last"), "6", "{line}");
+}
+
+#[test]
+fn kept_blocks_give_their_room_to_any_allocation() {
+    let run = client(
+        Runtime::Fake13,
+        &moving("8MiB", &[]),
+        &[
+            "async:a:4M",
+            "async:b:4M",
+            "freeasync:a",
+            "freeasync:b",
+            "sync",
+            // Smaller than a tier block: would spill if the kept blocks
+            // kept their room.
+            "malloc:c:1M",
+        ],
+    );
+    run.assert_ok();
+    let allocations = run.allocations();
+    assert_eq!(
+        allocations.last(),
+        Some(&("cudaMalloc".to_string(), "device".to_string())),
+        "{allocations:?}"
+    );
 }

@@ -63,6 +63,7 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
     return rc;
 }
 CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice device) { return pool_of_device(pool, device); }
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice device) { return pool_of_device(pool, device); }
 CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attribute, void *value) {
     return pool_attribute(pool, attribute, value);
 }
@@ -256,7 +257,8 @@ CUresult cuEventCreate(void **event, unsigned flags) {
 CUresult cuEventRecord(void *event, CUstream stream) { trace("cuEventRecord stream=%p", (void *)stream); return event ? OK : INVALID_VALUE; }
 CUresult cuEventRecord_ptsz(void *event, CUstream stream) { return cuEventRecord(event, stream); }
 CUresult cuEventQuery(void *event) { return event ? OK : INVALID_VALUE; }
-CUresult cuEventSynchronize(void *event) { return event ? OK : INVALID_VALUE; }
+CUresult cuStreamWaitEvent(CUstream stream, void *event, unsigned flags) { return event ? OK : INVALID_VALUE; }
+CUresult cuStreamWaitEvent_ptsz(CUstream stream, void *event, unsigned flags) { return cuStreamWaitEvent(stream, event, flags); }
 CUresult cuEventDestroy_v2(void *event) { return event ? OK : INVALID_VALUE; }
 /* Unmaps every mapping inside [ptr, ptr + size). */
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {

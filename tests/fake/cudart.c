@@ -112,6 +112,7 @@ cudaError_t cudaFree(void *p) {
     return rc;
 }
 cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *pool, int device) { return pool_of_device(pool, device); }
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int device) { return pool_of_device(pool, device); }
 cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, int attribute, void *value) {
     return pool_attribute(pool, attribute, value);
 }

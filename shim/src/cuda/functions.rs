@@ -138,9 +138,11 @@ macro_rules! cuda_functions {
                 fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_int, device: CUdevice);
                 fn cuStreamCreate(stream: *mut CUstream, flags: c_uint);
                 fn cudaDeviceGetMemPool(pool: *mut cudaMemPool_t, device: c_int);
+                fn cudaDeviceGetDefaultMemPool(pool: *mut cudaMemPool_t, device: c_int);
                 fn cudaMemPoolGetAttribute(pool: cudaMemPool_t, attribute: c_int, value: *mut c_void);
                 fn cudaMemPoolTrimTo(pool: cudaMemPool_t, keep: usize);
                 fn cuDeviceGetMemPool(pool: *mut CUmemoryPool, device: CUdevice);
+                fn cuDeviceGetDefaultMemPool(pool: *mut CUmemoryPool, device: CUdevice);
                 fn cuMemPoolGetAttribute(pool: CUmemoryPool, attribute: c_int, value: *mut c_void);
                 fn cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize);
                 // Where a kernel's parameters lie, for reading its operands.
@@ -169,13 +171,15 @@ macro_rules! cuda_functions {
                 fn cudaEventRecord(event: *mut c_void, stream: cudaStream_t);
                 fn cudaEventRecord_ptsz(event: *mut c_void, stream: cudaStream_t);
                 fn cudaEventQuery(event: *mut c_void);
-                fn cudaEventSynchronize(event: *mut c_void);
+                fn cudaStreamWaitEvent(stream: cudaStream_t, event: *mut c_void, flags: c_uint);
+                fn cudaStreamWaitEvent_ptsz(stream: cudaStream_t, event: *mut c_void, flags: c_uint);
                 fn cudaEventDestroy(event: *mut c_void);
                 fn cuEventCreate(event: *mut *mut c_void, flags: c_uint);
                 fn cuEventRecord(event: *mut c_void, stream: CUstream);
                 fn cuEventRecord_ptsz(event: *mut c_void, stream: CUstream);
                 fn cuEventQuery(event: *mut c_void);
-                fn cuEventSynchronize(event: *mut c_void);
+                fn cuStreamWaitEvent(stream: CUstream, event: *mut c_void, flags: c_uint);
+                fn cuStreamWaitEvent_ptsz(stream: CUstream, event: *mut c_void, flags: c_uint);
                 fn cuEventDestroy_v2(event: *mut c_void);
                 fn cudnnBackendGetAttribute(descriptor: LibraryHandle, name: c_int, kind: c_int, requested: i64, count: *mut i64, elements: *mut c_void);
             }

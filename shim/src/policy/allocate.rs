@@ -75,8 +75,14 @@ where
     } else {
         // A stream-ordered allocation being captured belongs to the graph,
         // made and freed at each replay: CUDA's pool serves it.
-        let captured = stream.is_some() && state.access.graphs.capturing_any();
-        tier::tier_size(api, size as usize, tier_limit).filter(|_| !captured && one_device())
+        // One from a pool the job set current stays CUDA's too.
+        let ordered = stream.is_some();
+        let captured = ordered && state.access.graphs.capturing_any();
+        tier::tier_size(api, size as usize, tier_limit).filter(|_| {
+            !captured
+                && one_device()
+                && (!ordered || stream_pools::current_is_default(backend, device))
+        })
     };
     let size = tiered.unwrap_or(size);
     // A tier block of this size freed in stream order, kept on the device:
@@ -98,8 +104,8 @@ where
     if !fits && stream_pools::trim_device(state, device) {
         fits = state.ledger.try_reserve(device, size, limit);
     }
-    // So do the tier's kept blocks.
-    if !fits && kept_stream.is_some() {
+    // So do the tier's kept blocks, whatever the allocation.
+    if !fits {
         let mut room = false;
         tier::kept::give_back_while(state, device, true, |_| {
             room = state.ledger.try_reserve(device, size, limit);

@@ -104,7 +104,8 @@ pub fn demote_for(state: &State, device: Device, wanted: impl Fn() -> u64) {
 /// Demotes the device's managed blocks, largest first, then the spill
 /// tier's, while `more(freed)`.
 fn demote_while(state: &State, device: Device, mut more: impl FnMut(u64) -> bool) -> u64 {
-    let mut freed = 0;
+    // The spill tier's kept blocks first: giving them back moves nothing.
+    let mut freed = super::tier::kept::give_back_while(state, device, false, &mut more);
     for (size, ptr) in state.ledger.demotion_candidates(device) {
         if !more(freed) {
             break;

@@ -44,6 +44,26 @@ pub fn resolve(backend: Backend, given: *mut c_void, device: Device) -> Option<u
         .map(|()| pool as usize)
 }
 
+/// Whether `device`'s current pool is its default one. A pool the job made
+/// and set current (`cudaDeviceSetMemPool`) may be exported to other
+/// processes: what it hands out stays CUDA's, never a spill tier block.
+pub fn current_is_default(backend: Backend, device: Device) -> bool {
+    let current = resolve(backend, std::ptr::null_mut(), device);
+    let mut default: *mut c_void = std::ptr::null_mut();
+    // SAFETY: writes a handle we own.
+    let rc = unsafe {
+        match backend {
+            Backend::Runtime => {
+                real::cudaDeviceGetDefaultMemPool(&mut default, device.number() as c_int)
+            }
+            Backend::Driver => {
+                real::cuDeviceGetDefaultMemPool(&mut default, device.number() as CUdevice)
+            }
+        }
+    };
+    rc == cudaSuccess && current.is_some_and(|pool| pool == default as usize)
+}
+
 fn attribute(backend: Backend, pool: usize, attribute: c_int) -> Option<u64> {
     let mut value: u64 = 0;
     let out = &mut value as *mut u64 as *mut c_void;

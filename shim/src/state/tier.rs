@@ -40,7 +40,7 @@ pub struct Backing {
 /// keep freed memory: the job's step allocates the same sizes again, and
 /// a kept block costs no virtual memory calls, no pinning and, where it is
 /// on the device, no room to be made.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 pub struct Kept {
     pub ptr: usize,
     pub backing: Backing,
@@ -93,6 +93,9 @@ pub struct Tier {
     pub kept: Mutex<Vec<Kept>>,
     /// Allocations served from `kept`.
     pub reused: AtomicU64,
+    /// Blocks freed in stream order while a stream was captured: the graph
+    /// frees them when it runs, so they stay as they are.
+    pub freed_in_capture: Mutex<Vec<(usize, Backing)>>,
     /// Host memory no block holds, as (bytes, device, handle), unmapped:
     /// pinning host memory runs at a few GB/s, so a block's host memory is
     /// kept for the next block of its size that needs some.

@@ -56,13 +56,20 @@ pub fn keeps(state: &State, ptr: usize) -> bool {
 /// Keeps the tier block at `ptr`, which the ledger has let go of (holding
 /// its device bytes, [`crate::state::ledger::Ledger::take_holding`]),
 /// freed by `api` on `stream`. Where no event can say when the free is
-/// reached, or a capture is under way (the free would happen at each
-/// replay), the block is given back as `cudaFree` does.
+/// reached, the block is given back as `cudaFree` does. While a stream is
+/// captured, the free belongs to the graph and happens only when the graph
+/// runs, if ever: the block stays mapped and counted, and is never reused.
 pub fn keep(state: &State, api: Api, ptr: usize, block: &Block, stream: usize) -> cudaError_t {
-    let recorded = (!state.access.graphs.capturing_any())
-        .then(|| record(api, stream))
-        .flatten();
-    let Some((event, runtime_event)) = recorded else {
+    if state.access.graphs.capturing_any() {
+        if let Some((_, backing)) = state.tier.blocks.remove(&ptr) {
+            if block.placement == Placement::Host {
+                state.tier.bytes_in_host.fetch_sub(backing.size, SeqCst);
+            }
+            lock(&state.tier.freed_in_capture).push((ptr, backing));
+        }
+        return cudaSuccess;
+    }
+    let Some((event, runtime_event)) = record(api, stream) else {
         if block.placement == Placement::Device {
             state.ledger.unreserve(block.device, block.size);
         }
@@ -70,6 +77,9 @@ pub fn keep(state: &State, api: Api, ptr: usize, block: &Block, stream: usize) -
     };
     let Some((_, backing)) = state.tier.blocks.remove(&ptr) else {
         destroy(event, runtime_event);
+        if block.placement == Placement::Device {
+            state.ledger.unreserve(block.device, block.size);
+        }
         return cudaErrorInvalidValue;
     };
     if block.placement == Placement::Host {
@@ -130,23 +140,35 @@ pub fn reuse(
     device_only: bool,
 ) -> Option<*mut c_void> {
     let key = stream_key(api, stream);
-    let kept = {
+    let (kept, ordered) = {
         let mut list = lock(&state.tier.kept);
         let fits = |k: &Kept, on_device: bool| {
             k.backing.device == device
                 && k.backing.size == size
                 && (k.backing.on_device != 0) == on_device
-                && ((key != 0 && k.stream == key) || reached(k))
         };
+        let ordered = |k: &Kept| (key != 0 && k.stream == key) || reached(k);
         // The latest freed first: its memory is the likeliest in caches,
-        // and steps that repeat get the same addresses back.
-        let found = list.iter().rposition(|k| fits(k, true)).or_else(|| {
-            (!device_only)
-                .then(|| list.iter().rposition(|k| fits(k, false)))
-                .flatten()
-        })?;
-        list.remove(found)
+        // and steps that repeat get the same addresses back. One whose
+        // free is not reached yet serves too, once the allocation's stream
+        // waits for the free, as CUDA's pools do.
+        let mut found = None;
+        for on_device in [true, false] {
+            if on_device || !device_only {
+                found = found
+                    .or_else(|| list.iter().rposition(|k| fits(k, on_device) && ordered(k)))
+                    .or_else(|| list.iter().rposition(|k| fits(k, on_device)));
+            }
+        }
+        let kept = list.remove(found?);
+        let ordered = ordered(&kept);
+        (kept, ordered)
     };
+    if !ordered && !wait_on_stream(api, stream, &kept) {
+        // Not ordered after the free: it stays kept.
+        lock(&state.tier.kept).insert(0, kept);
+        return None;
+    }
     destroy(kept.event, kept.runtime_event);
     let on_device = kept.backing.on_device != 0;
     let mut backing = kept.backing;
@@ -188,34 +210,36 @@ pub fn on_device(state: &State, device: Device) -> u64 {
 
 /// Gives back kept blocks on `device`'s memory whose frees are reached, the
 /// oldest first, while `more(bytes given back so far)`; with `wait`, once
-/// none is reached, waits for the oldest one's free (cheaper than sending
-/// the allocation waiting for room to host memory, whence it would move
-/// in at its first use). The bytes given back.
+/// none is reached, waits up to [`FREE_WAIT`] for one to be (cheaper than
+/// sending an allocation to host memory, whence it would move in at its
+/// first use; bounded, since the free may wait for work this thread has
+/// yet to give). The bytes given back.
 pub fn give_back_while(
     state: &State,
     device: Device,
     wait: bool,
     mut more: impl FnMut(u64) -> bool,
 ) -> u64 {
+    let began = std::time::Instant::now();
     let mut given = 0;
     while more(given) {
+        let here = |k: &Kept| k.backing.device == device && k.backing.on_device != 0;
         let kept = {
             let mut list = lock(&state.tier.kept);
-            let here = |k: &Kept| k.backing.device == device && k.backing.on_device != 0;
-            let found = list
-                .iter()
-                .position(|k| here(k) && reached(k))
-                .or_else(|| wait.then(|| list.iter().position(here)).flatten());
-            match found {
-                Some(index) => list.remove(index),
-                None => break,
+            if !list.iter().any(here) {
+                break;
             }
+            list.iter()
+                .position(|k| here(k) && reached(k))
+                .map(|index| list.remove(index))
         };
-        if !reached(&kept) && !synchronize(&kept) {
-            // It may still be in use: it stays kept.
-            lock(&state.tier.kept).insert(0, kept);
-            break;
-        }
+        let Some(kept) = kept else {
+            if !wait || began.elapsed() > FREE_WAIT {
+                break;
+            }
+            std::thread::yield_now();
+            continue;
+        };
         given += kept.backing.size;
         if kept.backing.in_host != 0 {
             to_host(state, kept);
@@ -225,6 +249,9 @@ pub fn give_back_while(
     }
     given
 }
+
+/// How long an allocation waits for a kept block's free to be reached.
+const FREE_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Gives back the device memory of a kept block that has host memory, and
 /// keeps it on as a block in host memory: the next allocation of its size
@@ -323,21 +350,26 @@ pub(super) fn reached(kept: &Kept) -> bool {
     rc == cudaSuccess
 }
 
-/// Waits until the free that kept `kept` is reached; false if CUDA could
-/// not say.
-fn synchronize(kept: &Kept) -> bool {
-    let event = kept.event as *mut c_void;
-    // SAFETY: an event `record` made, not yet destroyed.
+/// Makes `stream` (in the form `api` uses) wait for the free that kept
+/// `kept`; false if CUDA refused.
+fn wait_on_stream(api: Api, stream: usize, kept: &Kept) -> bool {
+    let per_thread = api.name().ends_with("_ptsz");
+    let (stream, event) = (stream as *mut c_void, kept.event as *mut c_void);
+    // SAFETY: the caller's stream and an event `record` made, not yet
+    // destroyed, of the same API.
     let rc = unsafe {
-        if kept.runtime_event {
-            real::cudaEventSynchronize(event)
-        } else {
-            real::cuEventSynchronize(event)
+        match (kept.runtime_event, per_thread) {
+            (true, false) => real::cudaStreamWaitEvent(stream, event, 0),
+            (true, true) => real::cudaStreamWaitEvent_ptsz(stream, event, 0),
+            (false, false) => real::cuStreamWaitEvent(stream, event, 0),
+            (false, true) => real::cuStreamWaitEvent_ptsz(stream, event, 0),
         }
     };
     rc == cudaSuccess
 }
 
+/// Destroys an event `record` made; CUDA releases it when its record
+/// completes, if it has not yet.
 pub(super) fn destroy(event: usize, runtime: bool) {
     let event = event as *mut c_void;
     // SAFETY: an event `record` made, destroyed once; CUDA releases it when

@@ -117,7 +117,11 @@ pub fn place(
     };
     if let Err(rc) = backing::map(ptr, size, handle, device) {
         failed("mapping", rc);
-        backing::release(handle);
+        if on_device {
+            backing::release(handle);
+        } else {
+            spare::give(state, device, handle);
+        }
         backing::unreserve(ptr, size);
         return None;
     }
@@ -127,7 +131,7 @@ pub fn place(
         if let Err(rc) = backing::map(ptr + size, size, handle, device) {
             failed("mapping", rc);
             backing::unmap(ptr, size);
-            backing::release(handle);
+            spare::give(state, device, handle);
             backing::unreserve(ptr, size);
             return None;
         }
@@ -190,7 +194,7 @@ pub fn free(state: &State, api: Api, ptr: usize, block: &Block) -> cudaError_t {
         spare::give(state, backing.device, backing.in_host);
     }
     backing::unreserve(ptr as CUdeviceptr, backing.size);
-    if state.tier.blocks.is_empty() {
+    if state.tier.blocks.is_empty() && crate::state::lock(&state.tier.kept).is_empty() {
         spare::release_all(state);
     }
     if block.placement == Placement::Host {
@@ -474,7 +478,9 @@ pub fn evict_while(state: &State, device: Device, mut more: impl FnMut(u64) -> b
         return given;
     }
     let _timed = Timed(state, std::time::Instant::now());
-    let mut moved = given;
+    // With the device drained, every kept block's free is reached.
+    let mut moved =
+        given + kept::give_back_while(state, device, false, |more_given| more(given + more_given));
     for (_, size, ptr) in by_next_use(state, candidates) {
         if !more(moved) {
             break;

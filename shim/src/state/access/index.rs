@@ -41,7 +41,7 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    fn empty() -> Self {
+    pub(super) fn empty() -> Self {
         Snapshot {
             generation: u64::MAX,
             low: u64::MAX,
@@ -72,12 +72,12 @@ impl Snapshot {
             .collect();
     }
 
-    /// Whether the block at `index` was in host memory.
     /// The ledger's generation it was built from.
     pub fn generation(&self) -> u64 {
         self.generation
     }
 
+    /// Whether the block at `index` was in host memory.
     pub fn in_host(&self, index: usize) -> bool {
         self.in_host.get(index).copied().unwrap_or(false)
     }
@@ -258,7 +258,7 @@ impl BlockIndex {
 
 /// The snapshot of `live`, keeping the profiles of blocks still there (same
 /// start and size); the profiles of the others.
-fn rebuild(
+pub(super) fn rebuild(
     old: &Snapshot,
     generation: u64,
     mut live: Vec<Range>,

@@ -143,7 +143,7 @@ impl<'a> Naming<'a> {
         let Some(index) = self.snapshot.find(value) else {
             if self.stale
                 && value != 0
-                && value % TIER_ALIGN == 0
+                && value.is_multiple_of(TIER_ALIGN)
                 && self.unfound_count < MAX_UNFOUND
                 && !self.unfound[..self.unfound_count].contains(&value)
             {
@@ -359,6 +359,43 @@ mod tests {
             ledger.insert(*ptr, block);
         }
         ledger
+    }
+
+    #[test]
+    fn a_stale_snapshot_leaves_the_ledger_to_find_a_tier_block_made_since() {
+        let ledger = ledger_with(&[]);
+        let block = Block {
+            size: 4 << 20,
+            device: crate::config::Device::new(0).unwrap(),
+            placement: Placement::Host,
+            device_part: 0,
+            api: Api::cudaMallocAsync,
+            pool: 0,
+            managed: false,
+            moving: false,
+            tiered: true,
+        };
+        let start = 0x7f00_0000_0000usize;
+        ledger.insert(start, block);
+        ledger.insert(
+            start + (16 << 20),
+            Block {
+                tiered: false,
+                ..block
+            },
+        );
+        let (older, _) = index::rebuild(&Snapshot::empty(), 1, Vec::new(), 0);
+        let mut naming = Naming::new(&older, 2);
+        for word in [start as u64 + 8, start as u64, start as u64 + (16 << 20), 7] {
+            naming.word(word);
+        }
+        // The start of a tier block, only: not a pointer into it, not
+        // another kind of block, not a word that is no address.
+        assert_eq!(naming.unfound_blocks(&ledger).collect::<Vec<_>>(), [start]);
+        // A snapshot as new as the ledger is not second-guessed.
+        let mut current = Naming::new(&older, 1);
+        current.word(start as u64);
+        assert_eq!(current.unfound_blocks(&ledger).count(), 0);
     }
 
     #[test]
