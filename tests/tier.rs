@@ -42,20 +42,6 @@ fn moved_out_for(moves: &[(String, u64)], block: u64) -> Vec<u64> {
         .collect()
 }
 
-/// The variables of a run with moves on, on one fake GPU (a process that
-/// sees two makes no tier blocks), under `quota`, and `more`.
-fn moving<'a>(quota: &'a str, more: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
-    let mut vars = vec![
-        ("VRAMSHARE_QUOTA", quota),
-        ("VRAMSHARE_MOVES", "on"),
-        ("FAKE_CUDA_DEVICES", "1"),
-    ];
-    vars.extend_from_slice(more);
-    vars
-}
-
-const MIB: u64 = 1 << 20;
-
 #[test]
 fn a_block_in_host_memory_is_on_the_device_before_the_kernel_that_names_it_with_its_bytes() {
     let run = client(

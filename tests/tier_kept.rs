@@ -9,20 +9,6 @@ mod common;
 
 use common::*;
 
-const MIB: u64 = 1 << 20;
-
-/// The variables of a run with moves on, on one fake GPU, under `quota`,
-/// and `more`.
-fn moving<'a>(quota: &'a str, more: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
-    let mut vars = vec![
-        ("VRAMSHARE_QUOTA", quota),
-        ("VRAMSHARE_MOVES", "on"),
-        ("FAKE_CUDA_DEVICES", "1"),
-    ];
-    vars.extend_from_slice(more);
-    vars
-}
-
 fn ptr(run: &Run, step: &str) -> u64 {
     hex(&run.field(step, "ptr"))
 }
@@ -142,8 +128,7 @@ fn kept_blocks_give_their_room_back_before_an_allocation_would_go_to_host_memory
         ],
     );
     run.assert_ok();
-    let placements: Vec<String> = run.allocations().into_iter().map(|(_, p)| p).collect();
-    assert_eq!(placements, ["device", "device", "device"]);
+    assert_eq!(placements(&run), ["device", "device", "device"]);
     let free: Vec<u64> = run.meminfo().iter().map(|(free, _)| *free).collect();
     // Both kept blocks held the quota; the oldest gave its room back.
     assert_eq!(free, [0, 2 * MIB], "{}", run.stdout);
@@ -178,8 +163,7 @@ fn a_move_in_takes_the_room_of_a_kept_block_before_moving_a_live_one_out() {
         ],
     );
     run.assert_ok();
-    let placements: Vec<String> = run.allocations().into_iter().map(|(_, p)| p).collect();
-    assert_eq!(placements, ["device", "device", "host"]);
+    assert_eq!(placements(&run), ["device", "device", "host"]);
     let c = ptr(&run, "async c");
     let moves: Vec<(String, u64)> = run.trace()["events"]
         .as_array()
@@ -217,13 +201,8 @@ fn host_memory_of_a_freed_block_serves_the_next_block_of_its_size_without_pinnin
         ],
     );
     run.assert_ok();
-    let placements: Vec<String> = run.allocations().into_iter().map(|(_, p)| p).collect();
-    assert_eq!(placements, ["device", "device", "host", "host"]);
-    let host_made = run
-        .calls
-        .iter()
-        .filter(|c| c.contains("cuMemCreate") && !c.contains("location=device"))
-        .count();
+    assert_eq!(placements(&run), ["device", "device", "host", "host"]);
+    let host_made = host_memory_made(&run).len();
     // c's, and a's at its first move out (to make room for d at its fill):
     // d got c's.
     assert_eq!(host_made, 2, "{:?}", run.calls);
@@ -254,13 +233,8 @@ fn a_block_that_needs_host_memory_takes_that_of_a_kept_block_up_to_twice_its_siz
         ],
     );
     run.assert_ok();
-    let placements: Vec<String> = run.allocations().into_iter().map(|(_, p)| p).collect();
-    assert_eq!(placements, ["device", "device", "host", "host"]);
-    let host_made: Vec<&String> = run
-        .calls
-        .iter()
-        .filter(|c| c.contains("cuMemCreate") && !c.contains("location=device"))
-        .collect();
+    assert_eq!(placements(&run), ["device", "device", "host", "host"]);
+    let host_made = host_memory_made(&run);
     // c's, and a's at its first move out (making room for d at its fill):
     // none for d.
     assert_eq!(host_made.len(), 2, "{host_made:?}");

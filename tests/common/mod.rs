@@ -11,6 +11,34 @@ use serde_json::Value;
 
 pub const MIB: u64 = 1 << 20;
 
+/// The variables of a run with moves on, on one fake GPU (a process that
+/// sees two makes no tier blocks), under `quota`, and `more`.
+pub fn moving<'a>(quota: &'a str, more: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut vars = vec![
+        ("VRAMSHARE_QUOTA", quota),
+        ("VRAMSHARE_MOVES", "on"),
+        ("FAKE_CUDA_DEVICES", "1"),
+    ];
+    vars.extend_from_slice(more);
+    vars
+}
+
+/// Where a run's allocations were placed, in order.
+pub fn placements(run: &Run) -> Vec<String> {
+    run.allocations()
+        .into_iter()
+        .map(|(_, placement)| placement)
+        .collect()
+}
+
+/// The fake driver's calls that made host memory.
+pub fn host_memory_made(run: &Run) -> Vec<&String> {
+    run.calls
+        .iter()
+        .filter(|c| c.contains("cuMemCreate") && !c.contains("location=device"))
+        .collect()
+}
+
 /// The test clients' kernel launch paths: each step's HOW, and the call it
 /// makes; the runtime's, then the driver's (graph launches apart).
 pub const RUNTIME_KERNEL_PATHS: [(&str, &str); 8] = [

@@ -28,7 +28,6 @@ use crate::state::ledger::Block;
 use crate::state::tier::Kept;
 use crate::state::{lock, State};
 
-use super::super::allocate::record_allocation;
 use super::{backing, spare};
 
 /// `cudaEventDisableTiming`, `CU_EVENT_DISABLE_TIMING`.
@@ -179,23 +178,7 @@ pub fn reuse(
         state.tier.bytes_in_host.fetch_add(size, SeqCst);
     }
     state.tier.reused.fetch_add(1, Relaxed);
-    let placement = if on_device {
-        Placement::Device
-    } else {
-        Placement::Host
-    };
-    let block = Block {
-        size,
-        device,
-        pool: 0,
-        placement,
-        device_part: 0,
-        api,
-        managed: false,
-        moving: false,
-        tiered: true,
-    };
-    record_allocation(state, kept.ptr as *mut c_void, block);
+    super::record_block(state, api, kept.ptr, size, device, on_device);
     Some(kept.ptr as *mut c_void)
 }
 
