@@ -271,3 +271,34 @@ fn kept_blocks_give_their_room_to_any_allocation() {
         "{allocations:?}"
     );
 }
+
+#[test]
+fn through_the_driver_kept_blocks_give_their_room_to_physical_memory_the_job_makes() {
+    let run = driver_client(
+        &moving("8MiB", &[]),
+        &[
+            "async:a:4M",
+            "async:b:4M",
+            "freeasync:a",
+            "freeasync:b",
+            "async:c:4M",
+            "create:h:4M",
+        ],
+    );
+    run.assert_ok();
+    assert_eq!(
+        ptr(&run, "async c"),
+        ptr(&run, "async b"),
+        "the latest freed"
+    );
+    let allocations = run.allocations();
+    assert_eq!(
+        allocations,
+        [
+            ("cuMemAllocAsync".to_string(), "device".to_string()),
+            ("cuMemAllocAsync".to_string(), "device".to_string()),
+            ("cuMemAllocAsync".to_string(), "device".to_string()),
+            ("cuMemCreate".to_string(), "device".to_string()),
+        ]
+    );
+}

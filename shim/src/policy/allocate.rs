@@ -106,12 +106,7 @@ where
     }
     // So do the tier's kept blocks, whatever the allocation.
     if !fits {
-        let mut room = false;
-        tier::kept::give_back_while(state, device, true, |_| {
-            room = state.ledger.try_reserve(device, size, limit);
-            !room
-        });
-        fits = room;
+        fits = tier::kept::room_for(state, device, size, limit, true);
     }
     if !fits && config().priority == Priority::High {
         fits = wait_for_room(state, device, size, limit);

@@ -48,9 +48,10 @@ pub unsafe fn mem_create(
     let api = Api::cuMemCreate;
     let size = size as u64;
     let quota = device_quota(state, device, Backend::Driver);
-    let fits = state
-        .ledger
-        .try_reserve(device, size, quota.unwrap_or(u64::MAX));
+    let limit = quota.unwrap_or(u64::MAX);
+    // The spill tier's kept blocks give their room back first.
+    let fits = state.ledger.try_reserve(device, size, limit)
+        || super::tier::kept::room_for(state, device, size, limit, true);
     let refuse = |why: &str| {
         info!(
             "cuMemCreate of {} refused: over device {device}'s quota{why}",

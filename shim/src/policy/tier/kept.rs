@@ -109,16 +109,20 @@ pub fn keep(state: &State, api: Api, ptr: usize, block: &Block, stream: usize) -
 fn over_host_bound(state: &State, list: &mut Vec<Kept>, device: Device) -> Vec<Kept> {
     let bound = state.ledger.device(device).peak_spilled.load(Relaxed);
     let in_host = |k: &Kept| k.backing.device == device && k.backing.on_device == 0;
-    let mut held: u64 = list
-        .iter()
-        .filter(|k| in_host(k))
-        .map(|k| k.backing.size)
-        .sum();
+    // A block's host memory may be larger than the block.
+    let sizes = lock(&state.tier.host_bytes);
+    let bytes = |k: &Kept| {
+        sizes
+            .get(&k.backing.in_host)
+            .copied()
+            .unwrap_or(k.backing.size)
+    };
+    let mut held: u64 = list.iter().filter(|k| in_host(k)).map(bytes).sum();
     let mut dropped = Vec::new();
     let mut index = 0;
     while held > bound && index < list.len() {
         if in_host(&list[index]) && reached(&list[index]) {
-            held -= list[index].backing.size;
+            held -= bytes(&list[index]);
             dropped.push(list.remove(index));
         } else {
             index += 1;
@@ -231,6 +235,18 @@ pub fn give_back_while(
         }
     }
     given
+}
+
+/// Reserves `size` device bytes on `device` under `limit`, giving back kept
+/// blocks (waiting for their frees as [`give_back_while`] does, with
+/// `wait`) until they fit. Whether they were reserved.
+pub fn room_for(state: &State, device: Device, size: u64, limit: u64, wait: bool) -> bool {
+    let mut fits = false;
+    give_back_while(state, device, wait, |_| {
+        fits = state.ledger.try_reserve(device, size, limit);
+        !fits
+    });
+    fits
 }
 
 /// How long an allocation waits for a kept block's free to be reached.

@@ -520,12 +520,7 @@ fn make_room(state: &State, device: Device, size: u64, quota: u64, keep: &[usize
         return true;
     }
     // Kept blocks go first: giving them back moves nothing.
-    let mut fits = false;
-    kept::give_back_while(state, device, false, |_| {
-        fits = state.ledger.try_reserve(device, size, quota);
-        !fits
-    });
-    if fits {
+    if kept::room_for(state, device, size, quota, false) {
         return true;
     }
     let candidates = movable_blocks(state, device, keep);
