@@ -5,84 +5,13 @@
 mod command;
 mod common;
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use command::*;
 use common::*;
 use serde_json::Value;
 use vramshare_common::trace_json::TraceJson;
-
-/// `vramshare run` of the test client, in the background.
-fn spawn_run(dir: &Path, quota: &str, steps: &[&str]) -> Child {
-    spawn_run_with(dir, quota, steps, &[])
-}
-
-/// The same, with `env` added to its environment.
-fn spawn_run_with(dir: &Path, quota: &str, steps: &[&str], env: &[(&str, &str)]) -> Child {
-    let client = client_path();
-    let mut args = vec![
-        "run",
-        "--quota",
-        quota,
-        "--dir",
-        dir.to_str().unwrap(),
-        "--",
-        &client,
-    ];
-    args.extend_from_slice(steps);
-    Command::new(env!("CARGO_BIN_EXE_vramshare"))
-        .args(&args)
-        .env("VRAMSHARE_LIB", shim_library())
-        .envs(env.iter().copied())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-fn ps_json(dir: &Path) -> Vec<Value> {
-    let out = vramshare(&["ps", "--json", "--dir", dir.to_str().unwrap()]);
-    if text(&out.stderr).contains("registry does not exist") {
-        return Vec::new(); // the job has not made the files yet
-    }
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    serde_json::from_slice::<Value>(&out.stdout)
-        .unwrap()
-        .as_array()
-        .unwrap()
-        .clone()
-}
-
-/// Polls `ps` until `pid`'s row satisfies `ready` (or panics after 10 s).
-fn wait_for_row(dir: &Path, pid: u32, ready: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(row) = ps_json(dir)
-            .into_iter()
-            .find(|r| r["pid"] == pid && ready(r))
-        {
-            return row;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "pid {pid} never showed as expected: {:?}",
-            ps_json(dir)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn wait_gone(dir: &Path, pid: u32, within: Duration) {
-    let deadline = Instant::now() + within;
-    while ps_json(dir).iter().any(|r| r["pid"] == pid) {
-        assert!(
-            Instant::now() < deadline,
-            "pid {pid} still listed after {within:?}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
 
 #[test]
 fn ps_shows_a_running_job_and_forgets_it_when_it_exits() {
@@ -531,59 +460,4 @@ fn ps_shows_pools_with_their_budgets_members_and_priorities() {
     assert!(text(&missing.stderr).contains("no pool \"nobody\""));
     assert!(high.wait().unwrap().success());
     assert!(low.wait().unwrap().success());
-}
-
-#[test]
-fn ps_shows_the_ranks_of_a_distributed_job_together_in_rank_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let rank = |rank: &'static str| {
-        [
-            ("RANK", rank),
-            ("WORLD_SIZE", "2"),
-            ("TORCHELASTIC_RUN_ID", "job7"),
-            ("MASTER_ADDR", "127.0.0.1"),
-            ("MASTER_PORT", "29500"),
-        ]
-    };
-    let steps = ["malloc:a:1M", "sleep:20000"];
-    let mut jobs = Vec::new();
-    // Rank 1 first, then a job of its own, then rank 0.
-    for env in [&rank("1")[..], &[], &rank("0")[..]] {
-        let job = spawn_run_with(dir.path(), "32MiB", &steps, env);
-        wait_for_row(dir.path(), job.id(), |r| {
-            r["devices"]["0"]["allocations"] == 1
-        });
-        jobs.push(job);
-    }
-    let pids: Vec<u32> = jobs.iter().map(Child::id).collect();
-    let rows = ps_json(dir.path());
-    let order: Vec<u32> = rows
-        .iter()
-        .map(|r| r["pid"].as_u64().unwrap() as u32)
-        .collect();
-    assert_eq!(order, [pids[2], pids[0], pids[1]], "{rows:?}");
-    assert_eq!(
-        (rows[0]["rank"].as_str(), rows[0]["world_size"].as_str()),
-        (Some("0"), Some("2"))
-    );
-    assert!(rows[2].get("rank").is_none(), "{}", rows[2]);
-    let table = text(&vramshare(&["ps", "--dir", dir.path().to_str().unwrap()]).stdout);
-    let line_of = |pid: u32| {
-        table
-            .lines()
-            .position(|l| l.trim_start().starts_with(&pid.to_string()))
-            .unwrap_or_else(|| panic!("{pid} in {table}"))
-    };
-    assert!(
-        line_of(pids[2]) < line_of(pids[0]) && line_of(pids[0]) < line_of(pids[1]),
-        "{table}"
-    );
-    assert!(
-        table.contains("[rank 0/2]") && table.contains("[rank 1/2]"),
-        "{table}"
-    );
-    for mut job in jobs {
-        let _ = job.kill();
-        let _ = job.wait();
-    }
 }

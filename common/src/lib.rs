@@ -12,6 +12,7 @@ pub mod event;
 pub mod fault_guard;
 pub mod files;
 pub mod mapped;
+pub mod pci;
 pub mod pool;
 pub mod process;
 pub mod registry;

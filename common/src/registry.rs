@@ -22,9 +22,9 @@ use crate::settings::{Priority, Spill};
 use crate::size::MAX_DEVICES;
 
 pub const MAGIC: u64 = u64::from_ne_bytes(*b"VSHREG01");
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 pub const HEADER_LEN: usize = 64;
-/// Room for the processes of a big node: 1,024 slots of 1.5 KiB.
+/// Room for the processes of a big node: 1,024 slots of 1.6 KiB.
 pub const DEFAULT_SLOTS: u64 = 1024;
 /// Bytes of the command line kept.
 pub const CMDLINE_BYTES: usize = 224;
@@ -56,6 +56,9 @@ pub struct DeviceCounters {
     /// room. Kept here rather than in the pool so that it ends with the
     /// process, however it ends.
     pub wanted: AtomicU64,
+    /// Which GPU this is, whatever the process numbers it: its PCI address
+    /// ([`crate::pci::code`]); 0 while unknown.
+    pub pci: AtomicU64,
 }
 
 impl DeviceCounters {
@@ -71,6 +74,7 @@ impl DeviceCounters {
             &self.promotions,
             &self.rejections,
             &self.wanted,
+            &self.pci,
         ] {
             counter.store(0, Ordering::Relaxed);
         }
@@ -99,6 +103,7 @@ impl DeviceCounters {
             promotions: self.promotions.load(Ordering::Relaxed),
             rejections: self.rejections.load(Ordering::Relaxed),
             wanted: self.wanted.load(Ordering::Relaxed),
+            bus_id: crate::pci::bus_id(self.pci.load(Ordering::Relaxed)),
         }
     }
 }
@@ -176,6 +181,9 @@ pub struct DeviceInfo {
     pub promotions: u64,
     pub rejections: u64,
     pub wanted: u64,
+    /// The GPU's PCI bus id, as `nvidia-smi` shows it, if known: the
+    /// process's device number is its own, after `CUDA_VISIBLE_DEVICES`.
+    pub bus_id: Option<String>,
 }
 
 impl ProcessSlot {
@@ -456,6 +464,7 @@ impl<M: AsRef<[u8]> + AsMut<[u8]>> Registry<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use crate::files::{open_existing, open_or_create};
 
     #[test]

@@ -19,11 +19,31 @@ typedef void *CUmemoryPool;
 typedef struct { int type; int id; } CUmemLocation;
 
 /* CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID (134): host node 1 is nearest. */
+/* The physical GPU behind the process's device `ordinal`: the
+ * ordinal-th entry of CUDA_VISIBLE_DEVICES (numbers only), else itself. */
+static int physical(int ordinal) {
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    if (!visible || !*visible) return ordinal;
+    for (int i = 0; *visible; i++) {
+        char *end;
+        long n = strtol(visible, &end, 10);
+        if (end == visible) return ordinal;
+        if (i == ordinal) return (int)n;
+        visible = *end == ',' ? end + 1 : end;
+    }
+    return ordinal;
+}
+/* Attributes: 134 (host NUMA node id: 1); the PCI address, 33 (bus: 0x18
+ * plus the physical GPU's number), 34 (device: 0), 50 (domain: 0). */
 CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device) {
     if (no_device()) return NO_DEVICE;
-    if (attribute != 134 || device < 0 || device >= device_count()) return INVALID_VALUE;
-    *value = 1;
-    return OK;
+    if (device < 0 || device >= device_count()) return INVALID_VALUE;
+    switch (attribute) {
+    case 134: *value = 1; return OK;
+    case 33: *value = 0x18 + physical(device); return OK;
+    case 34: case 50: *value = 0; return OK;
+    default: return INVALID_VALUE;
+    }
 }
 CUresult cuInit(unsigned flags) { return no_device() ? NO_DEVICE : OK; }
 CUresult cuDeviceGetCount(int *n) { if (no_device()) return NO_DEVICE; *n = device_count(); return OK; }

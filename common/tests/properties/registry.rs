@@ -21,7 +21,7 @@ const POOL: usize = 32;
 const PRIORITY: usize = 36;
 /// After the device count, its padding and the launch count.
 const DEVICES: usize = 56 + CMDLINE_BYTES;
-const DEVICE_SIZE: usize = 80;
+const DEVICE_SIZE: usize = 88;
 const WANTED: usize = 72;
 const LIVE: u32 = 2;
 const EXITED: u32 = 3;

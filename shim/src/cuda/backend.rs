@@ -192,6 +192,20 @@ impl Backend {
         check(rc).map(|()| count.max(0) as u32)
     }
 
+    /// The PCI address (domain, bus, device) of the process's device
+    /// `number`, as the driver says.
+    pub fn pci_address(number: u32) -> Option<(u32, u32, u32)> {
+        // CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, _PCI_DEVICE_ID, _PCI_DOMAIN_ID.
+        let ask = |attribute: c_int| {
+            let mut value: c_int = 0;
+            // SAFETY: writes an integer we own.
+            let rc =
+                unsafe { real::cuDeviceGetAttribute(&mut value, attribute, number as CUdevice) };
+            (rc == CUDA_SUCCESS && value >= 0).then_some(value as u32)
+        };
+        Some((ask(50)?, ask(33)?, ask(34)?))
+    }
+
     /// The real (free, total) of the current device.
     pub fn mem_get_info(self) -> Result<(usize, usize), c_int> {
         let (mut free, mut total) = (0usize, 0usize);

@@ -58,7 +58,7 @@ fn resolve_quota(state: &State, device: Device, backend: Backend) -> bool {
     if backend == Backend::Runtime {
         backend::runtime_major();
     }
-    state.learn_device_count(|| backend.device_count().ok());
+    state.learn_device_count(|| backend.device_count().ok(), Backend::pci_address);
     let mut quota = match config().quota.for_device(device.number()) {
         None => NO_QUOTA,
         Some(limit) => match limit_bytes(limit, device, backend) {

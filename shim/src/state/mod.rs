@@ -358,13 +358,24 @@ impl State {
     }
 
     /// On first use of a device: records how many devices the process sees
-    /// (for `vramshare quota set`), and says once of a quota entry that
+    /// (for `vramshare quota set`) and which GPU each is (`pci`: its PCI
+    /// address, for `vramshare ps`), and says once of a quota entry that
     /// names none of them.
-    pub fn learn_device_count(&self, ask: impl FnOnce() -> Option<u32>) {
+    pub fn learn_device_count(
+        &self,
+        ask: impl FnOnce() -> Option<u32>,
+        pci: impl Fn(u32) -> Option<(u32, u32, u32)>,
+    ) {
         self.devices_learned.call_once(|| {
             let Some(count) = ask() else { return };
             if let Some(slot) = self.slot {
                 slot.set_device_count(count);
+                for (number, counters) in slot.devices().iter().enumerate().take(count as usize) {
+                    if let Some((domain, bus, device)) = pci(number as u32) {
+                        let code = vramshare_common::pci::code(domain, bus, device);
+                        counters.pci.store(code, Ordering::Relaxed);
+                    }
+                }
             }
             let config = config();
             for (variable, quota) in [
