@@ -360,3 +360,28 @@ fn callers_managed_memory_counts_while_it_fits_then_lives_on_the_host() {
         .collect();
     assert_eq!(placements, vec!["device", "host"]);
 }
+
+#[test]
+fn exporting_a_block_spilled_to_managed_memory_is_refused_and_says_why() {
+    let run = client(
+        Runtime::Fake13,
+        &[
+            ("VRAMSHARE_QUOTA", "4MiB"),
+            ("VRAMSHARE_MOVES", "off"),
+            ("VRAMSHARE_LOG", "warn"),
+        ],
+        &["malloc:a:2M", "malloc:b:8M", "ipc:b", "ipc:a"],
+    );
+    run.assert_ok();
+    assert_eq!(
+        run.allocations().last(),
+        Some(&("cudaMalloc".to_string(), "host".to_string()))
+    );
+    assert_ne!(run.rc("ipc b"), 0, "CUDA's own refusal, passed on");
+    assert!(
+        run.stderr.contains("managed memory") && run.stderr.contains("VRAMSHARE_SPILL=off"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.rc("ipc a"), 0, "a block on the device exports");
+}

@@ -209,22 +209,31 @@ pub fn free(state: &State, api: Api, ptr: usize, block: &Block) -> cudaError_t {
     cudaSuccess
 }
 
-/// After CUDA refused to export `ptr` for another process (`rc`): if it
-/// lies in one of the tier's blocks, which CUDA's IPC cannot export, says
-/// so once, with the way out.
+/// After CUDA refused to export `ptr` for another process (`rc`): if the
+/// shim made the block as memory CUDA's IPC cannot export (one of the
+/// tier's blocks, or managed memory in place of a `cudaMalloc` over the
+/// quota), says so once of each kind, with the way out.
 pub fn ipc_refused(api: Api, ptr: usize, rc: cudaError_t) {
-    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    static SAID_TIER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    static SAID_MANAGED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if rc == cudaSuccess {
         return;
     }
     let state = crate::state::state();
-    let ours = state
+    let tiered = state
         .tier
         .blocks
         .iter()
         .any(|entry| (*entry.key()..*entry.key() + entry.value().size as usize).contains(&ptr));
-    if ours && !SAID.swap(true, Relaxed) {
+    if tiered && !SAID_TIER.swap(true, Relaxed) {
         warn!("{} of {ptr:#x} failed (CUDA error {rc}): the block is virtual memory of vramshare's spill tier, which CUDA cannot export to another process; run the job with VRAMSHARE_MOVES=off to share its memory", api.name());
+    }
+    // The caller's own managed memory is the caller's affair.
+    let made_managed = state.ledger.block_at(ptr).is_some_and(|block| {
+        block.managed && !matches!(block.api, Api::cudaMallocManaged | Api::cuMemAllocManaged)
+    });
+    if made_managed && !SAID_MANAGED.swap(true, Relaxed) {
+        warn!("{} of {ptr:#x} failed (CUDA error {rc}): vramshare made this block managed memory (it went over the quota, or this is a low-priority pool member), which CUDA cannot export to another process; a quota large enough for the memory the job shares keeps it exportable, and VRAMSHARE_SPILL=off makes such an allocation fail where it is made instead", api.name());
     }
 }
 
