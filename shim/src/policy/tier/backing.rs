@@ -140,6 +140,16 @@ pub fn unmap(ptr: CUdeviceptr, size: u64) {
     }
 }
 
+/// Unmaps a block of `size` bytes at `ptr`, and its staging half if host
+/// memory is mapped there, and gives the range back.
+pub fn unmap_block(ptr: CUdeviceptr, size: u64, staged: bool) {
+    unmap(ptr, size);
+    if staged {
+        unmap(ptr + size, size);
+    }
+    unreserve(ptr, size);
+}
+
 /// Which way a move goes: each way has a stream of its own, so that the
 /// link carries both at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

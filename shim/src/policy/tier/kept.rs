@@ -10,10 +10,11 @@
 //!
 //! A kept block serves an allocation on the stream it was freed on at
 //! once (the stream orders the new work after the free), and one on any
-//! other stream once the event recorded at the free has completed. Kept
-//! blocks on the device count there, like a pool's reserve, until given
-//! back: before the quota would refuse an allocation, and before a move
-//! makes room by sending live blocks to the host.
+//! other stream once the event recorded at the free has completed, or with
+//! that stream made to wait for the event. Kept blocks on the device count
+//! there, like a pool's reserve, until given back: before any allocation
+//! would go to host memory, before a move makes room by sending live blocks
+//! to the host, and at quota cuts.
 
 use std::ffi::c_void;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
@@ -33,13 +34,18 @@ use super::{backing, spare};
 /// `cudaEventDisableTiming`, `CU_EVENT_DISABLE_TIMING`.
 const DISABLE_TIMING: u32 = 2;
 
+/// Whether `api` is a per-thread default stream form (`_ptsz`), whose
+/// stream 0 is the calling thread's own.
+fn per_thread(api: Api) -> bool {
+    api.name().ends_with("_ptsz")
+}
+
 /// The key a stream has for reuse without waiting: its handle, 1 for the
 /// legacy default stream, 0 (none) for a per-thread default stream, which
 /// differs from one thread to the next.
 fn stream_key(api: Api, stream: usize) -> usize {
-    let per_thread = api.name().ends_with("_ptsz");
     match stream {
-        0 if per_thread => 0,
+        0 if per_thread(api) => 0,
         0 | 1 => 1,
         2 => 0,
         handle => handle,
@@ -91,15 +97,22 @@ pub fn keep(state: &State, api: Api, ptr: usize, block: &Block, stream: usize) -
         event,
         runtime_event,
     };
+    add(state, kept);
+    cudaSuccess
+}
+
+/// Adds `kept` to the kept blocks, the latest; then releases the oldest in
+/// host memory beyond the bound ([`over_host_bound`]).
+fn add(state: &State, kept: Kept) {
+    let device = kept.backing.device;
     let dropped = {
         let mut list = lock(&state.tier.kept);
         list.push(kept);
-        over_host_bound(state, &mut list, block.device)
+        over_host_bound(state, &mut list, device)
     };
     for kept in dropped {
         release(state, kept);
     }
-    cudaSuccess
 }
 
 /// Takes out of `list` the oldest blocks in host memory on `device` whose
@@ -109,14 +122,8 @@ pub fn keep(state: &State, api: Api, ptr: usize, block: &Block, stream: usize) -
 fn over_host_bound(state: &State, list: &mut Vec<Kept>, device: Device) -> Vec<Kept> {
     let bound = state.ledger.device(device).peak_spilled.load(Relaxed);
     let in_host = |k: &Kept| k.backing.device == device && k.backing.on_device == 0;
-    // A block's host memory may be larger than the block.
     let sizes = lock(&state.tier.host_bytes);
-    let bytes = |k: &Kept| {
-        sizes
-            .get(&k.backing.in_host)
-            .copied()
-            .unwrap_or(k.backing.size)
-    };
+    let bytes = |k: &Kept| spare::bytes_of(&sizes, &k.backing);
     let mut held: u64 = list.iter().filter(|k| in_host(k)).map(bytes).sum();
     let mut dropped = Vec::new();
     let mut index = 0;
@@ -269,33 +276,14 @@ fn to_host(state: &State, mut kept: Kept) {
     backing::release(backing.on_device);
     backing.on_device = 0;
     state.ledger.unreserve(backing.device, backing.size);
-    let device = backing.device;
-    let dropped = {
-        let mut list = lock(&state.tier.kept);
-        list.push(kept);
-        over_host_bound(state, &mut list, device)
-    };
-    for kept in dropped {
-        release(state, kept);
-    }
+    add(state, kept);
 }
 
 /// Unmaps and releases a kept block whose free is reached, and gives its
 /// device bytes back to the count.
 fn release(state: &State, kept: Kept) {
-    let Kept { ptr, backing, .. } = kept;
-    let at = ptr as CUdeviceptr;
-    backing::unmap(at, backing.size);
-    if backing.in_host != 0 {
-        backing::unmap(at + backing.size, backing.size);
-    }
-    if backing.on_device != 0 {
-        backing::release(backing.on_device);
-    }
-    if backing.in_host != 0 {
-        spare::give(state, backing.device, backing.in_host);
-    }
-    backing::unreserve(at, backing.size);
+    let backing = &kept.backing;
+    super::dismantle(state, kept.ptr, backing);
     if backing.on_device != 0 {
         state.ledger.unreserve(backing.device, backing.size);
     }
@@ -305,7 +293,7 @@ fn release(state: &State, kept: Kept) {
 /// An event recorded on `stream` in the form `api` uses; (event, whether
 /// it is the runtime's). `None` if CUDA refused.
 fn record(api: Api, stream: usize) -> Option<(usize, bool)> {
-    let per_thread = api.name().ends_with("_ptsz");
+    let per_thread = per_thread(api);
     let mut event: *mut c_void = std::ptr::null_mut();
     let stream = stream as *mut c_void;
     let runtime = Backend::of(api) == Backend::Runtime;
@@ -352,12 +340,11 @@ pub(super) fn reached(kept: &Kept) -> bool {
 /// Makes `stream` (in the form `api` uses) wait for the free that kept
 /// `kept`; false if CUDA refused.
 fn wait_on_stream(api: Api, stream: usize, kept: &Kept) -> bool {
-    let per_thread = api.name().ends_with("_ptsz");
     let (stream, event) = (stream as *mut c_void, kept.event as *mut c_void);
     // SAFETY: the caller's stream and an event `record` made, not yet
     // destroyed, of the same API.
     let rc = unsafe {
-        match (kept.runtime_event, per_thread) {
+        match (kept.runtime_event, per_thread(api)) {
             (true, false) => real::cudaStreamWaitEvent(stream, event, 0),
             (true, true) => real::cudaStreamWaitEvent_ptsz(stream, event, 0),
             (false, false) => real::cuStreamWaitEvent(stream, event, 0),

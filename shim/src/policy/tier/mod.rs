@@ -189,17 +189,7 @@ pub fn free(state: &State, api: Api, ptr: usize, block: &Block) -> cudaError_t {
     if let Err(rc) = backing::drain(api) {
         debug!("waiting for the device before freeing {ptr:#x}: CUDA error {rc}");
     }
-    backing::unmap(ptr as CUdeviceptr, backing.size);
-    if backing.in_host != 0 {
-        backing::unmap((ptr as u64 + backing.size) as CUdeviceptr, backing.size);
-    }
-    if backing.on_device != 0 {
-        backing::release(backing.on_device);
-    }
-    if backing.in_host != 0 {
-        spare::give(state, backing.device, backing.in_host);
-    }
-    backing::unreserve(ptr as CUdeviceptr, backing.size);
+    dismantle(state, ptr, &backing);
     if state.tier.blocks.is_empty() && crate::state::lock(&state.tier.kept).is_empty() {
         spare::release_all(state);
     }
@@ -207,6 +197,19 @@ pub fn free(state: &State, api: Api, ptr: usize, block: &Block) -> cudaError_t {
         state.tier.bytes_in_host.fetch_sub(backing.size, SeqCst);
     }
     cudaSuccess
+}
+
+/// Unmaps the tier block at `ptr`, which no work can touch any more, gives
+/// its range back, releases its device memory and passes its host memory
+/// on ([`spare::give`]).
+pub(super) fn dismantle(state: &State, ptr: usize, backing: &Backing) {
+    backing::unmap_block(ptr as CUdeviceptr, backing.size, backing.in_host != 0);
+    if backing.on_device != 0 {
+        backing::release(backing.on_device);
+    }
+    if backing.in_host != 0 {
+        spare::give(state, backing.device, backing.in_host);
+    }
 }
 
 /// After CUDA refused to export `ptr` for another process (`rc`): if the
@@ -468,34 +471,34 @@ fn movable_all(state: &State, device: Device, keep: &[usize]) -> u64 {
         .sum()
 }
 
-/// Moves the tier's blocks on `device` to the host, the least needed
-/// first, while `more(bytes moved so far)` (a quota or a pool's budget
-/// cut, or a pool member of higher priority wanting room). The bytes moved.
+/// Gives back the kept blocks on `device`, then moves the tier's blocks
+/// there to the host, the least needed first, while `more(bytes freed so
+/// far)` (a quota or a pool's budget cut, or a pool member of higher
+/// priority wanting room). The bytes freed.
 pub fn evict_while(state: &State, device: Device, mut more: impl FnMut(u64) -> bool) -> u64 {
-    // Kept blocks first: giving them back needs no move, nor the gate.
-    let given = kept::give_back_while(state, device, false, &mut more);
     let first = state.ledger.tier_on_device(device).first().copied();
     let Some(api) = first
         .and_then(|(ptr, _)| state.ledger.block_at(ptr))
         .map(|block| block.api)
     else {
-        return given;
+        return 0;
     };
-    if !more(given) || state.access.graphs.capturing_any() || backing::ready(api).is_err() {
-        return given;
+    if state.access.graphs.capturing_any() || backing::ready(api).is_err() {
+        return 0;
     }
     let Some(_closed) = state.tier.gate.close() else {
-        return given;
+        return 0;
     };
     // Listed again behind the gate: a launch's move may have taken some.
     let candidates = state.ledger.tier_on_device(device);
     if !drained(state, api) {
-        return given;
+        return 0;
     }
     let _timed = Timed(state, std::time::Instant::now());
-    // With the device drained, every kept block's free is reached.
-    let mut moved =
-        given + kept::give_back_while(state, device, false, |more_given| more(given + more_given));
+    // Kept blocks first (their caller gave back those reached before): with
+    // the device drained, every kept block's free is reached, and giving
+    // one back moves nothing.
+    let mut moved = kept::give_back_while(state, device, false, &mut more);
     for (_, size, ptr) in by_next_use(state, candidates) {
         if !more(moved) {
             break;

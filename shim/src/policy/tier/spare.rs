@@ -8,12 +8,13 @@
 //! whole; new memory. Spares stay under the most the device's blocks ever
 //! had in host memory at once.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 
 use cudart_sys::CUdeviceptr;
 
 use crate::config::Device;
-use crate::state::tier::Kept;
+use crate::state::tier::{Backing, Kept};
 use crate::state::{lock, State};
 
 use super::backing;
@@ -54,10 +55,11 @@ fn spare(state: &State, size: u64, device: Device) -> Option<u64> {
 /// The host memory of the kept block in host memory (its free reached)
 /// whose host memory serves `size` best; the kept block is given up.
 fn from_kept(state: &State, size: u64, device: Device) -> Option<u64> {
-    let sizes = lock(&state.tier.host_bytes).clone();
-    let bytes_of = |k: &Kept| sizes.get(&k.backing.in_host).copied().unwrap_or(0);
     let kept = {
+        // In the order kept blocks take these locks.
         let mut list = lock(&state.tier.kept);
+        let sizes = lock(&state.tier.host_bytes);
+        let bytes = |k: &Kept| bytes_of(&sizes, &k.backing);
         let best = list
             .iter()
             .enumerate()
@@ -65,20 +67,23 @@ fn from_kept(state: &State, size: u64, device: Device) -> Option<u64> {
                 k.backing.device == device
                     && k.backing.on_device == 0
                     && k.backing.in_host != 0
-                    && serves(bytes_of(k), size)
+                    && serves(bytes(k), size)
                     && super::kept::reached(k)
             })
-            .min_by_key(|(_, k)| bytes_of(k))
+            .min_by_key(|(_, k)| bytes(k))
             .map(|(index, _)| index)?;
         list.remove(best)
     };
-    let at = kept.ptr as CUdeviceptr;
     let backing = kept.backing;
-    backing::unmap(at, backing.size);
-    backing::unmap(at + backing.size, backing.size);
-    backing::unreserve(at, backing.size);
+    backing::unmap_block(kept.ptr as CUdeviceptr, backing.size, true);
     super::kept::destroy(kept.event, kept.runtime_event);
     Some(backing.in_host)
+}
+
+/// The bytes of `backing`'s host memory, by `sizes` (the tier's record of
+/// each host handle), which may be more than the block's.
+pub(super) fn bytes_of(sizes: &HashMap<u64, u64>, backing: &Backing) -> u64 {
+    sizes.get(&backing.in_host).copied().unwrap_or(backing.size)
 }
 
 /// Host memory a block held, unmapped everywhere now: kept as a spare if
