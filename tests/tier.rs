@@ -14,25 +14,6 @@ use serde_json::Value;
 use vramshare_common::files::{open_existing, open_existing_mut};
 use vramshare_common::registry::{Registry, RegistryFile};
 
-/// An event's address, however the trace writes it.
-fn ptr_of(event: &Value) -> u64 {
-    match &event["ptr"] {
-        Value::String(text) => hex(text),
-        other => other.as_u64().unwrap(),
-    }
-}
-
-/// The tier's moves in the trace, in order, as (op, address).
-fn tier_moves(run: &Run) -> Vec<(String, u64)> {
-    run.trace()["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["op"] == "promote" || e["op"] == "demote")
-        .map(|e| (e["op"].as_str().unwrap().to_string(), ptr_of(e)))
-        .collect()
-}
-
 /// The blocks moved out right before each move of `block` in.
 fn moved_out_for(moves: &[(String, u64)], block: u64) -> Vec<u64> {
     moves

@@ -165,18 +165,7 @@ fn a_move_in_takes_the_room_of_a_kept_block_before_moving_a_live_one_out() {
     run.assert_ok();
     assert_eq!(placements(&run), ["device", "device", "host"]);
     let c = ptr(&run, "async c");
-    let moves: Vec<(String, u64)> = run.trace()["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["op"] == "promote" || e["op"] == "demote")
-        .map(|e| {
-            (
-                e["op"].as_str().unwrap().to_string(),
-                hex(e["ptr"].as_str().unwrap()),
-            )
-        })
-        .collect();
+    let moves = tier_moves(&run);
     assert_eq!(moves, [("promote".to_string(), c)], "nothing moved out");
     for (name, byte) in [("c", "3"), ("b", "2")] {
         let line = run.line(&format!("peekvia {name}"));

@@ -23,6 +23,25 @@ pub fn moving<'a>(quota: &'a str, more: &[(&'a str, &'a str)]) -> Vec<(&'a str, 
     vars
 }
 
+/// An event's address, however the trace writes it.
+pub fn ptr_of(event: &Value) -> u64 {
+    match &event["ptr"] {
+        Value::String(text) => hex(text),
+        other => other.as_u64().unwrap(),
+    }
+}
+
+/// The tier's moves in the trace, in order, as (op, address).
+pub fn tier_moves(run: &Run) -> Vec<(String, u64)> {
+    run.trace()["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["op"] == "promote" || e["op"] == "demote")
+        .map(|e| (e["op"].as_str().unwrap().to_string(), ptr_of(e)))
+        .collect()
+}
+
 /// Where a run's allocations were placed, in order.
 pub fn placements(run: &Run) -> Vec<String> {
     run.allocations()
