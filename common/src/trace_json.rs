@@ -179,6 +179,12 @@ pub struct MovesJson {
     /// memory, which pins it, and its bytes.
     pub pinning_seconds: f64,
     pub pinned_bytes: u64,
+    /// Host memory given back to the machine while the tier still had
+    /// blocks, for want of room among the spares.
+    pub unpinned_bytes: u64,
+    /// Of `bytes_to_device`: blocks no work had touched since they were
+    /// handed out, whose bytes were not yet the job's.
+    pub fresh_bytes_to_device: u64,
     /// Times the job's launches were held back and the device drained for
     /// moves (before a launch, or for a quota or budget cut).
     pub fetches: u64,

@@ -31,7 +31,8 @@ def moves_of(name, steps):
     remaps, seconds waiting for the device, and of the first: seconds
     waiting for copies, remapping, making memory, pinning new host memory
     (wherever it was made); times the device was
-    drained), or None."""
+    drained; and over the whole run: GB of host memory pinned, and given back
+while blocks remained), or None."""
     path = os.path.join(os.path.dirname(sys.argv[1]), f"trace-{name}.json")
     try:
         moves = json.load(open(path))["processes"][0].get("moves")
@@ -41,18 +42,19 @@ def moves_of(name, steps):
         return None
     moved = (moves["bytes_to_device"] + moves["bytes_to_host"]) / steps / 1e9
     parts = [moves.get(k, 0) / steps for k in ("copy_seconds", "remap_seconds", "memory_seconds", "pinning_seconds", "fetches")]
-    return (moved, moves["seconds"] / steps, moves.get("drain_seconds", 0) / steps, *parts)
+    host = (moves.get("pinned_bytes", 0) / 1e9, moves.get("unpinned_bytes", 0) / 1e9)
+    return (moved, moves["seconds"] / steps, moves.get("drain_seconds", 0) / steps, *parts, *host)
 
 
 runs = [json.loads(line) for line in open(sys.argv[1])]
 native = {r["job"]: r for r in runs if r["name"].endswith("-native") and r["result"]}
-print("| run | exit | step ms (median) | x native | x floor | losses = native | most device bytes / quota | link GB/step (rx+tx) | moved GB/step | copy+remap ms/step | drain ms/step | of copy+remap: copies / remaps / memory ms | pinning ms/step | drains/step |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| run | exit | step ms (median) | x native | x floor | losses = native | most device bytes / quota | link GB/step (rx+tx) | moved GB/step | copy+remap ms/step | drain ms/step | of copy+remap: copies / remaps / memory ms | pinning ms/step | drains/step | host GB pinned / given back (run) |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for run in runs:
     result = run["result"]
     base = native.get(run["job"])
     if not result or not base:
-        print(f"| {run['name']} | {run['exit']} | - | - | - | - | - | - | - | - | - | - | - | - |")
+        print(f"| {run['name']} | {run['exit']} | - | - | - | - | - | - | - | - | - | - | - | - | - |")
         continue
     step = median_step(result)
     native_step = median_step(base["result"])
@@ -70,8 +72,9 @@ for run in runs:
     moved = moves_of(run["name"], len(result["values"]))
     tier = (
         f"{moved[0]:.1f} | {1e3 * moved[1]:.0f} | {1e3 * moved[2]:.0f} | "
-        f"{1e3 * moved[3]:.0f} / {1e3 * moved[4]:.0f} / {1e3 * moved[5]:.0f} | {1e3 * moved[6]:.0f} | {moved[7]:.0f}"
+        f"{1e3 * moved[3]:.0f} / {1e3 * moved[4]:.0f} / {1e3 * moved[5]:.0f} | {1e3 * moved[6]:.0f} | {moved[7]:.0f} | "
+        f"{moved[8]:.1f} / {moved[9]:.1f}"
         if moved
-        else "- | - | - | - | - | -"
+        else "- | - | - | - | - | - | -"
     )
     print(f"| {run['name']} | {run['exit']} | {step:.1f} | {step / native_step:.2f} | {step / floor:.2f} | {same} | {held} | {link} | {tier} |")

@@ -277,6 +277,13 @@ CUresult cuEventCreate(void **event, unsigned flags) {
 CUresult cuEventRecord(void *event, CUstream stream) { trace("cuEventRecord stream=%p", (void *)stream); return event ? OK : INVALID_VALUE; }
 CUresult cuEventRecord_ptsz(void *event, CUstream stream) { return cuEventRecord(event, stream); }
 CUresult cuEventQuery(void *event) { return event ? OK : INVALID_VALUE; }
+/* Waiting for an event lands the copies held back, as a stream wait does. */
+CUresult cuEventSynchronize(void *event) {
+    if (!event) return INVALID_VALUE;
+    land_copies();
+    trace("cuEventSynchronize");
+    return OK;
+}
 CUresult cuStreamWaitEvent(CUstream stream, void *event, unsigned flags) { return event ? OK : INVALID_VALUE; }
 CUresult cuStreamWaitEvent_ptsz(CUstream stream, void *event, unsigned flags) { return cuStreamWaitEvent(stream, event, flags); }
 CUresult cuEventDestroy_v2(void *event) { return event ? OK : INVALID_VALUE; }

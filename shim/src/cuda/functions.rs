@@ -178,6 +178,7 @@ macro_rules! cuda_functions {
                 fn cuEventRecord(event: *mut c_void, stream: CUstream);
                 fn cuEventRecord_ptsz(event: *mut c_void, stream: CUstream);
                 fn cuEventQuery(event: *mut c_void);
+                fn cuEventSynchronize(event: *mut c_void);
                 fn cuStreamWaitEvent(stream: CUstream, event: *mut c_void, flags: c_uint);
                 fn cuStreamWaitEvent_ptsz(stream: CUstream, event: *mut c_void, flags: c_uint);
                 fn cuEventDestroy_v2(event: *mut c_void);

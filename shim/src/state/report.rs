@@ -242,6 +242,8 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
         memory_seconds: tier.memory_ns.load(Relaxed) as f64 / 1e9,
         pinning_seconds: tier.pinning_ns.load(Relaxed) as f64 / 1e9,
         pinned_bytes: tier.pinned.load(Relaxed),
+        unpinned_bytes: tier.unpinned.load(Relaxed),
+        fresh_bytes_to_device: tier.moved_in_fresh.load(Relaxed),
         fetches: tier.fetches.load(Relaxed),
         steps: state.access.steps.current(),
     })

@@ -33,6 +33,10 @@ pub struct Backing {
     /// When a move onto the device last failed for it (monotonic ns; 0:
     /// never).
     pub failed_ns: u64,
+    /// The gate's count of work entered when the block was handed out
+    /// (made, or a kept block given again): while the count is unchanged,
+    /// no work can have written the block since.
+    pub born: u64,
 }
 
 /// A tier block that a stream-ordered free gave back, kept whole (range,
@@ -84,6 +88,15 @@ pub struct Tier {
     /// bytes.
     pub pinning_ns: AtomicU64,
     pub pinned: AtomicU64,
+    /// Host memory given back to the machine while the tier still had
+    /// blocks (over the spares' bound): pinned again if a block needs it.
+    pub unpinned: AtomicU64,
+    /// Events for the copies of moves (the driver's, made without timing),
+    /// kept for the next moves: each move waits for its own copy.
+    pub copy_events: Mutex<Vec<usize>>,
+    /// Bytes moved onto the device of blocks no work had entered since
+    /// they were handed out: their bytes are not the job's yet.
+    pub moved_in_fresh: AtomicU64,
     /// Times the gate closed and the device was drained for moves (for a
     /// launch, or for a quota or budget cut).
     pub fetches: AtomicU64,
@@ -116,6 +129,8 @@ pub struct Tier {
 pub struct Gate {
     closed: AtomicBool,
     inside: AtomicU64,
+    /// Work (launches, copies, library calls) entered so far.
+    entered: AtomicU64,
     mover: Mutex<()>,
 }
 
@@ -149,6 +164,7 @@ impl Gate {
         let depth = DEPTH.try_with(|d| d.replace(d.get() + 1)).unwrap_or(1);
         let counted = depth == 0;
         if counted {
+            self.entered.fetch_add(1, SeqCst);
             loop {
                 self.inside.fetch_add(1, SeqCst);
                 if !self.closed.load(SeqCst) {
@@ -164,6 +180,11 @@ impl Gate {
             gate: self,
             counted,
         }
+    }
+
+    /// Work entered so far.
+    pub fn entered(&self) -> u64 {
+        self.entered.load(SeqCst)
     }
 
     /// Closes the gate for a move, once no other thread is inside; `None`

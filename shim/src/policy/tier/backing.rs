@@ -187,6 +187,28 @@ pub fn copy(
     check(unsafe { real::cuMemcpyAsync(dst, src, size as usize, stream) })
 }
 
+/// Records `event` on the stream of `direction` on `device`, after the
+/// copies queued there so far.
+pub fn mark(event: usize, device: Device, direction: Direction) -> Result<()> {
+    let stream = stream(device, direction)?;
+    // SAFETY: an event the tier made, and the shim's own stream.
+    check(unsafe { real::cuEventRecord(event as *mut std::ffi::c_void, stream) })
+}
+
+/// Waits for the copies before `event`'s record.
+pub fn wait_event(event: usize) -> Result<()> {
+    // SAFETY: an event the tier made and recorded.
+    check(unsafe { real::cuEventSynchronize(event as *mut std::ffi::c_void) })
+}
+
+/// A driver event without timing, for a move's copy.
+pub fn make_event() -> Result<usize> {
+    let mut event = std::ptr::null_mut();
+    // SAFETY: writes the event we own. 2: CU_EVENT_DISABLE_TIMING.
+    check(unsafe { real::cuEventCreate(&mut event, 2) })?;
+    Ok(event as usize)
+}
+
 /// Waits for the copies queued `direction` on `device`.
 pub fn wait(device: Device, direction: Direction) -> Result<()> {
     let stream = stream(device, direction)?;

@@ -184,6 +184,7 @@ pub fn reuse(
     let mut backing = kept.backing;
     backing.fetched_in = 0;
     backing.failed_ns = 0;
+    backing.born = state.tier.gate.entered();
     state.tier.blocks.insert(kept.ptr, backing);
     if !on_device {
         state.tier.bytes_in_host.fetch_add(size, SeqCst);

@@ -144,6 +144,7 @@ pub fn place(
         in_host: host,
         fetched_in: 0,
         failed_ns: 0,
+        born: state.tier.gate.entered(),
     };
     state.tier.blocks.insert(ptr as usize, backing);
     state.tier.active.store(true, SeqCst);
@@ -542,7 +543,30 @@ fn make_room(state: &State, device: Device, size: u64, quota: u64, keep: &[usize
         // Moving every candidate out would still leave too little room.
         return false;
     }
-    for (_, victim, ptr) in by_next_use(state, candidates) {
+    // The bytes missing under the quota and under the pool's budget move
+    // out together, so that each is remapped while the next ones copy.
+    let short = used
+        .saturating_add(size)
+        .saturating_sub(quota)
+        .max(size.saturating_sub(super::moves::pool_room(state, device)));
+    let mut victims = by_next_use(state, candidates).into_iter();
+    let mut staged = Vec::new();
+    let mut freeing = 0;
+    while freeing < short {
+        let Some((_, victim, ptr)) = victims.next() else {
+            break;
+        };
+        if let Some(out) = moves::stage_out(state, ptr, victim) {
+            staged.push(out);
+            freeing += victim;
+        }
+    }
+    moves::finish(state, staged);
+    if state.ledger.try_reserve(device, size, quota) {
+        return true;
+    }
+    // A move failed, or the room went elsewhere: one more at a time.
+    for (_, victim, ptr) in victims {
         if move_out(state, ptr, victim) && state.ledger.try_reserve(device, size, quota) {
             return true;
         }

@@ -12,6 +12,11 @@
 //! staging half and then maps the host memory at the block too. Both run
 //! behind the closed gate with the device drained, so no kernel sees the
 //! range while it is remapped or before its copy has landed.
+//!
+//! Each copy is followed by an event of its own, so that a move to the host
+//! is finished (its range remapped, which costs about a third of its copy:
+//! the driver writes a page table entry for each host page) as soon as its
+//! copy has landed, while the copies queued after it still run.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
@@ -38,6 +43,10 @@ pub struct Staged {
     from: u64,
     /// The host memory was made for this move (given back if it fails).
     made_host: bool,
+    /// Recorded after its copy (`None`: the move waits for its stream).
+    copied: Option<usize>,
+    /// No work has entered since the block was handed out.
+    fresh: bool,
 }
 
 /// Waits, when dropped, for the copies queued either way on its device.
@@ -92,9 +101,11 @@ pub fn stage_in(state: &State, ptr: usize, block: Block) -> Option<Staged> {
             to: handle,
             from: host,
             made_host: false,
+            copied: None,
+            fresh: backing.born == tier.gate.entered(),
         };
         match backing::copy(at, at + size, size, device, Direction::ToDevice) {
-            Ok(()) => Some(staged),
+            Ok(()) => Some(after_copy(state, staged)),
             Err(_) => {
                 // The host memory still holds the bytes: mapped back.
                 map_back(at, size, device, host);
@@ -139,9 +150,11 @@ pub fn stage_out(state: &State, ptr: usize, size: u64) -> Option<Staged> {
             to: host,
             from: backing.on_device,
             made_host,
+            copied: None,
+            fresh: false,
         };
         match backing::copy(staging, ptr as CUdeviceptr, size, device, Direction::ToHost) {
-            Ok(()) => Some(staged),
+            Ok(()) => Some(after_copy(state, staged)),
             Err(_) => {
                 if made_host {
                     backing::unmap(staging, size);
@@ -157,27 +170,62 @@ pub fn stage_out(state: &State, ptr: usize, size: u64) -> Option<Staged> {
     staged
 }
 
-/// Waits for the staged copies and finishes each move; whether each moved,
-/// in order.
-pub fn finish(state: &State, staged: Vec<Staged>) -> Vec<bool> {
-    let mut waited: Vec<(Device, Direction, backing::Result<()>)> = Vec::new();
+/// Marks the end of `staged`'s copy with an event, where one can be had.
+fn after_copy(state: &State, mut staged: Staged) -> Staged {
+    let spare = crate::state::lock(&state.tier.copy_events).pop();
+    let Some(event) = spare.or_else(|| backing::make_event().ok()) else {
+        return staged;
+    };
+    if backing::mark(event, staged.device, staged.direction).is_ok() {
+        staged.copied = Some(event);
+    } else {
+        crate::state::lock(&state.tier.copy_events).push(event);
+    }
     staged
-        .into_iter()
-        .map(|move_| {
-            let known = waited
-                .iter()
-                .find(|(d, dir, _)| *d == move_.device && *dir == move_.direction)
-                .map(|(_, _, result)| *result);
-            let copied = known.unwrap_or_else(|| {
-                let result = timed(&state.tier.copy_ns, || {
-                    backing::wait(move_.device, move_.direction)
-                });
-                waited.push((move_.device, move_.direction, result));
-                result
-            });
-            finish_one(state, move_, copied)
-        })
-        .collect()
+}
+
+/// Waits for the staged copies and finishes each move; whether each moved,
+/// in order. Moves to the host are finished first, each once its own copy
+/// has landed, so that their remaps overlap the copies still running.
+pub fn finish(state: &State, staged: Vec<Staged>) -> Vec<bool> {
+    let mut order: Vec<usize> = (0..staged.len()).collect();
+    order.sort_by_key(|&i| staged[i].direction != Direction::ToHost);
+    let mut slots: Vec<Option<Staged>> = staged.into_iter().map(Some).collect();
+    let mut moved = vec![false; slots.len()];
+    let mut waited: Vec<(Device, Direction, backing::Result<()>)> = Vec::new();
+    for i in order {
+        let Some(move_) = slots[i].take() else {
+            continue;
+        };
+        let copied = match move_.copied {
+            Some(event) => {
+                let landed = timed(&state.tier.copy_ns, || backing::wait_event(event));
+                crate::state::lock(&state.tier.copy_events).push(event);
+                landed
+            }
+            None => wait_stream(state, &mut waited, move_.device, move_.direction),
+        };
+        moved[i] = finish_one(state, move_, copied);
+    }
+    moved
+}
+
+/// Waits for every copy queued `direction` on `device`, once per finish.
+fn wait_stream(
+    state: &State,
+    waited: &mut Vec<(Device, Direction, backing::Result<()>)>,
+    device: Device,
+    direction: Direction,
+) -> backing::Result<()> {
+    if let Some((_, _, result)) = waited
+        .iter()
+        .find(|(d, dir, _)| *d == device && *dir == direction)
+    {
+        return *result;
+    }
+    let result = timed(&state.tier.copy_ns, || backing::wait(device, direction));
+    waited.push((device, direction, result));
+    result
 }
 
 fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> bool {
@@ -189,6 +237,8 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
         to,
         from,
         made_host,
+        copied: _,
+        fresh,
     } = staged;
     let at = ptr as CUdeviceptr;
     let tier = &state.tier;
@@ -200,6 +250,9 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
                     entry.fetched_in = state.access.steps.current() + 1;
                 }
                 count_move(state, Direction::ToDevice, size);
+                if fresh {
+                    tier.moved_in_fresh.fetch_add(size, Relaxed);
+                }
                 state.ledger.end_tier_move(ptr, Placement::Device);
                 (Op::Promote, Placement::Device, CUDA_SUCCESS)
             }

@@ -100,6 +100,7 @@ pub fn give(state: &State, device: Device, handle: u64) {
         }
     }
     lock(&state.tier.host_bytes).remove(&handle);
+    state.tier.unpinned.fetch_add(bytes.unwrap_or(0), Relaxed);
     backing::release(handle);
 }
 
