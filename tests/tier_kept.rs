@@ -291,3 +291,67 @@ fn through_the_driver_kept_blocks_give_their_room_to_physical_memory_the_job_mak
         ]
     );
 }
+
+/// The default pool's statistics as the client printed them, in order:
+/// (reserved, reserved high, used, used high).
+fn pool_stats(run: &Run) -> Vec<[u64; 4]> {
+    run.stdout
+        .lines()
+        .filter(|line| line.starts_with("poolstats "))
+        .map(|line| {
+            assert_eq!(log_field(line, "rc"), "0", "{line}");
+            ["reserved", "reserved_high", "used", "used_high"]
+                .map(|key| log_field(line, key).parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn the_default_pool_counts_the_tier_blocks_that_serve_its_allocations_as_pytorch_reads_them() {
+    // What PyTorch's cudaMallocAsync backend shows as memory_allocated,
+    // memory_reserved and their peaks comes from these attributes.
+    let run = client(
+        Runtime::Fake13,
+        &moving("64MiB", &[]),
+        &[
+            // Small: the pool's own (it reserves 2 MiB for it).
+            "async:small:64K",
+            "async:a:8M",
+            "async:b:8M",
+            "poolstats",
+            // Kept on the device: no longer used, still reserved.
+            "freeasync:b",
+            "poolstats",
+            "poolreset",
+            "poolstats",
+        ],
+    );
+    run.assert_ok();
+    let small = 64 * 1024;
+    assert_eq!(
+        pool_stats(&run),
+        [
+            [
+                2 * MIB + 16 * MIB,
+                2 * MIB + 16 * MIB,
+                small + 16 * MIB,
+                small + 16 * MIB
+            ],
+            [
+                2 * MIB + 16 * MIB,
+                2 * MIB + 16 * MIB,
+                small + 8 * MIB,
+                small + 16 * MIB
+            ],
+            // The marks reset to what is held now.
+            [
+                2 * MIB + 16 * MIB,
+                2 * MIB + 16 * MIB,
+                small + 8 * MIB,
+                small + 8 * MIB
+            ],
+        ],
+        "{}",
+        run.stdout
+    );
+}

@@ -178,6 +178,11 @@ named_enum! {
         cuIpcGetMemHandle = 92 => "cuIpcGetMemHandle",
         /// No CUDA call: the shim's own doing (a quota it applied).
         vramshare = 93 => "vramshare",
+        // A stream-ordered pool's statistics: never recorded as events.
+        cudaMemPoolGetAttribute = 94 => "cudaMemPoolGetAttribute",
+        cudaMemPoolSetAttribute = 95 => "cudaMemPoolSetAttribute",
+        cuMemPoolGetAttribute = 96 => "cuMemPoolGetAttribute",
+        cuMemPoolSetAttribute = 97 => "cuMemPoolSetAttribute",
     }
 }
 

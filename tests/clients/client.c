@@ -30,6 +30,8 @@
  *   the first and last byte of NAME through a pointer kept in host memory,
  *   which its parameters do not show; then cudaDeviceSynchronize)
  *   ipc:NAME (cudaIpcGetMemHandle of NAME)
+ *   poolstats (the default pool's reserved and used bytes, now and their
+ *   highs)  poolreset (its high-water marks reset)
  * SIZE is bytes, or with K, M or G (binary). Each step prints one line.
  */
 #define _GNU_SOURCE
@@ -198,6 +200,19 @@ static int run(char *step) {
         cudaStream_t s = fields[2] ? stream_numbered(fields[2]) : 0;
         rc = !strcmp(op, "free") ? cudaFree(p) : !strcmp(op, "freeasync") ? cudaFreeAsync(p, s) : cudaFreeAsync_ptsz(p, 0);
         printf("%s %s rc=%d\n", op, fields[1], rc);
+    } else if (!strcmp(op, "poolstats")) {
+        cudaMemPool_t pool = NULL;
+        unsigned long long v[4] = {0};
+        rc = cudaDeviceGetDefaultMemPool(&pool, 0);
+        for (int a = 0; a < 4 && rc == 0; a++) rc = cudaMemPoolGetAttribute(pool, 5 + a, &v[a]);
+        printf("poolstats rc=%d reserved=%llu reserved_high=%llu used=%llu used_high=%llu\n", rc, v[0], v[1], v[2], v[3]);
+    } else if (!strcmp(op, "poolreset")) {
+        cudaMemPool_t pool = NULL;
+        unsigned long long zero = 0;
+        rc = cudaDeviceGetDefaultMemPool(&pool, 0);
+        if (rc == 0) rc = cudaMemPoolSetAttribute(pool, 6, &zero);
+        if (rc == 0) rc = cudaMemPoolSetAttribute(pool, 8, &zero);
+        printf("poolreset rc=%d\n", rc);
     } else if (!strcmp(op, "meminfo")) {
         size_t free_bytes = 0, total = 0;
         rc = cudaMemGetInfo(&free_bytes, &total);

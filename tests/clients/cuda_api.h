@@ -15,6 +15,9 @@ cudaError_t cudaMallocPitch(void **p, size_t *pitch, size_t width, size_t height
 cudaError_t cudaMalloc3D(struct cudaPitchedPtr *p, struct cudaExtent extent);
 cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s);
 cudaError_t cudaMallocAsync_ptsz(void **p, size_t size, cudaStream_t s);
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int device);
+cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, int attribute, void *value);
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, int attribute, void *value);
 cudaError_t cudaMallocFromPoolAsync(void **p, size_t size, cudaMemPool_t pool, cudaStream_t s);
 cudaError_t cudaMallocFromPoolAsync_ptsz(void **p, size_t size, cudaMemPool_t pool, cudaStream_t s);
 cudaError_t cudaFree(void *p);

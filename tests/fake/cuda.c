@@ -87,6 +87,9 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice device) { return
 CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attribute, void *value) {
     return pool_attribute(pool, attribute, value);
 }
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, int attribute, void *value) {
+    return pool_set_attribute(pool, attribute, value);
+}
 CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) { return pool_trim("cuMemPoolTrimTo", pool, keep); }
 CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { return fake_free_async("cuMemFreeAsync", (void *)p); }
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return fake_free_async("cuMemFreeAsync_ptsz", (void *)p); }

@@ -116,6 +116,9 @@ cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int device) { retur
 cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, int attribute, void *value) {
     return pool_attribute(pool, attribute, value);
 }
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, int attribute, void *value) {
+    return pool_set_attribute(pool, attribute, value);
+}
 cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) { return pool_trim("cudaMemPoolTrimTo", pool, keep); }
 cudaError_t cudaFreeAsync(void *p, cudaStream_t s) { return fake_free_async("cudaFreeAsync", p); }
 cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s) { return fake_free_async("cudaFreeAsync_ptsz", p); }

@@ -126,6 +126,8 @@ static int fake_free(void *p) {
  * given back only by a trim. The reserve is what the device holds. */
 #define POOL_CHUNK ((size_t)2 << 20)
 static size_t pool_reserved[MAX_DEVICES], pool_used[MAX_DEVICES];
+/* The high-water marks CUDA keeps of both, reset by writing 0. */
+static size_t pool_reserved_high[MAX_DEVICES], pool_used_high[MAX_DEVICES];
 
 static int pool_alloc(void **out, size_t size) {
     int rc = fake_alloc(out, size, 0);
@@ -140,6 +142,8 @@ static int pool_alloc(void **out, size_t size) {
         pool_reserved[dev] += POOL_CHUNK;
         used[dev] += POOL_CHUNK;
     }
+    if (pool_used[dev] > pool_used_high[dev]) pool_used_high[dev] = pool_used[dev];
+    if (pool_reserved[dev] > pool_reserved_high[dev]) pool_reserved_high[dev] = pool_reserved[dev];
     pthread_mutex_unlock(&lock);
     return OK;
 }
@@ -182,14 +186,30 @@ static int pool_trim(const char *name, void *pool, size_t keep) {
 
 /* cudaMemPoolAttrReservedMemCurrent (5) and cudaMemPoolAttrUsedMemCurrent (7),
  * the driver's CU_MEMPOOL_ATTR_* of the same numbers. */
+/* Attributes 5 to 8: reserved now, its high-water mark, used now, its
+ * high-water mark (cudaMemPoolAttr and CUmemPool_attribute alike). */
 static int pool_attribute(void *pool, int attribute, void *value) {
     int dev = (int)(uintptr_t)pool - 1;
     if (dev < 0 || dev >= device_count() || dev >= MAX_DEVICES || !value) return INVALID_VALUE;
+    if (attribute < 5 || attribute > 8) return INVALID_VALUE;
     pthread_mutex_lock(&lock);
-    unsigned long long v = attribute == 5 ? pool_reserved[dev] : attribute == 7 ? pool_used[dev] : 0;
+    size_t v = attribute == 5 ? pool_reserved[dev] : attribute == 6 ? pool_reserved_high[dev]
+             : attribute == 7 ? pool_used[dev] : pool_used_high[dev];
     pthread_mutex_unlock(&lock);
-    if (attribute != 5 && attribute != 7) return INVALID_VALUE;
     *(unsigned long long *)value = v;
+    return OK;
+}
+
+/* Writing 0 to a high-water mark resets it to the current value. */
+static int pool_set_attribute(void *pool, int attribute, void *value) {
+    int dev = (int)(uintptr_t)pool - 1;
+    if (dev < 0 || dev >= device_count() || dev >= MAX_DEVICES || !value) return INVALID_VALUE;
+    if ((attribute != 6 && attribute != 8) || *(unsigned long long *)value != 0) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if (attribute == 6) pool_reserved_high[dev] = pool_reserved[dev];
+    else pool_used_high[dev] = pool_used[dev];
+    pthread_mutex_unlock(&lock);
+    trace("pool set attribute %d", attribute);
     return OK;
 }
 

@@ -24,6 +24,11 @@ macro_rules! cuda_functions {
                 fn cudaFreeAsync(ptr: *mut c_void, stream: cudaStream_t);
                 fn cudaFreeAsync_ptsz(ptr: *mut c_void, stream: cudaStream_t);
                 fn cudaMemGetInfo(free: *mut usize, total: *mut usize);
+                // What the device's default pool holds, with the spill tier's
+                // blocks that serve its allocations (PyTorch's memory
+                // statistics under its cudaMallocAsync backend).
+                fn cudaMemPoolGetAttribute(pool: cudaMemPool_t, attribute: c_int, value: *mut c_void);
+                fn cudaMemPoolSetAttribute(pool: cudaMemPool_t, attribute: c_int, value: *mut c_void);
                 // The driver API, for programs that allocate through libcuda.so.1
                 // directly. A device address (CUdeviceptr) is a 64-bit integer,
                 // the size of a pointer, so it goes through the same policy.
@@ -38,6 +43,8 @@ macro_rules! cuda_functions {
                 fn cuMemFreeAsync(ptr: CUdeviceptr, stream: CUstream);
                 fn cuMemFreeAsync_ptsz(ptr: CUdeviceptr, stream: CUstream);
                 fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize);
+                fn cuMemPoolGetAttribute(pool: CUmemoryPool, attribute: c_int, value: *mut c_void);
+                fn cuMemPoolSetAttribute(pool: CUmemoryPool, attribute: c_int, value: *mut c_void);
                 // Physical memory of the virtual memory API (PyTorch's expandable
                 // segments): counted from creation until it is both released and
                 // unmapped, as the driver frees it. Reserving address space and
@@ -139,11 +146,9 @@ macro_rules! cuda_functions {
                 fn cuStreamCreate(stream: *mut CUstream, flags: c_uint);
                 fn cudaDeviceGetMemPool(pool: *mut cudaMemPool_t, device: c_int);
                 fn cudaDeviceGetDefaultMemPool(pool: *mut cudaMemPool_t, device: c_int);
-                fn cudaMemPoolGetAttribute(pool: cudaMemPool_t, attribute: c_int, value: *mut c_void);
                 fn cudaMemPoolTrimTo(pool: cudaMemPool_t, keep: usize);
                 fn cuDeviceGetMemPool(pool: *mut CUmemoryPool, device: CUdevice);
                 fn cuDeviceGetDefaultMemPool(pool: *mut CUmemoryPool, device: CUdevice);
-                fn cuMemPoolGetAttribute(pool: CUmemoryPool, attribute: c_int, value: *mut c_void);
                 fn cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize);
                 // Where a kernel's parameters lie, for reading its operands.
                 fn cudaFuncGetParamInfo(func: *const c_void, index: usize, offset: *mut usize, size: *mut usize);

@@ -251,6 +251,9 @@ pub unsafe fn free(
             }
         }
     };
+    if block.tiered {
+        super::pool_stats::given_back(state, block.api, block.device, block.size);
+    }
     let rc = if let Some(stream) = kept {
         super::tier::kept::keep(state, api, ptr as usize, &block, stream as usize)
     } else if block.tiered {

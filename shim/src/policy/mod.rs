@@ -9,6 +9,7 @@ mod graph_nodes;
 pub mod handlers;
 mod launches;
 mod moves;
+pub mod pool_stats;
 mod quota;
 pub mod stream_pools;
 mod tier;

@@ -17,6 +17,7 @@ use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 
 use crate::config::Device;
+use vramshare_common::size::MAX_DEVICES;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Backing {
@@ -97,6 +98,9 @@ pub struct Tier {
     /// Bytes moved onto the device of blocks no work had entered since
     /// they were handed out: their bytes are not the job's yet.
     pub moved_in_fresh: AtomicU64,
+    /// By device: the tier's blocks that serve stream-ordered allocations
+    /// of the device's default pool.
+    pub ordered: [Ordered; MAX_DEVICES],
     /// Times the gate closed and the device was drained for moves (for a
     /// launch, or for a quota or budget cut).
     pub fetches: AtomicU64,
@@ -116,6 +120,21 @@ pub struct Tier {
     /// The bytes of each host memory handle the tier made: a block may hold
     /// one larger than itself.
     pub host_bytes: Mutex<HashMap<u64, u64>>,
+}
+
+/// Bytes of the tier's blocks that stand for a default pool's allocations,
+/// and the high-water marks of what that pool, with them, has held.
+#[derive(Default)]
+pub struct Ordered {
+    /// The pool (its handle; 0 until the first such block).
+    pub pool: AtomicU64,
+    /// Bytes of live blocks (allocated and not yet freed).
+    pub live: AtomicU64,
+    /// The most the pool's used bytes and `live` came to together.
+    pub used_high: AtomicU64,
+    /// The most the pool's reserved bytes, `live` and the kept blocks on
+    /// the device came to together.
+    pub reserved_high: AtomicU64,
 }
 
 /// Launches, copies and library calls enter the gate while they hand work

@@ -15,10 +15,12 @@ mod copies;
 mod graphs;
 mod launches;
 mod libraries;
+mod pools;
 pub use copies::*;
 pub use graphs::*;
 pub use launches::*;
 pub use libraries::*;
+pub use pools::*;
 
 pub unsafe fn cudaMalloc(ptr: *mut *mut c_void, size: usize) -> cudaError_t {
     // SAFETY: the caller's arguments, as CUDA would receive them.

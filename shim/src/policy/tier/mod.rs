@@ -179,6 +179,7 @@ fn record_block(state: &State, api: Api, ptr: usize, size: u64, device: Device, 
         tiered: true,
     };
     record_allocation(state, ptr as *mut c_void, block);
+    super::pool_stats::handed_out(state, api, device, size);
 }
 
 /// Gives back a tier block the ledger has let go of, once the device has

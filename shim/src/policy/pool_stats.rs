@@ -1,0 +1,197 @@
+//! What a device's default stream-ordered pool says it holds, with the
+//! spill tier's blocks in it. PyTorch's `cudaMallocAsync` backend reads its
+//! memory statistics (`torch.cuda.memory_allocated`, `memory_reserved` and
+//! their peaks) from the pool's attributes, and the tier serves that
+//! pool's large allocations outside it: left alone, the pool would answer
+//! as if the job held only its small tensors.
+//!
+//! Asked about such a pool, the shim adds the tier's blocks standing for
+//! its allocations: used memory gains the live ones (wherever they are),
+//! reserved memory those and the kept ones on the device, as the pool
+//! counts what it keeps for reuse. A high-water mark is the higher of the
+//! pool's own and the most those sums reached when a tier block was
+//! handed out; writing 0 to it resets both, as CUDA resets the pool's.
+
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::Ordering::Relaxed;
+
+use cudart_sys::*;
+use vramshare_common::event::Api;
+
+use crate::config::Device;
+use crate::cuda::backend::Backend;
+use crate::cuda::real;
+use crate::state::tier::Ordered;
+use crate::state::{state, State};
+
+/// `cudaMemPoolAttr` and `CUmemPool_attribute` alike.
+const RESERVED_CURRENT: c_int = 5;
+const RESERVED_HIGH: c_int = 6;
+const USED_CURRENT: c_int = 7;
+const USED_HIGH: c_int = 8;
+
+/// Whether `api` allocates from a stream-ordered pool (the only tier
+/// blocks that stand for a pool's allocations come from these).
+fn ordered(api: Api) -> bool {
+    matches!(
+        api,
+        Api::cudaMallocAsync
+            | Api::cudaMallocAsync_ptsz
+            | Api::cuMemAllocAsync
+            | Api::cuMemAllocAsync_ptsz
+    )
+}
+
+/// After a tier block of `size` bytes was handed out by `api` on `device`:
+/// counted for the device's default pool, whose marks it may raise.
+pub fn handed_out(state: &State, api: Api, device: Device, size: u64) {
+    if !ordered(api) {
+        return;
+    }
+    let backend = Backend::of(api);
+    let counts = &state.tier.ordered[device.index()];
+    if counts.pool.load(Relaxed) == 0 {
+        if let Some(pool) = default_pool(backend, device) {
+            counts.pool.store(pool as u64, Relaxed);
+        }
+    }
+    counts.live.fetch_add(size, Relaxed);
+    let pool = counts.pool.load(Relaxed) as usize;
+    if let Some(used) = read(backend, pool, USED_CURRENT) {
+        counts
+            .used_high
+            .fetch_max(used + counts.live.load(Relaxed), Relaxed);
+    }
+    if let Some(reserved) = read(backend, pool, RESERVED_CURRENT) {
+        let held = reserved + counts.live.load(Relaxed) + kept_bytes(state, device);
+        counts.reserved_high.fetch_max(held, Relaxed);
+    }
+}
+
+/// After a tier block handed out by `api` on `device` was freed.
+pub fn given_back(state: &State, api: Api, device: Device, size: u64) {
+    if ordered(api) {
+        let live = &state.tier.ordered[device.index()].live;
+        let _ = live.fetch_update(Relaxed, Relaxed, |bytes| Some(bytes.saturating_sub(size)));
+    }
+}
+
+/// `cudaMemPoolGetAttribute` and `cuMemPoolGetAttribute`: CUDA's answer,
+/// with the tier's blocks added for a default pool they serve.
+///
+/// # Safety
+/// The caller's arguments, as CUDA would receive them.
+pub unsafe fn get_attribute(
+    pool: *mut c_void,
+    attribute: c_int,
+    value: *mut c_void,
+    real_get: impl FnOnce() -> cudaError_t,
+) -> cudaError_t {
+    let rc = real_get();
+    if rc != cudaSuccess || value.is_null() || !(RESERVED_CURRENT..=USED_HIGH).contains(&attribute)
+    {
+        return rc;
+    }
+    let state = state();
+    let Some((device, counts)) = served(state, pool) else {
+        return rc;
+    };
+    let value = value.cast::<u64>();
+    // SAFETY: CUDA wrote a 64-bit integer there for these attributes.
+    let pools = unsafe { value.read_unaligned() };
+    let live = counts.live.load(Relaxed);
+    let shown = match attribute {
+        USED_CURRENT => pools + live,
+        RESERVED_CURRENT => pools + live + kept_bytes(state, device),
+        USED_HIGH => pools.max(counts.used_high.load(Relaxed)),
+        _ => pools.max(counts.reserved_high.load(Relaxed)),
+    };
+    // SAFETY: as above.
+    unsafe { value.write_unaligned(shown) };
+    rc
+}
+
+/// `cudaMemPoolSetAttribute` and `cuMemPoolSetAttribute`: CUDA's; a reset
+/// of a high-water mark also resets the tier's part of it to the sum now.
+///
+/// # Safety
+/// The caller's arguments, as CUDA would receive them.
+pub unsafe fn set_attribute(
+    backend: Backend,
+    pool: *mut c_void,
+    attribute: c_int,
+    value: *mut c_void,
+    real_set: impl FnOnce() -> cudaError_t,
+) -> cudaError_t {
+    let rc = real_set();
+    if rc != cudaSuccess || value.is_null() || !matches!(attribute, USED_HIGH | RESERVED_HIGH) {
+        return rc;
+    }
+    let state = state();
+    let Some((device, counts)) = served(state, pool) else {
+        return rc;
+    };
+    let live = counts.live.load(Relaxed);
+    let pool = pool as usize;
+    if attribute == USED_HIGH {
+        let now = read(backend, pool, USED_CURRENT).unwrap_or(0) + live;
+        counts.used_high.store(now, Relaxed);
+    } else {
+        let reserved = read(backend, pool, RESERVED_CURRENT).unwrap_or(0);
+        let now = reserved + live + kept_bytes(state, device);
+        counts.reserved_high.store(now, Relaxed);
+    }
+    rc
+}
+
+/// The device whose default pool `pool` is, if tier blocks stand for its
+/// allocations, and their counts.
+fn served(state: &State, pool: *mut c_void) -> Option<(Device, &Ordered)> {
+    if pool.is_null() {
+        return None;
+    }
+    state
+        .tier
+        .ordered
+        .iter()
+        .enumerate()
+        .find(|(_, counts)| counts.pool.load(Relaxed) == pool as u64)
+        .and_then(|(index, counts)| Some((Device::new(index as u32)?, counts)))
+}
+
+/// Bytes of kept tier blocks on `device`'s memory.
+fn kept_bytes(state: &State, device: Device) -> u64 {
+    super::tier::kept::on_device(state, device)
+}
+
+fn default_pool(backend: Backend, device: Device) -> Option<usize> {
+    let mut pool: *mut c_void = std::ptr::null_mut();
+    // SAFETY: writes a handle we own.
+    let rc = unsafe {
+        match backend {
+            Backend::Runtime => {
+                real::cudaDeviceGetDefaultMemPool(&mut pool, device.number() as c_int)
+            }
+            Backend::Driver => {
+                real::cuDeviceGetDefaultMemPool(&mut pool, device.number() as CUdevice)
+            }
+        }
+    };
+    (rc == cudaSuccess && !pool.is_null()).then_some(pool as usize)
+}
+
+/// One of the pool's 64-bit attributes, as CUDA says it.
+fn read(backend: Backend, pool: usize, attribute: c_int) -> Option<u64> {
+    let mut value: u64 = 0;
+    let out = (&mut value as *mut u64).cast::<c_void>();
+    // SAFETY: the attributes read here are 64-bit integers, written to ours.
+    let rc = unsafe {
+        match backend {
+            Backend::Runtime => {
+                real::cudaMemPoolGetAttribute(pool as cudaMemPool_t, attribute, out)
+            }
+            Backend::Driver => real::cuMemPoolGetAttribute(pool as CUmemoryPool, attribute, out),
+        }
+    };
+    (rc == cudaSuccess).then_some(value)
+}
