@@ -9,8 +9,9 @@
 //! its allocations: used memory gains the live ones (wherever they are),
 //! reserved memory those and the kept ones on the device, as the pool
 //! counts what it keeps for reuse. A high-water mark is the higher of the
-//! pool's own and the most those sums reached when a tier block was
-//! handed out; writing 0 to it resets both, as CUDA resets the pool's.
+//! pool's own and the most those sums reached when the tier's live bytes
+//! reached a new high; writing 0 to it resets both, as CUDA resets the
+//! pool's.
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering::Relaxed;
@@ -55,15 +56,24 @@ pub fn handed_out(state: &State, api: Api, device: Device, size: u64) {
             counts.pool.store(pool as u64, Relaxed);
         }
     }
-    counts.live.fetch_add(size, Relaxed);
+    let live = counts.live.fetch_add(size, Relaxed) + size;
+    // The pool is asked only when the tier's part reaches a new high: a
+    // step that allocates what it freed costs no query.
+    if counts.live_high.fetch_max(live, Relaxed) >= live {
+        return;
+    }
+    raise_marks(state, backend, device, counts);
+}
+
+/// Raises the marks to what the pool and the tier's blocks hold now.
+fn raise_marks(state: &State, backend: Backend, device: Device, counts: &Ordered) {
     let pool = counts.pool.load(Relaxed) as usize;
+    let live = counts.live.load(Relaxed);
     if let Some(used) = read(backend, pool, USED_CURRENT) {
-        counts
-            .used_high
-            .fetch_max(used + counts.live.load(Relaxed), Relaxed);
+        counts.used_high.fetch_max(used + live, Relaxed);
     }
     if let Some(reserved) = read(backend, pool, RESERVED_CURRENT) {
-        let held = reserved + counts.live.load(Relaxed) + kept_bytes(state, device);
+        let held = reserved + live + kept_bytes(state, device);
         counts.reserved_high.fetch_max(held, Relaxed);
     }
 }
@@ -132,6 +142,7 @@ pub unsafe fn set_attribute(
         return rc;
     };
     let live = counts.live.load(Relaxed);
+    counts.live_high.store(live, Relaxed);
     let pool = pool as usize;
     if attribute == USED_HIGH {
         let now = read(backend, pool, USED_CURRENT).unwrap_or(0) + live;

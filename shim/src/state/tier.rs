@@ -95,6 +95,9 @@ pub struct Tier {
     /// Events for the copies of moves (the driver's, made without timing),
     /// kept for the next moves: each move waits for its own copy.
     pub copy_events: Mutex<Vec<usize>>,
+    /// Events of stream-ordered frees whose kept blocks are gone, as
+    /// (event, whether it is the runtime's), for the next frees.
+    pub free_events: Mutex<Vec<(usize, bool)>>,
     /// Bytes moved onto the device of blocks no work had entered since
     /// they were handed out: their bytes are not the job's yet.
     pub moved_in_fresh: AtomicU64,
@@ -130,6 +133,8 @@ pub struct Ordered {
     pub pool: AtomicU64,
     /// Bytes of live blocks (allocated and not yet freed).
     pub live: AtomicU64,
+    /// The most `live` has been since the marks were last reset.
+    pub live_high: AtomicU64,
     /// The most the pool's used bytes and `live` came to together.
     pub used_high: AtomicU64,
     /// The most the pool's reserved bytes, `live` and the kept blocks on

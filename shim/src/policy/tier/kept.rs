@@ -74,14 +74,14 @@ pub fn keep(state: &State, api: Api, ptr: usize, block: &Block, stream: usize) -
         }
         return cudaSuccess;
     }
-    let Some((event, runtime_event)) = record(api, stream) else {
+    let Some((event, runtime_event)) = record(state, api, stream) else {
         if block.placement == Placement::Device {
             state.ledger.unreserve(block.device, block.size);
         }
         return super::free(state, api, ptr, block);
     };
     let Some((_, backing)) = state.tier.blocks.remove(&ptr) else {
-        destroy(event, runtime_event);
+        give_back_event(state, event, runtime_event);
         if block.placement == Placement::Device {
             state.ledger.unreserve(block.device, block.size);
         }
@@ -179,7 +179,7 @@ pub fn reuse(
         lock(&state.tier.kept).insert(0, kept);
         return None;
     }
-    destroy(kept.event, kept.runtime_event);
+    give_back_event(state, kept.event, kept.runtime_event);
     let on_device = kept.backing.on_device != 0;
     let mut backing = kept.backing;
     backing.fetched_in = 0;
@@ -288,30 +288,36 @@ fn release(state: &State, kept: Kept) {
     if backing.on_device != 0 {
         state.ledger.unreserve(backing.device, backing.size);
     }
-    destroy(kept.event, kept.runtime_event);
+    give_back_event(state, kept.event, kept.runtime_event);
 }
 
-/// An event recorded on `stream` in the form `api` uses; (event, whether
-/// it is the runtime's). `None` if CUDA refused.
-fn record(api: Api, stream: usize) -> Option<(usize, bool)> {
+/// An event recorded on `stream` in the form `api` uses (one given back
+/// before, or a new one); (event, whether it is the runtime's). `None` if
+/// CUDA refused.
+fn record(state: &State, api: Api, stream: usize) -> Option<(usize, bool)> {
     let per_thread = per_thread(api);
-    let mut event: *mut c_void = std::ptr::null_mut();
-    let stream = stream as *mut c_void;
     let runtime = Backend::of(api) == Backend::Runtime;
-    // SAFETY: the event is ours, the stream the caller's free named.
+    let spare = {
+        let mut spares = lock(&state.tier.free_events);
+        let found = spares.iter().rposition(|&(_, of)| of == runtime);
+        found.map(|index| spares.swap_remove(index).0)
+    };
+    let mut event = spare.unwrap_or(0) as *mut c_void;
+    let stream = stream as *mut c_void;
+    // SAFETY: the event is ours (made here, or one of ours given back, whose
+    // earlier record a new one replaces), the stream the caller's free named.
     let rc = unsafe {
-        if runtime {
-            match real::cudaEventCreateWithFlags(&mut event, DISABLE_TIMING) {
-                rc if rc != cudaSuccess => rc,
-                _ if per_thread => real::cudaEventRecord_ptsz(event, stream),
-                _ => real::cudaEventRecord(event, stream),
-            }
-        } else {
-            match real::cuEventCreate(&mut event, DISABLE_TIMING) {
-                rc if rc != CUDA_SUCCESS => rc,
-                _ if per_thread => real::cuEventRecord_ptsz(event, stream),
-                _ => real::cuEventRecord(event, stream),
-            }
+        let made = match (event.is_null(), runtime) {
+            (false, _) => cudaSuccess,
+            (true, true) => real::cudaEventCreateWithFlags(&mut event, DISABLE_TIMING),
+            (true, false) => real::cuEventCreate(&mut event, DISABLE_TIMING),
+        };
+        match (made, runtime) {
+            (rc, _) if rc != cudaSuccess => rc,
+            (_, true) if per_thread => real::cudaEventRecord_ptsz(event, stream),
+            (_, true) => real::cudaEventRecord(event, stream),
+            (_, false) if per_thread => real::cuEventRecord_ptsz(event, stream),
+            (_, false) => real::cuEventRecord(event, stream),
         }
     };
     if rc != cudaSuccess {
@@ -323,6 +329,22 @@ fn record(api: Api, stream: usize) -> Option<(usize, bool)> {
     }
     Some((event as usize, runtime))
 }
+
+/// Keeps an event `record` made, whose kept block is gone, for the next
+/// free: making and destroying one costs more than the free itself. A
+/// stream made to wait for it waits for the record it had then.
+pub(super) fn give_back_event(state: &State, event: usize, runtime: bool) {
+    let mut spares = lock(&state.tier.free_events);
+    if spares.len() < SPARE_EVENTS {
+        spares.push((event, runtime));
+    } else {
+        drop(spares);
+        destroy(event, runtime);
+    }
+}
+
+/// The most events kept for reuse.
+const SPARE_EVENTS: usize = 1024;
 
 /// Whether the free that kept `kept` has been reached on its stream.
 pub(super) fn reached(kept: &Kept) -> bool {
