@@ -7,7 +7,7 @@
 //! with its own quota, and whatever locks the parent's other threads held at
 //! the moment of the fork stay behind in the parent's copy, never touched.
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use memmap2::MmapMut;
@@ -63,6 +63,9 @@ pub struct State {
     pub pool_slack: std::sync::Mutex<std::collections::HashMap<usize, Counted>>,
     /// Set once the process's device count is known ([`State::learn_device_count`]).
     devices_learned: std::sync::Once,
+    /// That count (0 until known): `CUDA_VISIBLE_DEVICES` is read once, so
+    /// it does not change while the process runs.
+    device_count: AtomicU32,
     /// Kernel launches, by the call that made them, and where their total
     /// is published for `vramshare ps` (the registry slot).
     launches: LaunchCounts,
@@ -233,6 +236,7 @@ impl State {
                 .collect(),
             pool_slack: Default::default(),
             devices_learned: std::sync::Once::new(),
+            device_count: AtomicU32::new(0),
             launches: LaunchCounts::new(),
             launch_total,
             access: Access::default(),
@@ -357,6 +361,11 @@ impl State {
         self.slot.is_some()
     }
 
+    /// The process's device count, once learned.
+    pub fn device_count(&self) -> Option<u32> {
+        Some(self.device_count.load(Ordering::Relaxed)).filter(|&count| count > 0)
+    }
+
     /// On first use of a device: records how many devices the process sees
     /// (for `vramshare quota set`) and which GPU each is (`pci`: its PCI
     /// address, for `vramshare ps`), and says once of a quota entry that
@@ -368,6 +377,7 @@ impl State {
     ) {
         self.devices_learned.call_once(|| {
             let Some(count) = ask() else { return };
+            self.device_count.store(count, Ordering::Relaxed);
             if let Some(slot) = self.slot {
                 slot.set_device_count(count);
                 for (number, counters) in slot.devices().iter().enumerate().take(count as usize) {
