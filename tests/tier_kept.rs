@@ -355,3 +355,51 @@ fn the_default_pool_counts_the_tier_blocks_that_serve_its_allocations_as_pytorch
         run.stdout
     );
 }
+
+#[test]
+fn a_pool_peak_is_never_below_what_is_held_now() {
+    let run = client(
+        Runtime::Fake13,
+        &moving("64MiB", &[]),
+        &[
+            "async:a:8M",
+            "async:b:8M",
+            // b kept, then c made beside it: more reserved, no new live high.
+            "freeasync:b",
+            "async:c:4M",
+            "poolstats",
+            // The pool's own allocations grow what is used.
+            "async:s1:1M",
+            "async:s2:1M",
+            "async:s3:1M",
+            "poolstats",
+        ],
+    );
+    run.assert_ok();
+    let stats = pool_stats(&run);
+    assert_eq!(stats.len(), 2, "{}", run.stdout);
+    for [reserved, reserved_high, used, used_high] in stats {
+        assert!(reserved_high >= reserved, "{}", run.stdout);
+        assert!(used_high >= used, "{}", run.stdout);
+    }
+    // The reserve holds a, b (kept) and c.
+    assert_eq!(pool_stats(&run)[0][0], 20 * MIB, "{}", run.stdout);
+}
+
+#[test]
+fn frees_in_stream_order_reuse_their_events() {
+    let run = client(
+        Runtime::Fake13,
+        &moving("64MiB", &[]),
+        &["repeat:50:2", "async:a:4M", "freeasync:a"],
+    );
+    run.assert_ok();
+    // One block, kept and given again 50 times: its free's event is made
+    // once, and recorded again at each free.
+    assert_eq!(
+        run.calls_with(&["cudaEventCreateWithFlags"]).len(),
+        1,
+        "{:?}",
+        run.calls
+    );
+}

@@ -224,7 +224,7 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
 /// What the spill tier moved, in one line.
 fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
     format!(
-        "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making memory), {:.2} s waiting for the device first, {} times; {} of new host memory pinned in {:.2} s, {} given back while blocks remained\n",
+        "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making memory), {:.2} s waiting for the device first, {} times; {} of new host memory pinned in {:.2} s, {} given back while live blocks remained\n",
         moves.to_device,
         human_bytes(moves.bytes_to_device),
         moves.to_host,
@@ -274,7 +274,7 @@ mod tests {
         };
         let report = process_report(&process, &[]);
         assert!(
-            report.contains("  moves: 3 onto the device (3.00 MiB), 2 to the host (2.00 MiB); 4 uses left in place; 1.50 s copying and remapping (1.00 s waiting for copies, 0.25 s remapping, 0.50 s making memory), 0.25 s waiting for the device first, 6 times; 4.00 MiB of new host memory pinned in 0.75 s, 1.00 MiB given back while blocks remained\n"),
+            report.contains("  moves: 3 onto the device (3.00 MiB), 2 to the host (2.00 MiB); 4 uses left in place; 1.50 s copying and remapping (1.00 s waiting for copies, 0.25 s remapping, 0.50 s making memory), 0.25 s waiting for the device first, 6 times; 4.00 MiB of new host memory pinned in 0.75 s, 1.00 MiB given back while live blocks remained\n"),
             "{report}"
         );
         let quiet = process_report(&ProcessJson::default(), &[]);

@@ -179,8 +179,8 @@ pub struct MovesJson {
     /// memory, which pins it, and its bytes.
     pub pinning_seconds: f64,
     pub pinned_bytes: u64,
-    /// Host memory given back to the machine while the tier still had
-    /// blocks, for want of room among the spares.
+    /// Host memory given back to the machine while live blocks remained,
+    /// for want of room among the spares.
     pub unpinned_bytes: u64,
     /// Of `bytes_to_device`: blocks no work had touched since they were
     /// handed out, whose bytes were not yet the job's.

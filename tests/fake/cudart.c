@@ -173,6 +173,7 @@ cudaError_t cudaMemsetAsync_ptsz(void *p, int value, size_t n, cudaStream_t s) {
 cudaError_t cudaEventCreateWithFlags(void **e, unsigned flags) {
     if (no_device()) return NO_DEVICE;
     *e = calloc(1, sizeof(struct fake_event));
+    trace("cudaEventCreateWithFlags flags=%u", flags);
     return *e ? OK : MEMORY_ALLOCATION;
 }
 cudaError_t cudaEventCreate(void **e) { return cudaEventCreateWithFlags(e, 0); }

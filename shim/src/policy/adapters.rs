@@ -251,9 +251,6 @@ pub unsafe fn free(
             }
         }
     };
-    if block.tiered {
-        super::pool_stats::given_back(state, block.api, block.device, block.size);
-    }
     let rc = if let Some(stream) = kept {
         super::tier::kept::keep(state, api, ptr as usize, &block, stream as usize)
     } else if block.tiered {
@@ -263,6 +260,11 @@ pub unsafe fn free(
     } else {
         real_free(ptr)
     };
+    // After the block joined the kept ones: the pool's reserve, asked in
+    // between, never dips.
+    if block.tiered {
+        super::pool_stats::given_back(state, block.api, block.device, block.size);
+    }
     state.record(
         Op::Free,
         api,

@@ -69,7 +69,12 @@ where
     // A process that sees several GPUs may reach a block from another one
     // (peer access, NCCL), which the tier's blocks do not allow: there,
     // blocks stay where they are made.
-    let one_device = || state.device_count().map_or(backend.device_count(), Ok) == Ok(1);
+    let one_device = || {
+        state
+            .device_count()
+            .map_or_else(|| backend.device_count(), Ok)
+            == Ok(1)
+    };
     let tiered = if movable(state, api) {
         None
     } else {

@@ -9,9 +9,9 @@
 //! its allocations: used memory gains the live ones (wherever they are),
 //! reserved memory those and the kept ones on the device, as the pool
 //! counts what it keeps for reuse. A high-water mark is the higher of the
-//! pool's own and the most those sums reached when the tier's live bytes
-//! reached a new high; writing 0 to it resets both, as CUDA resets the
-//! pool's.
+//! pool's own, the sum now, and the most the sums reached when the tier
+//! made a block or its live bytes reached a new high; writing 0 to it
+//! resets both, as CUDA resets the pool's.
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering::Relaxed;
@@ -43,9 +43,10 @@ fn ordered(api: Api) -> bool {
     )
 }
 
-/// After a tier block of `size` bytes was handed out by `api` on `device`:
-/// counted for the device's default pool, whose marks it may raise.
-pub fn handed_out(state: &State, api: Api, device: Device, size: u64) {
+/// After a tier block of `size` bytes was handed out by `api` on `device`
+/// (`made`: new, not a kept one given again): counted for the device's
+/// default pool, whose marks it may raise.
+pub fn handed_out(state: &State, api: Api, device: Device, size: u64, made: bool) {
     if !ordered(api) {
         return;
     }
@@ -57,9 +58,10 @@ pub fn handed_out(state: &State, api: Api, device: Device, size: u64) {
         }
     }
     let live = counts.live.fetch_add(size, Relaxed) + size;
-    // The pool is asked only when the tier's part reaches a new high: a
-    // step that allocates what it freed costs no query.
-    if counts.live_high.fetch_max(live, Relaxed) >= live {
+    // The pool is asked only when the tier's part reaches a new high, or
+    // new memory was made: a step that allocates what it freed, from kept
+    // blocks, costs no query.
+    if counts.live_high.fetch_max(live, Relaxed) >= live && !made {
         return;
     }
     raise_marks(state, backend, device, counts);
@@ -92,6 +94,7 @@ pub fn given_back(state: &State, api: Api, device: Device, size: u64) {
 /// # Safety
 /// The caller's arguments, as CUDA would receive them.
 pub unsafe fn get_attribute(
+    api: Api,
     pool: *mut c_void,
     attribute: c_int,
     value: *mut c_void,
@@ -110,11 +113,21 @@ pub unsafe fn get_attribute(
     // SAFETY: CUDA wrote a 64-bit integer there for these attributes.
     let pools = unsafe { value.read_unaligned() };
     let live = counts.live.load(Relaxed);
+    let backend = Backend::of(api);
+    // A mark is never below what is held now, as CUDA's are not.
+    let mark = |high: &std::sync::atomic::AtomicU64, current: c_int, extra: u64| {
+        let now = read(backend, pool as usize, current).unwrap_or(0) + extra;
+        pools.max(high.fetch_max(now, Relaxed)).max(now)
+    };
     let shown = match attribute {
         USED_CURRENT => pools + live,
         RESERVED_CURRENT => pools + live + kept_bytes(state, device),
-        USED_HIGH => pools.max(counts.used_high.load(Relaxed)),
-        _ => pools.max(counts.reserved_high.load(Relaxed)),
+        USED_HIGH => mark(&counts.used_high, USED_CURRENT, live),
+        _ => mark(
+            &counts.reserved_high,
+            RESERVED_CURRENT,
+            live + kept_bytes(state, device),
+        ),
     };
     // SAFETY: as above.
     unsafe { value.write_unaligned(shown) };
@@ -127,7 +140,7 @@ pub unsafe fn get_attribute(
 /// # Safety
 /// The caller's arguments, as CUDA would receive them.
 pub unsafe fn set_attribute(
-    backend: Backend,
+    api: Api,
     pool: *mut c_void,
     attribute: c_int,
     value: *mut c_void,
@@ -141,6 +154,7 @@ pub unsafe fn set_attribute(
     let Some((device, counts)) = served(state, pool) else {
         return rc;
     };
+    let backend = Backend::of(api);
     let live = counts.live.load(Relaxed);
     counts.live_high.store(live, Relaxed);
     let pool = pool as usize;

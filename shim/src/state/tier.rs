@@ -10,7 +10,10 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64,
+    Ordering::{Relaxed, SeqCst},
+};
 use std::sync::{Mutex, MutexGuard};
 
 use dashmap::DashMap;
@@ -89,8 +92,8 @@ pub struct Tier {
     /// bytes.
     pub pinning_ns: AtomicU64,
     pub pinned: AtomicU64,
-    /// Host memory given back to the machine while the tier still had
-    /// blocks (over the spares' bound): pinned again if a block needs it.
+    /// Host memory given back to the machine while live blocks remained
+    /// (over the spares' bound): pinned again if a block needs it.
     pub unpinned: AtomicU64,
     /// Events for the copies of moves (the driver's, made without timing),
     /// kept for the next moves: each move waits for its own copy.
@@ -188,7 +191,7 @@ impl Gate {
         let depth = DEPTH.try_with(|d| d.replace(d.get() + 1)).unwrap_or(1);
         let counted = depth == 0;
         if counted {
-            self.entered.fetch_add(1, SeqCst);
+            self.entered.fetch_add(1, Relaxed);
             loop {
                 self.inside.fetch_add(1, SeqCst);
                 if !self.closed.load(SeqCst) {
@@ -208,7 +211,7 @@ impl Gate {
 
     /// Work entered so far.
     pub fn entered(&self) -> u64 {
-        self.entered.load(SeqCst)
+        self.entered.load(Relaxed)
     }
 
     /// Closes the gate for a move, once no other thread is inside; `None`

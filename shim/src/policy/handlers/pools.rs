@@ -5,9 +5,9 @@ use std::ffi::{c_int, c_void};
 
 use cudart_sys::*;
 
-use crate::cuda::backend::Backend;
 use crate::cuda::real;
 use crate::policy::pool_stats;
+use vramshare_common::event::Api;
 
 pub unsafe fn cudaMemPoolGetAttribute(
     pool: cudaMemPool_t,
@@ -16,9 +16,13 @@ pub unsafe fn cudaMemPoolGetAttribute(
 ) -> cudaError_t {
     // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
-        pool_stats::get_attribute(pool.cast(), attribute, value, || {
-            real::cudaMemPoolGetAttribute(pool, attribute, value)
-        })
+        pool_stats::get_attribute(
+            Api::cudaMemPoolGetAttribute,
+            pool.cast(),
+            attribute,
+            value,
+            || real::cudaMemPoolGetAttribute(pool, attribute, value),
+        )
     }
 }
 
@@ -29,9 +33,13 @@ pub unsafe fn cudaMemPoolSetAttribute(
 ) -> cudaError_t {
     // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
-        pool_stats::set_attribute(Backend::Runtime, pool.cast(), attribute, value, || {
-            real::cudaMemPoolSetAttribute(pool, attribute, value)
-        })
+        pool_stats::set_attribute(
+            Api::cudaMemPoolSetAttribute,
+            pool.cast(),
+            attribute,
+            value,
+            || real::cudaMemPoolSetAttribute(pool, attribute, value),
+        )
     }
 }
 
@@ -42,9 +50,13 @@ pub unsafe fn cuMemPoolGetAttribute(
 ) -> cudaError_t {
     // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
-        pool_stats::get_attribute(pool.cast(), attribute, value, || {
-            real::cuMemPoolGetAttribute(pool, attribute, value)
-        })
+        pool_stats::get_attribute(
+            Api::cuMemPoolGetAttribute,
+            pool.cast(),
+            attribute,
+            value,
+            || real::cuMemPoolGetAttribute(pool, attribute, value),
+        )
     }
 }
 
@@ -55,8 +67,12 @@ pub unsafe fn cuMemPoolSetAttribute(
 ) -> cudaError_t {
     // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
-        pool_stats::set_attribute(Backend::Driver, pool.cast(), attribute, value, || {
-            real::cuMemPoolSetAttribute(pool, attribute, value)
-        })
+        pool_stats::set_attribute(
+            Api::cuMemPoolSetAttribute,
+            pool.cast(),
+            attribute,
+            value,
+            || real::cuMemPoolSetAttribute(pool, attribute, value),
+        )
     }
 }

@@ -209,6 +209,11 @@ pub fn make_event() -> Result<usize> {
     Ok(event as usize)
 }
 
+pub fn destroy_event(event: usize) {
+    // SAFETY: an event `make_event` made, destroyed once.
+    unsafe { real::cuEventDestroy_v2(event as *mut std::ffi::c_void) };
+}
+
 /// Waits for the copies queued `direction` on `device`.
 pub fn wait(device: Device, direction: Direction) -> Result<()> {
     let stream = stream(device, direction)?;

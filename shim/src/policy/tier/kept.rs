@@ -190,7 +190,7 @@ pub fn reuse(
         state.tier.bytes_in_host.fetch_add(size, SeqCst);
     }
     state.tier.reused.fetch_add(1, Relaxed);
-    super::record_block(state, api, kept.ptr, size, device, on_device);
+    super::record_block(state, api, kept.ptr, size, device, on_device, false);
     Some(kept.ptr as *mut c_void)
 }
 

@@ -155,13 +155,22 @@ pub fn place(
             warn!("device {device} is at its quota: allocations now go to host memory, and move onto the device as kernels need them (the job slows down instead of failing)");
         }
     }
-    record_block(state, api, ptr as usize, size, device, on_device);
+    record_block(state, api, ptr as usize, size, device, on_device, true);
     Some(ptr as *mut c_void)
 }
 
 /// Records a tier block of `size` bytes at `ptr`, handed out by `api`, on
-/// the device or in host memory, and its allocation event.
-fn record_block(state: &State, api: Api, ptr: usize, size: u64, device: Device, on_device: bool) {
+/// the device or in host memory (`made`: new, not a kept one given again),
+/// and its allocation event.
+fn record_block(
+    state: &State,
+    api: Api,
+    ptr: usize,
+    size: u64,
+    device: Device,
+    on_device: bool,
+    made: bool,
+) {
     let placement = if on_device {
         Placement::Device
     } else {
@@ -179,7 +188,7 @@ fn record_block(state: &State, api: Api, ptr: usize, size: u64, device: Device, 
         tiered: true,
     };
     record_allocation(state, ptr as *mut c_void, block);
-    super::pool_stats::handed_out(state, api, device, size);
+    super::pool_stats::handed_out(state, api, device, size, made);
 }
 
 /// Gives back a tier block the ledger has let go of, once the device has

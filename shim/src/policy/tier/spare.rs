@@ -100,7 +100,9 @@ pub fn give(state: &State, device: Device, handle: u64) {
         }
     }
     lock(&state.tier.host_bytes).remove(&handle);
-    state.tier.unpinned.fetch_add(bytes.unwrap_or(0), Relaxed);
+    if !state.tier.blocks.is_empty() {
+        state.tier.unpinned.fetch_add(bytes.unwrap_or(0), Relaxed);
+    }
     backing::release(handle);
 }
 
