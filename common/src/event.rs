@@ -183,6 +183,21 @@ named_enum! {
         cudaMemPoolSetAttribute = 95 => "cudaMemPoolSetAttribute",
         cuMemPoolGetAttribute = 96 => "cuMemPoolGetAttribute",
         cuMemPoolSetAttribute = 97 => "cuMemPoolSetAttribute",
+        // Copies and memsets of other shapes, read for the blocks they name.
+        cudaMemcpy2D = 98 => "cudaMemcpy2D",
+        cudaMemcpy2DAsync = 99 => "cudaMemcpy2DAsync",
+        cudaMemcpy2DAsync_ptsz = 100 => "cudaMemcpy2DAsync_ptsz",
+        cudaMemset2D = 101 => "cudaMemset2D",
+        cudaMemset2DAsync = 102 => "cudaMemset2DAsync",
+        cudaMemset2DAsync_ptsz = 103 => "cudaMemset2DAsync_ptsz",
+        cudaMemcpyPeer = 104 => "cudaMemcpyPeer",
+        cudaMemcpyPeerAsync = 105 => "cudaMemcpyPeerAsync",
+        cuMemcpy = 106 => "cuMemcpy",
+        cuMemcpyHtoD_v2 = 107 => "cuMemcpyHtoD_v2",
+        cuMemcpyDtoH_v2 = 108 => "cuMemcpyDtoH_v2",
+        cuMemcpyDtoD_v2 = 109 => "cuMemcpyDtoD_v2",
+        cuMemsetD8_v2 = 110 => "cuMemsetD8_v2",
+        cuMemsetD32_v2 = 111 => "cuMemsetD32_v2",
     }
 }
 

@@ -30,6 +30,8 @@
  *   the first and last byte of NAME through a pointer kept in host memory,
  *   which its parameters do not show; then cudaDeviceSynchronize)
  *   ipc:NAME (cudaIpcGetMemHandle of NAME)
+ *   copy2d:NAME:BYTE:S (cudaMemcpy2DAsync of host bytes BYTE into NAME, as two
+ *   rows of half its size, on S)  memset2d:NAME:BYTE (cudaMemset2D, likewise)
  *   poolstats (the default pool's reserved and used bytes, now and their
  *   highs)  poolreset (its high-water marks reset)
  * SIZE is bytes, or with K, M or G (binary). Each step prints one line.
@@ -200,6 +202,20 @@ static int run(char *step) {
         cudaStream_t s = fields[2] ? stream_numbered(fields[2]) : 0;
         rc = !strcmp(op, "free") ? cudaFree(p) : !strcmp(op, "freeasync") ? cudaFreeAsync(p, s) : cudaFreeAsync_ptsz(p, 0);
         printf("%s %s rc=%d\n", op, fields[1], rc);
+    } else if (!strcmp(op, "copy2d")) {
+        int i = slot(fields[1]);
+        size_t row = names[i].size / 2;
+        static char *host;
+        free(host);
+        host = malloc(names[i].size);
+        memset(host, atoi(fields[2]), names[i].size);
+        rc = cudaMemcpy2DAsync(names[i].ptr, row, host, row, row, 2, 1, stream_numbered(fields[3]));
+        printf("copy2d %s rc=%d\n", fields[1], rc);
+    } else if (!strcmp(op, "memset2d")) {
+        int i = slot(fields[1]);
+        size_t row = names[i].size / 2;
+        rc = cudaMemset2D(names[i].ptr, row, atoi(fields[2]), row, 2);
+        printf("memset2d %s rc=%d\n", fields[1], rc);
     } else if (!strcmp(op, "poolstats")) {
         cudaMemPool_t pool = NULL;
         unsigned long long v[4] = {0};

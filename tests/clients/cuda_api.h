@@ -16,6 +16,8 @@ cudaError_t cudaMalloc3D(struct cudaPitchedPtr *p, struct cudaExtent extent);
 cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s);
 cudaError_t cudaMallocAsync_ptsz(void **p, size_t size, cudaStream_t s);
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int device);
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, int kind, cudaStream_t s);
+cudaError_t cudaMemset2D(void *p, size_t pitch, int value, size_t width, size_t height);
 cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, int attribute, void *value);
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, int attribute, void *value);
 cudaError_t cudaMallocFromPoolAsync(void **p, size_t size, cudaMemPool_t pool, cudaStream_t s);

@@ -19,7 +19,8 @@
  *   nodes:SRC:DST:CHILD (a graph built node by node: a kernel node naming SRC
  *   and DST, and a child graph whose kernel node names CHILD; "-" for none)
  *   dcopy:SRC:DST (cuMemcpyDtoDAsync_v2)  hcopy:DST (cuMemcpyHtoDAsync_v2 of
- *   host bytes)  dset:NAME (cuMemsetD8Async)
+ *   host bytes)  dset:NAME (cuMemsetD8Async)  hcopysync:DST, dsetsync:NAME (the
+ *   same by cuMemcpyHtoD_v2 and cuMemsetD8_v2)
  *   poke:NAME:BYTE (the host writes BYTE at NAME)  peek:NAME (and reads it)
  *   addnode:NAME (one more kernel node in that graph, naming NAME)
  *   graphdestroy (cuGraphDestroy)
@@ -102,6 +103,8 @@ CUresult cuGraphDestroy(void *graph);
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *stream);
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *stream);
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, void *stream);
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
+CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n);
 CUresult cuStreamBeginCapture_v2(void *stream, int mode);
 CUresult cuStreamEndCapture(void *stream, void **graph);
 CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
@@ -340,6 +343,14 @@ int main(int argc, char **argv) {
             static char host[4096];
             rc = cuMemcpyHtoDAsync_v2(names[slot(fields[1])].ptr, host, sizeof host, NULL);
             printf("hcopy rc=%d\n", rc);
+        } else if (!strcmp(op, "hcopysync")) {
+            static char host[4096];
+            rc = cuMemcpyHtoD_v2(names[slot(fields[1])].ptr, host, sizeof host);
+            printf("hcopysync rc=%d\n", rc);
+        } else if (!strcmp(op, "dsetsync")) {
+            int i = slot(fields[1]);
+            rc = cuMemsetD8_v2(names[i].ptr, 5, names[i].size);
+            printf("dsetsync rc=%d\n", rc);
         } else if (!strcmp(op, "dset")) {
             int i = slot(fields[1]);
             rc = cuMemsetD8Async(names[i].ptr, 5, names[i].size, NULL);

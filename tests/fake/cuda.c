@@ -427,6 +427,17 @@ CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
     return OK;
 }
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s) { memcpy((void *)dst, src, n); return OK; }
+/* The synchronous forms: the copies held back land first. */
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { land_copies(); trace("cuMemcpyHtoD_v2 dst=%#llx size=%zu", dst, n); memcpy((void *)dst, src, n); return OK; }
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { land_copies(); memcpy(dst, (void *)src, n); return OK; }
+CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) { land_copies(); memcpy((void *)dst, (void *)src, n); return OK; }
+CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { return cuMemcpyDtoD_v2(dst, src, n); }
+CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n) { land_copies(); memset((void *)dst, value, n); return OK; }
+CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned value, size_t n) {
+    land_copies();
+    for (size_t i = 0; i < n; i++) ((unsigned *)dst)[i] = value;
+    return OK;
+}
 CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) { memcpy(dst, (void *)src, n); return OK; }
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { memcpy((void *)dst, (void *)src, n); return OK; }
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream s) { memset((void *)dst, value, n); return OK; }

@@ -168,6 +168,50 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s) {
     return enqueue_set(p, value, n, s);
 }
 cudaError_t cudaMemsetAsync_ptsz(void *p, int value, size_t n, cudaStream_t s) { return cudaMemsetAsync(p, value, n, s); }
+/* Rows: a copy or memset of each, in order on the stream. */
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, int kind, cudaStream_t s) {
+    if (no_device()) return NO_DEVICE;
+    if (width > dpitch || width > spitch) return INVALID_VALUE;
+    trace("cudaMemcpy2DAsync dst=%p width=%zu height=%zu", dst, width, height);
+    for (size_t row = 0; row < height; row++) {
+        int rc = enqueue_copy((char *)dst + row * dpitch, (const char *)src + row * spitch, width, s);
+        if (rc != OK) return rc;
+    }
+    return OK;
+}
+cudaError_t cudaMemcpy2DAsync_ptsz(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, int kind, cudaStream_t s) {
+    return cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, s);
+}
+cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, int kind) {
+    int rc = cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, 0);
+    drain_all();
+    return rc;
+}
+cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int value, size_t width, size_t height, cudaStream_t s) {
+    if (no_device()) return NO_DEVICE;
+    for (size_t row = 0; row < height; row++) {
+        int rc = enqueue_set((char *)p + row * pitch, value, width, s);
+        if (rc != OK) return rc;
+    }
+    return OK;
+}
+cudaError_t cudaMemset2DAsync_ptsz(void *p, size_t pitch, int value, size_t width, size_t height, cudaStream_t s) {
+    return cudaMemset2DAsync(p, pitch, value, width, height, s);
+}
+cudaError_t cudaMemset2D(void *p, size_t pitch, int value, size_t width, size_t height) {
+    int rc = cudaMemset2DAsync(p, pitch, value, width, height, 0);
+    drain_all();
+    return rc;
+}
+cudaError_t cudaMemcpyPeerAsync(void *dst, int dst_device, const void *src, int src_device, size_t n, cudaStream_t s) {
+    if (no_device()) return NO_DEVICE;
+    return enqueue_copy(dst, src, n, s);
+}
+cudaError_t cudaMemcpyPeer(void *dst, int dst_device, const void *src, int src_device, size_t n) {
+    int rc = cudaMemcpyPeerAsync(dst, dst_device, src, src_device, n, 0);
+    drain_all();
+    return rc;
+}
 
 /* Events, recorded and waited for on streams. */
 cudaError_t cudaEventCreateWithFlags(void **e, unsigned flags) {

@@ -108,6 +108,23 @@ macro_rules! cuda_functions {
                 fn cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, count: usize, stream: CUstream);
                 fn cuMemsetD8Async(dst: CUdeviceptr, value: u8, count: usize, stream: CUstream);
                 fn cuMemsetD32Async(dst: CUdeviceptr, value: c_uint, count: usize, stream: CUstream);
+                // Copies and memsets of other shapes: they hand work to CUDA
+                // too, so they enter the spill tier's gate, and name the
+                // blocks their device operands start in.
+                fn cudaMemcpy2D(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: c_int);
+                fn cudaMemcpy2DAsync(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: c_int, stream: cudaStream_t);
+                fn cudaMemcpy2DAsync_ptsz(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: c_int, stream: cudaStream_t);
+                fn cudaMemset2D(ptr: *mut c_void, pitch: usize, value: c_int, width: usize, height: usize);
+                fn cudaMemset2DAsync(ptr: *mut c_void, pitch: usize, value: c_int, width: usize, height: usize, stream: cudaStream_t);
+                fn cudaMemset2DAsync_ptsz(ptr: *mut c_void, pitch: usize, value: c_int, width: usize, height: usize, stream: cudaStream_t);
+                fn cudaMemcpyPeer(dst: *mut c_void, dst_device: c_int, src: *const c_void, src_device: c_int, count: usize);
+                fn cudaMemcpyPeerAsync(dst: *mut c_void, dst_device: c_int, src: *const c_void, src_device: c_int, count: usize, stream: cudaStream_t);
+                fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, count: usize);
+                fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, count: usize);
+                fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, count: usize);
+                fn cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, count: usize);
+                fn cuMemsetD8_v2(dst: CUdeviceptr, value: u8, count: usize);
+                fn cuMemsetD32_v2(dst: CUdeviceptr, value: c_uint, count: usize);
                 // Exporting memory to other processes: the spill tier's blocks
                 // cannot be, and a refusal says so.
                 fn cudaIpcGetMemHandle(handle: *mut c_void, ptr: *mut c_void);

@@ -19,9 +19,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use cudart_sys::*;
 use vramshare_common::event::Api;
 
+use super::stream_pools::attribute as pool_attribute;
 use crate::config::Device;
 use crate::cuda::backend::Backend;
-use crate::cuda::real;
 use crate::state::tier::Ordered;
 use crate::state::{state, State};
 
@@ -53,7 +53,7 @@ pub fn handed_out(state: &State, api: Api, device: Device, size: u64, made: bool
     let backend = Backend::of(api);
     let counts = &state.tier.ordered[device.index()];
     if counts.pool.load(Relaxed) == 0 {
-        if let Some(pool) = default_pool(backend, device) {
+        if let Some(pool) = super::stream_pools::default_pool(backend, device) {
             counts.pool.store(pool as u64, Relaxed);
         }
     }
@@ -71,10 +71,10 @@ pub fn handed_out(state: &State, api: Api, device: Device, size: u64, made: bool
 fn raise_marks(state: &State, backend: Backend, device: Device, counts: &Ordered) {
     let pool = counts.pool.load(Relaxed) as usize;
     let live = counts.live.load(Relaxed);
-    if let Some(used) = read(backend, pool, USED_CURRENT) {
+    if let Some(used) = pool_attribute(backend, pool, USED_CURRENT) {
         counts.used_high.fetch_max(used + live, Relaxed);
     }
-    if let Some(reserved) = read(backend, pool, RESERVED_CURRENT) {
+    if let Some(reserved) = pool_attribute(backend, pool, RESERVED_CURRENT) {
         let held = reserved + live + kept_bytes(state, device);
         counts.reserved_high.fetch_max(held, Relaxed);
     }
@@ -116,7 +116,7 @@ pub unsafe fn get_attribute(
     let backend = Backend::of(api);
     // A mark is never below what is held now, as CUDA's are not.
     let mark = |high: &std::sync::atomic::AtomicU64, current: c_int, extra: u64| {
-        let now = read(backend, pool as usize, current).unwrap_or(0) + extra;
+        let now = pool_attribute(backend, pool as usize, current).unwrap_or(0) + extra;
         pools.max(high.fetch_max(now, Relaxed)).max(now)
     };
     let shown = match attribute {
@@ -159,10 +159,10 @@ pub unsafe fn set_attribute(
     counts.live_high.store(live, Relaxed);
     let pool = pool as usize;
     if attribute == USED_HIGH {
-        let now = read(backend, pool, USED_CURRENT).unwrap_or(0) + live;
+        let now = pool_attribute(backend, pool, USED_CURRENT).unwrap_or(0) + live;
         counts.used_high.store(now, Relaxed);
     } else {
-        let reserved = read(backend, pool, RESERVED_CURRENT).unwrap_or(0);
+        let reserved = pool_attribute(backend, pool, RESERVED_CURRENT).unwrap_or(0);
         let now = reserved + live + kept_bytes(state, device);
         counts.reserved_high.store(now, Relaxed);
     }
@@ -187,36 +187,4 @@ fn served(state: &State, pool: *mut c_void) -> Option<(Device, &Ordered)> {
 /// Bytes of kept tier blocks on `device`'s memory.
 fn kept_bytes(state: &State, device: Device) -> u64 {
     super::tier::kept::on_device(state, device)
-}
-
-fn default_pool(backend: Backend, device: Device) -> Option<usize> {
-    let mut pool: *mut c_void = std::ptr::null_mut();
-    // SAFETY: writes a handle we own.
-    let rc = unsafe {
-        match backend {
-            Backend::Runtime => {
-                real::cudaDeviceGetDefaultMemPool(&mut pool, device.number() as c_int)
-            }
-            Backend::Driver => {
-                real::cuDeviceGetDefaultMemPool(&mut pool, device.number() as CUdevice)
-            }
-        }
-    };
-    (rc == cudaSuccess && !pool.is_null()).then_some(pool as usize)
-}
-
-/// One of the pool's 64-bit attributes, as CUDA says it.
-fn read(backend: Backend, pool: usize, attribute: c_int) -> Option<u64> {
-    let mut value: u64 = 0;
-    let out = (&mut value as *mut u64).cast::<c_void>();
-    // SAFETY: the attributes read here are 64-bit integers, written to ours.
-    let rc = unsafe {
-        match backend {
-            Backend::Runtime => {
-                real::cudaMemPoolGetAttribute(pool as cudaMemPool_t, attribute, out)
-            }
-            Backend::Driver => real::cuMemPoolGetAttribute(pool as CUmemoryPool, attribute, out),
-        }
-    };
-    (rc == cudaSuccess).then_some(value)
 }

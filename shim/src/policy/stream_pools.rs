@@ -49,6 +49,11 @@ pub fn resolve(backend: Backend, given: *mut c_void, device: Device) -> Option<u
 /// processes: what it hands out stays CUDA's, never a spill tier block.
 pub fn current_is_default(backend: Backend, device: Device) -> bool {
     let current = resolve(backend, std::ptr::null_mut(), device);
+    current.is_some() && current == default_pool(backend, device)
+}
+
+/// `device`'s default pool, if CUDA can say.
+pub fn default_pool(backend: Backend, device: Device) -> Option<usize> {
     let mut default: *mut c_void = std::ptr::null_mut();
     // SAFETY: writes a handle we own.
     let rc = unsafe {
@@ -61,13 +66,15 @@ pub fn current_is_default(backend: Backend, device: Device) -> bool {
             }
         }
     };
-    rc == cudaSuccess && current.is_some_and(|pool| pool == default as usize)
+    (rc == cudaSuccess && !default.is_null()).then_some(default as usize)
 }
 
-fn attribute(backend: Backend, pool: usize, attribute: c_int) -> Option<u64> {
+/// One of the pool's 64-bit attributes (its reserved and used bytes, and
+/// their high-water marks), as CUDA says it.
+pub fn attribute(backend: Backend, pool: usize, attribute: c_int) -> Option<u64> {
     let mut value: u64 = 0;
     let out = &mut value as *mut u64 as *mut c_void;
-    // SAFETY: both attributes are 64-bit integers, written to ours.
+    // SAFETY: the attributes asked for are 64-bit integers, written to ours.
     let rc = unsafe {
         match backend {
             Backend::Runtime => {

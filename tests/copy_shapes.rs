@@ -1,0 +1,83 @@
+//! Copies and memsets of rows (`cudaMemcpy2D…`, `cudaMemset2D…`), between
+//! devices (`cudaMemcpyPeer…`) and the driver's synchronous ones
+//! (`cuMemcpyHtoD_v2`, `cuMemsetD8_v2`, …), on the fake runtime: each is a
+//! use of the blocks its operands start in, counted as a copy, and, with
+//! the spill tier, work that waits at its gate and brings a block in host
+//! memory onto the device first, as a launch does.
+
+mod common;
+
+use common::*;
+
+/// The trace's coverage of `api`: (named, unnamed, undecoded, in library).
+fn coverage(run: &Run, api: &str) -> [u64; 4] {
+    let c = &run.trace()["processes"][0]["coverage"][api];
+    ["named", "unnamed", "undecoded", "in_library"].map(|k| c[k].as_u64().unwrap_or(0))
+}
+
+#[test]
+fn a_copy_of_rows_into_a_block_in_host_memory_brings_it_onto_the_device_first() {
+    let run = client(
+        Runtime::Fake13,
+        &moving("16MiB", &[]),
+        &[
+            "malloc:a:6M",
+            "malloc:b:6M",
+            // Over the quota: made in host memory.
+            "malloc:c:6M",
+            "copy2d:c:7:1",
+            "memset2d:b:3",
+            "copyout:c:1",
+            "sync",
+            "hostbytes",
+        ],
+    );
+    run.assert_ok();
+    assert_eq!((run.rc("copy2d"), run.rc("memset2d")), (0, 0));
+    assert_eq!(placements(&run), ["device", "device", "host"]);
+    let c = hex(&run.field("malloc c", "ptr"));
+    // The copy of rows named c: c came in (room made by moving another
+    // out), its bytes copied onto the device before the rows were given to
+    // CUDA, and the rows landed on the device.
+    assert!(
+        tier_moves(&run).contains(&("promote".to_string(), c)),
+        "{:?}",
+        tier_moves(&run)
+    );
+    let position = |wanted: &str| {
+        run.calls
+            .iter()
+            .position(|call| call.contains(wanted))
+            .unwrap_or_else(|| panic!("no {wanted} in {:?}", run.calls))
+    };
+    let came_in = position(&format!("cuMemcpyAsync dst={c:#x} "));
+    assert!(came_in < position("cudaMemcpy2DAsync "), "{:?}", run.calls);
+    let line = run.line("hostbytes");
+    assert_eq!(
+        (log_field(line, "first"), log_field(line, "last")),
+        ("7".to_string(), "7".to_string()),
+        "{line}"
+    );
+    assert_eq!(coverage(&run, "cudaMemcpy2DAsync"), [1, 0, 0, 0]);
+    assert_eq!(coverage(&run, "cudaMemset2D"), [1, 0, 0, 0]);
+    let copies = &run.trace()["processes"][0]["copies"];
+    assert_eq!(copies["cudaMemcpy2DAsync"], 1, "{copies}");
+    assert_eq!(copies["cudaMemset2D"], 1, "{copies}");
+}
+
+#[test]
+fn the_drivers_synchronous_copies_and_memsets_name_their_blocks() {
+    let run = driver_client(
+        &[("VRAMSHARE_QUOTA", "32MiB")],
+        &[
+            "malloc:dst:1M",
+            "malloc:set:1M",
+            "hcopysync:dst",
+            "dsetsync:set",
+        ],
+    );
+    run.assert_ok();
+    assert_eq!((run.rc("hcopysync"), run.rc("dsetsync")), (0, 0));
+    assert_eq!(coverage(&run, "cuMemcpyHtoD_v2"), [1, 0, 0, 0]);
+    assert_eq!(coverage(&run, "cuMemsetD8_v2"), [1, 0, 0, 0]);
+}
