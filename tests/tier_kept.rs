@@ -403,3 +403,20 @@ fn frees_in_stream_order_reuse_their_events() {
         run.calls
     );
 }
+
+#[test]
+fn the_drivers_pool_attributes_count_the_tier_blocks_too() {
+    let run = driver_client(
+        &moving("64MiB", &[]),
+        &["async:a:8M", "async:b:4M", "free:b", "poolstats"],
+    );
+    run.assert_ok();
+    let line = run.line("poolstats");
+    assert_eq!(log_field(line, "rc"), "0", "{line}");
+    assert_eq!(log_field(line, "used"), (8 * MIB).to_string(), "{line}");
+    assert_eq!(
+        log_field(line, "used_high"),
+        (12 * MIB).to_string(),
+        "{line}"
+    );
+}

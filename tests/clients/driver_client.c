@@ -19,7 +19,8 @@
  *   nodes:SRC:DST:CHILD (a graph built node by node: a kernel node naming SRC
  *   and DST, and a child graph whose kernel node names CHILD; "-" for none)
  *   dcopy:SRC:DST (cuMemcpyDtoDAsync_v2)  hcopy:DST (cuMemcpyHtoDAsync_v2 of
- *   host bytes)  dset:NAME (cuMemsetD8Async)  hcopysync:DST, dsetsync:NAME (the
+ *   host bytes)  dset:NAME (cuMemsetD8Async)  poolstats (the default pool's used
+ *   bytes and their high-water mark)  hcopysync:DST, dsetsync:NAME (the
  *   same by cuMemcpyHtoD_v2 and cuMemsetD8_v2)
  *   poke:NAME:BYTE (the host writes BYTE at NAME)  peek:NAME (and reads it)
  *   addnode:NAME (one more kernel node in that graph, naming NAME)
@@ -41,6 +42,8 @@ CUresult cuInit(unsigned flags);
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size);
 CUresult cuMemAllocManaged(CUdeviceptr *p, size_t size, unsigned flags);
 CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, void *stream);
+CUresult cuDeviceGetDefaultMemPool(void **pool, int device);
+CUresult cuMemPoolGetAttribute(void *pool, int attribute, void *value);
 CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t width, size_t height, unsigned element);
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, void *pool, void *stream);
 CUresult cuMemFree_v2(CUdeviceptr p);
@@ -343,6 +346,13 @@ int main(int argc, char **argv) {
             static char host[4096];
             rc = cuMemcpyHtoDAsync_v2(names[slot(fields[1])].ptr, host, sizeof host, NULL);
             printf("hcopy rc=%d\n", rc);
+        } else if (!strcmp(op, "poolstats")) {
+            void *pool = NULL;
+            unsigned long long used = 0, high = 0;
+            rc = cuDeviceGetDefaultMemPool(&pool, 0);
+            if (rc == 0) rc = cuMemPoolGetAttribute(pool, 7, &used);
+            if (rc == 0) rc = cuMemPoolGetAttribute(pool, 8, &high);
+            printf("poolstats rc=%d used=%llu used_high=%llu\n", rc, used, high);
         } else if (!strcmp(op, "hcopysync")) {
             static char host[4096];
             rc = cuMemcpyHtoD_v2(names[slot(fields[1])].ptr, host, sizeof host);

@@ -259,31 +259,54 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t c
  * queued before them. */
 #define MAX_DEFERRED 1024
 static struct { void *dst; const void *src; size_t n; } deferred[MAX_DEFERRED];
-static int deferred_count;
-static void land_copies(void) {
+/* Copies held back so far, and landed so far (a ring of MAX_DEFERRED). */
+static unsigned long deferred_queued, deferred_landed;
+/* Lands the held-back copies queued before the `upto`-th, in order. */
+static void land_copies_upto(unsigned long upto) {
     pthread_mutex_lock(&lock);
-    for (int i = 0; i < deferred_count; i++) memcpy(deferred[i].dst, deferred[i].src, deferred[i].n);
-    deferred_count = 0;
+    for (; deferred_landed < upto && deferred_landed < deferred_queued; deferred_landed++) {
+        int i = deferred_landed % MAX_DEFERRED;
+        memcpy(deferred[i].dst, deferred[i].src, deferred[i].n);
+    }
     pthread_mutex_unlock(&lock);
 }
+static void land_copies(void) { land_copies_upto((unsigned long)-1); }
 CUresult cuStreamSynchronize(CUstream stream) { land_copies(); trace("cuStreamSynchronize stream=%p", (void *)stream); return OK; }
 CUresult cuCtxSynchronize(void) { land_copies(); trace("cuCtxSynchronize"); return OK; }
 /* Events: the driver's streams here do their work as it is given, so an
- * event is reached as soon as it is recorded. */
-static char driver_events[64];
+ * event is reached as soon as it is recorded; with FAKE_CUDA_DEFER_COPIES,
+ * waiting for it lands only the copies held back before its record (of
+ * any stream: the held-back copies are one queue). */
+#define DRIVER_EVENTS 1024
+static char driver_events[DRIVER_EVENTS];
+static unsigned long driver_event_marks[DRIVER_EVENTS];
 static int driver_events_made;
 CUresult cuEventCreate(void **event, unsigned flags) {
     if (!event) return INVALID_VALUE;
-    *event = &driver_events[driver_events_made++ % 64];
+    *event = &driver_events[driver_events_made++ % DRIVER_EVENTS];
     return OK;
 }
-CUresult cuEventRecord(void *event, CUstream stream) { trace("cuEventRecord stream=%p", (void *)stream); return event ? OK : INVALID_VALUE; }
+static unsigned long *mark_of(void *event) {
+    char *e = event;
+    return e >= driver_events && e < driver_events + DRIVER_EVENTS ? &driver_event_marks[e - driver_events] : NULL;
+}
+CUresult cuEventRecord(void *event, CUstream stream) {
+    trace("cuEventRecord stream=%p", (void *)stream);
+    if (!event) return INVALID_VALUE;
+    unsigned long *mark = mark_of(event);
+    pthread_mutex_lock(&lock);
+    if (mark) *mark = deferred_queued;
+    pthread_mutex_unlock(&lock);
+    return OK;
+}
 CUresult cuEventRecord_ptsz(void *event, CUstream stream) { return cuEventRecord(event, stream); }
 CUresult cuEventQuery(void *event) { return event ? OK : INVALID_VALUE; }
-/* Waiting for an event lands the copies held back, as a stream wait does. */
+/* Waiting for an event lands the copies held back before its record. */
 CUresult cuEventSynchronize(void *event) {
     if (!event) return INVALID_VALUE;
-    land_copies();
+    unsigned long *mark = mark_of(event);
+    if (mark) land_copies_upto(*mark);
+    else land_copies();
     trace("cuEventSynchronize");
     return OK;
 }
@@ -418,10 +441,11 @@ CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
     move_delay();
     if (env_size("FAKE_CUDA_DEFER_COPIES", 0)) {
         pthread_mutex_lock(&lock);
-        int queued = deferred_count < MAX_DEFERRED;
-        if (queued) deferred[deferred_count++] = (typeof(deferred[0])){(void *)dst, (const void *)src, n};
+        int queued = deferred_queued - deferred_landed < MAX_DEFERRED;
+        if (queued) deferred[deferred_queued++ % MAX_DEFERRED] = (typeof(deferred[0])){(void *)dst, (const void *)src, n};
         pthread_mutex_unlock(&lock);
         if (queued) return OK;
+        land_copies();
     }
     memcpy((void *)dst, (void *)src, n);
     return OK;
