@@ -84,3 +84,49 @@ fn ps_shows_which_gpu_each_device_of_a_process_is_by_its_bus_id() {
     let _ = job.kill();
     let _ = job.wait();
 }
+
+#[test]
+fn ps_shows_the_bytes_moved_a_second_and_the_share_of_uses_found_on_the_device() {
+    let dir = tempfile::tempdir().unwrap();
+    // Three blocks of which two fit, used in turn: a use of the one in host
+    // memory brings it onto the device and sends another out.
+    let steps = [
+        "malloc:a:6M",
+        "malloc:b:6M",
+        "malloc:c:6M",
+        "repeat:3:3",
+        "fill:a:1:0",
+        "fill:b:2:0",
+        "fill:c:3:0",
+        "sync",
+        "sleep:20000",
+    ];
+    let mut job = spawn_run_with(dir.path(), "16MiB", &steps, &[("FAKE_CUDA_DEVICES", "1")]);
+    let row = wait_for_row(dir.path(), job.id(), |r| {
+        r["devices"]["0"]["moved_bytes"].as_u64().unwrap_or(0) >= 5 * (6 << 20)
+            && r["uses"].as_u64().unwrap_or(0) >= 6
+    });
+    let moved = row["devices"]["0"]["moved_bytes"].as_u64().unwrap();
+    assert_eq!(moved % (6 << 20), 0, "whole blocks: {row}");
+    assert!(
+        row["moved_bytes_per_second"].as_f64().unwrap() > 0.0,
+        "{row}"
+    );
+    let share = row["uses_on_device"].as_f64().unwrap();
+    assert!(
+        (0.0..1.0).contains(&share),
+        "some uses found their block in host memory: {row}"
+    );
+    let table = text(&vramshare(&["ps", "--dir", dir.path().to_str().unwrap()]).stdout);
+    assert!(
+        table.lines().next().unwrap().contains("MOVED/S ON-GPU"),
+        "{table}"
+    );
+    let line = table
+        .lines()
+        .find(|l| l.trim_start().starts_with(&job.id().to_string()))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(line.contains("MiB") && line.contains('%'), "{table}");
+    let _ = job.kill();
+    let _ = job.wait();
+}

@@ -111,17 +111,42 @@ struct ProcessRow {
     /// registered.
     launches: u64,
     launches_per_second: f64,
+    /// Uses of blocks (by launches, copies and library calls), and the
+    /// share of them that found their block on the device (none: no use).
+    uses: u64,
+    uses_on_device: Option<f64>,
+    /// Bytes the spill tier moved between its devices and host memory, a
+    /// second since the process registered (each device's total is its
+    /// `moved_bytes`).
+    moved_bytes_per_second: f64,
     devices: std::collections::BTreeMap<String, DeviceInfo>,
+}
+
+/// `count` per second since the process registered.
+fn rate(process: &ProcessInfo, count: u64, now_ns: u64) -> f64 {
+    let seconds = now_ns.saturating_sub(process.registered_ns) as f64 / 1e9;
+    if seconds > 0.0 {
+        count as f64 / seconds
+    } else {
+        0.0
+    }
 }
 
 /// Launches per second since the process registered.
 fn launch_rate(process: &ProcessInfo, now_ns: u64) -> f64 {
-    let seconds = now_ns.saturating_sub(process.registered_ns) as f64 / 1e9;
-    if seconds > 0.0 {
-        process.launches as f64 / seconds
-    } else {
-        0.0
-    }
+    rate(process, process.launches, now_ns)
+}
+
+/// Bytes moved per second since the process registered, all devices.
+fn moved_rate(process: &ProcessInfo, now_ns: u64) -> f64 {
+    let moved = process.devices.iter().map(|(_, d)| d.moved_bytes).sum();
+    rate(process, moved, now_ns)
+}
+
+/// The share of uses that found their block on the device.
+fn on_device_share(process: &ProcessInfo) -> Option<f64> {
+    let in_host = process.uses_in_host.min(process.uses);
+    (process.uses > 0).then(|| 1.0 - in_host as f64 / process.uses as f64)
 }
 
 fn json_rows(processes: &[ProcessInfo], pools: &[PoolInfo]) -> Vec<ProcessRow> {
@@ -148,6 +173,9 @@ fn json_rows(processes: &[ProcessInfo], pools: &[PoolInfo]) -> Vec<ProcessRow> {
                 world_size,
                 launches: p.launches,
                 launches_per_second: launch_rate(p, now),
+                uses: p.uses,
+                uses_on_device: on_device_share(p),
+                moved_bytes_per_second: moved_rate(p, now),
                 pid: p.pid,
                 cmdline: p.cmdline.clone(),
                 spill: p.spill.name(),
@@ -174,11 +202,12 @@ fn short_rate(rate: f64) -> String {
 }
 
 /// The table, one row per process and device it has used; the launch rate
-/// (since the process started) on its first row.
+/// and the bytes moved a second (since the process started) and the share
+/// of uses that found their block on the device, on its first row.
 pub fn table(processes: &[ProcessInfo], width: usize) -> String {
     let now = vramshare_common::process::monotonic_ns();
     let mut out = format!(
-        "{:>8} {:>3} {:>10} {:>10} {:>10} {:>10} {:>7} {:>6} {:>8}  {}\n",
+        "{:>8} {:>3} {:>10} {:>10} {:>10} {:>10} {:>7} {:>6} {:>8} {:>9} {:>6}  {}\n",
         "PID",
         "GPU",
         "QUOTA",
@@ -188,10 +217,23 @@ pub fn table(processes: &[ProcessInfo], width: usize) -> String {
         "ALLOCS",
         "SPILLS",
         "LAUNCH/S",
+        "MOVED/S",
+        "ON-GPU",
         "COMMAND"
     );
     for process in processes {
-        let mut rate = Some(short_rate(launch_rate(process, now)));
+        let moved = moved_rate(process, now);
+        let share =
+            on_device_share(process).map_or("-".to_string(), |s| format!("{:.0}%", 100.0 * s));
+        let mut rate = Some((
+            short_rate(launch_rate(process, now)),
+            if moved > 0.0 {
+                human_bytes(moved as u64)
+            } else {
+                "-".to_string()
+            },
+            share,
+        ));
         // The scheduler's name for the job, before what it runs.
         let command = match JobIds::of(process.pid).describe() {
             Some(job) => format!("[{}] {}", escaped(&job), escaped(&process.cmdline)),
@@ -223,8 +265,9 @@ pub fn table(processes: &[ProcessInfo], width: usize) -> String {
                     "0".into(),
                 ),
             };
+            let (launches, moved, share) = rate.take().unwrap_or_default();
             let line = format!(
-                "{:>8} {:>3} {:>10} {:>10} {:>10} {:>10} {:>7} {:>6} {:>8}  {}",
+                "{:>8} {:>3} {:>10} {:>10} {:>10} {:>10} {:>7} {:>6} {:>8} {:>9} {:>6}  {}",
                 process.pid,
                 gpu,
                 quota,
@@ -233,7 +276,9 @@ pub fn table(processes: &[ProcessInfo], width: usize) -> String {
                 peak,
                 allocs,
                 spills,
-                rate.take().unwrap_or_default(),
+                launches,
+                moved,
+                share,
                 command
             );
             out.push_str(&line.chars().take(width.max(80)).collect::<String>());

@@ -22,9 +22,9 @@ use crate::settings::{Priority, Spill};
 use crate::size::MAX_DEVICES;
 
 pub const MAGIC: u64 = u64::from_ne_bytes(*b"VSHREG01");
-pub const VERSION: u32 = 6;
+pub const VERSION: u32 = 7;
 pub const HEADER_LEN: usize = 64;
-/// Room for the processes of a big node: 1,024 slots of 1.6 KiB.
+/// Room for the processes of a big node: 1,024 slots of 1.8 KiB.
 pub const DEFAULT_SLOTS: u64 = 1024;
 /// Bytes of the command line kept.
 pub const CMDLINE_BYTES: usize = 224;
@@ -59,6 +59,9 @@ pub struct DeviceCounters {
     /// Which GPU this is, whatever the process numbers it: its PCI address
     /// ([`crate::pci::code`]); 0 while unknown.
     pub pci: AtomicU64,
+    /// Bytes the spill tier moved between this device and host memory,
+    /// both ways.
+    pub moved_bytes: AtomicU64,
 }
 
 impl DeviceCounters {
@@ -75,6 +78,7 @@ impl DeviceCounters {
             &self.rejections,
             &self.wanted,
             &self.pci,
+            &self.moved_bytes,
         ] {
             counter.store(0, Ordering::Relaxed);
         }
@@ -104,6 +108,7 @@ impl DeviceCounters {
             rejections: self.rejections.load(Ordering::Relaxed),
             wanted: self.wanted.load(Ordering::Relaxed),
             bus_id: crate::pci::bus_id(self.pci.load(Ordering::Relaxed)),
+            moved_bytes: self.moved_bytes.load(Ordering::Relaxed),
         }
     }
 }
@@ -140,6 +145,10 @@ pub struct ProcessSlot {
     _pad: AtomicU32,
     /// Kernel launches the shim has seen.
     launches: AtomicU64,
+    /// Uses of blocks by launches, copies and library calls, and of them
+    /// those that found their block in host memory.
+    uses: AtomicU64,
+    uses_in_host: AtomicU64,
     cmdline: [AtomicU64; CMDLINE_BYTES / 8],
     devices: [DeviceCounters; MAX_DEVICES],
 }
@@ -161,6 +170,10 @@ pub struct ProcessInfo {
     pub device_count: u32,
     /// Kernel launches the shim has seen.
     pub launches: u64,
+    /// Uses of blocks, and of them those that found their block in host
+    /// memory.
+    pub uses: u64,
+    pub uses_in_host: u64,
     /// Its slot was given back: at exit, or by a pool member that found it
     /// dead (its bytes then taken out of the pool). False for a process
     /// that died and was not noticed yet.
@@ -184,6 +197,8 @@ pub struct DeviceInfo {
     /// The GPU's PCI bus id, as `nvidia-smi` shows it, if known: the
     /// process's device number is its own, after `CUDA_VISIBLE_DEVICES`.
     pub bus_id: Option<String>,
+    /// Bytes the spill tier moved between the device and host memory.
+    pub moved_bytes: u64,
 }
 
 impl ProcessSlot {
@@ -207,6 +222,11 @@ impl ProcessSlot {
     /// The count of kernel launches, which the shim adds to.
     pub fn launches(&self) -> &AtomicU64 {
         &self.launches
+    }
+
+    /// Where the shim puts its uses of blocks: (all, found in host memory).
+    pub fn uses(&self) -> (&AtomicU64, &AtomicU64) {
+        (&self.uses, &self.uses_in_host)
     }
 
     /// How many devices the process sees; 0 until its shim has asked.
@@ -258,6 +278,8 @@ impl ProcessSlot {
             registered_ns: self.registered_ns.load(Ordering::Relaxed),
             device_count: self.device_count.load(Ordering::Relaxed),
             launches: self.launches.load(Ordering::Relaxed),
+            uses: self.uses.load(Ordering::Relaxed),
+            uses_in_host: self.uses_in_host.load(Ordering::Relaxed),
             exited: state == EXITED,
             devices: self
                 .devices
@@ -451,6 +473,8 @@ impl<M: AsRef<[u8]> + AsMut<[u8]>> Registry<M> {
                 .store(Priority::Normal.code(), Ordering::Relaxed);
             slot.device_count.store(0, Ordering::Relaxed);
             slot.launches.store(0, Ordering::Relaxed);
+            slot.uses.store(0, Ordering::Relaxed);
+            slot.uses_in_host.store(0, Ordering::Relaxed);
             for device in &slot.devices {
                 device.reset();
             }

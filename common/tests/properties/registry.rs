@@ -19,9 +19,9 @@ const START: usize = 8;
 const CMDLINE_LEN: usize = 20;
 const POOL: usize = 32;
 const PRIORITY: usize = 36;
-/// After the device count, its padding and the launch count.
-const DEVICES: usize = 56 + CMDLINE_BYTES;
-const DEVICE_SIZE: usize = 88;
+/// After the device count, its padding, the launch count and the uses.
+const DEVICES: usize = 72 + CMDLINE_BYTES;
+const DEVICE_SIZE: usize = 96;
 const WANTED: usize = 72;
 const LIVE: u32 = 2;
 const EXITED: u32 = 3;

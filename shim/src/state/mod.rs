@@ -70,6 +70,8 @@ pub struct State {
     /// is published for `vramshare ps` (the registry slot).
     launches: LaunchCounts,
     launch_total: &'static AtomicU64,
+    /// Where the uses of blocks are published: (all, found in host memory).
+    use_totals: (&'static AtomicU64, &'static AtomicU64),
     /// What the launches touch: the blocks each names, profiled per step.
     pub access: Access,
     /// The spill tier's blocks and its gate.
@@ -209,12 +211,12 @@ impl State {
                 (None, None, None)
             }
         };
-        let (counters, launch_total) = match slot {
-            Some(slot) => (slot.devices(), slot.launches()),
-            None => (
-                &*Vec::leak(local_counters()),
-                &*Box::leak(Box::new(AtomicU64::new(0))),
-            ),
+        let (counters, launch_total, use_totals) = match slot {
+            Some(slot) => (slot.devices(), slot.launches(), slot.uses()),
+            None => {
+                let local = || &*Box::leak(Box::new(AtomicU64::new(0)));
+                (&*Vec::leak(local_counters()), local(), (local(), local()))
+            }
         };
         State {
             pid,
@@ -239,6 +241,7 @@ impl State {
             device_count: AtomicU32::new(0),
             launches: LaunchCounts::new(),
             launch_total,
+            use_totals,
             access: Access::default(),
             tier: tier::Tier::default(),
         }
@@ -348,11 +351,15 @@ impl State {
         self.launches.by_attribution()
     }
 
-    /// Puts the launches' total where `vramshare ps` reads it (by the
-    /// shim's thread, every 50 ms, and at exit).
+    /// Puts the launches' total and the uses of blocks where `vramshare ps`
+    /// reads them (by the shim's thread, every 50 ms, and at exit).
     pub fn publish_launches(&self) {
+        use access::profile::{USES, USES_IN_HOST};
         self.launch_total
             .store(self.launches.total(), Ordering::Relaxed);
+        let (uses, in_host) = self.use_totals;
+        uses.store(USES.load(Ordering::Relaxed), Ordering::Relaxed);
+        in_host.store(USES_IN_HOST.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     /// Whether this process has a registry slot (and so can have its quota

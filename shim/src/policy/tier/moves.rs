@@ -250,7 +250,7 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
                     entry.on_device = to;
                     entry.fetched_in = state.access.steps.current() + 1;
                 }
-                count_move(state, Direction::ToDevice, size);
+                count_move(state, device, Direction::ToDevice, size);
                 if fresh {
                     tier.moved_in_fresh.fetch_add(size, Relaxed);
                 }
@@ -277,7 +277,7 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
                         entry.on_device = 0;
                         entry.in_host = to;
                     }
-                    count_move(state, Direction::ToHost, size);
+                    count_move(state, device, Direction::ToHost, size);
                     state.ledger.end_tier_move(ptr, Placement::Host);
                     (Op::Demote, Placement::Host, CUDA_SUCCESS)
                 }
@@ -305,9 +305,12 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
 }
 
 /// Counts a move of `size` bytes that ended `direction`: the tier's bytes
-/// in host memory, and the moves and bytes each way.
-fn count_move(state: &State, direction: Direction, size: u64) {
+/// in host memory, the moves and bytes each way, and the device's bytes
+/// moved (for `vramshare ps`).
+fn count_move(state: &State, device: Device, direction: Direction, size: u64) {
     let tier = &state.tier;
+    let usage = state.ledger.device(device);
+    usage.moved_bytes.fetch_add(size, Relaxed);
     let (moves, bytes) = match direction {
         Direction::ToDevice => {
             tier.bytes_in_host.fetch_sub(size, SeqCst);

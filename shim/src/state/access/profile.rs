@@ -50,6 +50,11 @@ pub struct BlockProfile {
     prior_via: AtomicU64,
 }
 
+/// Uses of every block of the process, and of them those that found
+/// their block in host memory, for `vramshare ps`.
+pub static USES: AtomicU64 = AtomicU64::new(0);
+pub static USES_IN_HOST: AtomicU64 = AtomicU64::new(0);
+
 /// A block's uses within one step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StepUse {
@@ -90,8 +95,10 @@ impl BlockProfile {
     /// memory if `in_host`.
     #[inline]
     pub fn touch(&self, place: Place, stream: u64, via: u64, in_host: bool) {
+        USES.fetch_add(1, Relaxed);
         if in_host {
             self.uses_in_host.fetch_add(1, Relaxed);
+            USES_IN_HOST.fetch_add(1, Relaxed);
         }
         let tag = place.step + 1;
         let seen = self.step.load(Relaxed);
