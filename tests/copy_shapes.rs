@@ -81,3 +81,32 @@ fn the_drivers_synchronous_copies_and_memsets_name_their_blocks() {
     assert_eq!(coverage(&run, "cuMemcpyHtoD_v2"), [1, 0, 0, 0]);
     assert_eq!(coverage(&run, "cuMemsetD8_v2"), [1, 0, 0, 0]);
 }
+
+#[test]
+fn a_drivers_described_copy_names_the_block_at_its_device_end() {
+    let run = driver_client(
+        &moving("16MiB", &[]),
+        &[
+            "malloc:a:6M",
+            "malloc:b:6M",
+            // Over the quota: made in host memory.
+            "malloc:c:6M",
+            "copy2d:c:9",
+            "peek:c",
+        ],
+    );
+    run.assert_ok();
+    assert_eq!(run.rc("copy2d"), 0);
+    let c = hex(&run.field("malloc c", "ptr"));
+    let position = |wanted: &str| {
+        run.calls
+            .iter()
+            .position(|call| call.contains(wanted))
+            .unwrap_or_else(|| panic!("no {wanted} in {:?}", run.calls))
+    };
+    // c came onto the device before the rows were copied into it.
+    let came_in = position(&format!("cuMemcpyAsync dst={c:#x} "));
+    assert!(came_in < position("cuMemcpy2D_v2 "), "{:?}", run.calls);
+    assert_eq!(log_field(run.line("peek c"), "byte"), "9");
+    assert_eq!(coverage(&run, "cuMemcpy2D_v2"), [1, 0, 0, 0]);
+}

@@ -198,6 +198,14 @@ named_enum! {
         cuMemcpyDtoD_v2 = 109 => "cuMemcpyDtoD_v2",
         cuMemsetD8_v2 = 110 => "cuMemsetD8_v2",
         cuMemsetD32_v2 = 111 => "cuMemsetD32_v2",
+        cudaMemcpy3D = 112 => "cudaMemcpy3D",
+        cudaMemcpy3DAsync = 113 => "cudaMemcpy3DAsync",
+        cudaMemcpy3DAsync_ptsz = 114 => "cudaMemcpy3DAsync_ptsz",
+        cuMemcpy2D_v2 = 115 => "cuMemcpy2D_v2",
+        cuMemcpy2DUnaligned_v2 = 116 => "cuMemcpy2DUnaligned_v2",
+        cuMemcpy2DAsync_v2 = 117 => "cuMemcpy2DAsync_v2",
+        cuMemcpy3D_v2 = 118 => "cuMemcpy3D_v2",
+        cuMemcpy3DAsync_v2 = 119 => "cuMemcpy3DAsync_v2",
     }
 }
 

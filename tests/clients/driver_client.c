@@ -21,7 +21,8 @@
  *   dcopy:SRC:DST (cuMemcpyDtoDAsync_v2)  hcopy:DST (cuMemcpyHtoDAsync_v2 of
  *   host bytes)  dset:NAME (cuMemsetD8Async)  poolstats (the default pool's used
  *   bytes and their high-water mark)  hcopysync:DST, dsetsync:NAME (the
- *   same by cuMemcpyHtoD_v2 and cuMemsetD8_v2)
+ *   same by cuMemcpyHtoD_v2 and cuMemsetD8_v2)  copy2d:DST:BYTE (cuMemcpy2D_v2 of host
+ *   bytes BYTE into DST, as two rows of half its size)
  *   poke:NAME:BYTE (the host writes BYTE at NAME)  peek:NAME (and reads it)
  *   addnode:NAME (one more kernel node in that graph, naming NAME)
  *   graphdestroy (cuGraphDestroy)
@@ -107,6 +108,13 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *stream);
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, void *stream);
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
+/* CUDA_MEMCPY2D, as cuda.h lays it out. */
+struct memcpy2d {
+    size_t src_x, src_y; int src_type; const void *src_host; CUdeviceptr src_device; void *src_array; size_t src_pitch;
+    size_t dst_x, dst_y; int dst_type; void *dst_host; CUdeviceptr dst_device; void *dst_array; size_t dst_pitch;
+    size_t width, height;
+};
+CUresult cuMemcpy2D_v2(const struct memcpy2d *copy);
 CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n);
 CUresult cuStreamBeginCapture_v2(void *stream, int mode);
 CUresult cuStreamEndCapture(void *stream, void **graph);
@@ -353,6 +361,23 @@ int main(int argc, char **argv) {
             if (rc == 0) rc = cuMemPoolGetAttribute(pool, 7, &used);
             if (rc == 0) rc = cuMemPoolGetAttribute(pool, 8, &high);
             printf("poolstats rc=%d used=%llu used_high=%llu\n", rc, used, high);
+        } else if (!strcmp(op, "copy2d")) {
+            int i = slot(fields[1]);
+            size_t row = names[i].size / 2;
+            char *host = malloc(names[i].size);
+            memset(host, atoi(fields[2]), names[i].size);
+            struct memcpy2d copy = {0};
+            copy.src_type = 1; /* CU_MEMORYTYPE_HOST */
+            copy.src_host = host;
+            copy.src_pitch = row;
+            copy.dst_type = 2; /* CU_MEMORYTYPE_DEVICE */
+            copy.dst_device = names[i].ptr;
+            copy.dst_pitch = row;
+            copy.width = row;
+            copy.height = 2;
+            rc = cuMemcpy2D_v2(&copy);
+            free(host);
+            printf("copy2d %s rc=%d\n", fields[1], rc);
         } else if (!strcmp(op, "hcopysync")) {
             static char host[4096];
             rc = cuMemcpyHtoD_v2(names[slot(fields[1])].ptr, host, sizeof host);

@@ -451,6 +451,23 @@ CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
     return OK;
 }
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s) { memcpy((void *)dst, src, n); return OK; }
+/* A copy of rows described by a CUDA_MEMCPY2D (host or device ends, which
+ * are both plain memory here); the copies held back land first. */
+struct fake_memcpy2d {
+    size_t src_x, src_y; int src_type; const void *src_host; CUdeviceptr src_device; void *src_array; size_t src_pitch;
+    size_t dst_x, dst_y; int dst_type; void *dst_host; CUdeviceptr dst_device; void *dst_array; size_t dst_pitch;
+    size_t width, height;
+};
+CUresult cuMemcpy2D_v2(const struct fake_memcpy2d *c) {
+    if (!c) return INVALID_VALUE;
+    land_copies();
+    trace("cuMemcpy2D_v2 dst=%#llx width=%zu height=%zu", c->dst_device, c->width, c->height);
+    const char *src = c->src_type == 1 ? c->src_host : (const char *)c->src_device;
+    char *dst = c->dst_type == 1 ? c->dst_host : (char *)c->dst_device;
+    for (size_t row = 0; row < c->height; row++)
+        memcpy(dst + (c->dst_y + row) * c->dst_pitch + c->dst_x, src + (c->src_y + row) * c->src_pitch + c->src_x, c->width);
+    return OK;
+}
 /* The synchronous forms: the copies held back land first. */
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { land_copies(); trace("cuMemcpyHtoD_v2 dst=%#llx size=%zu", dst, n); memcpy((void *)dst, src, n); return OK; }
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { land_copies(); memcpy(dst, (void *)src, n); return OK; }

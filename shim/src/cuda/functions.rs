@@ -125,6 +125,17 @@ macro_rules! cuda_functions {
                 fn cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, count: usize);
                 fn cuMemsetD8_v2(dst: CUdeviceptr, value: u8, count: usize);
                 fn cuMemsetD32_v2(dst: CUdeviceptr, value: c_uint, count: usize);
+                // Copies described by a struct (`cudaMemcpy3DParms`,
+                // `CUDA_MEMCPY2D`, `CUDA_MEMCPY3D`): its device pointers name
+                // the blocks.
+                fn cudaMemcpy3D(params: *const c_void);
+                fn cudaMemcpy3DAsync(params: *const c_void, stream: cudaStream_t);
+                fn cudaMemcpy3DAsync_ptsz(params: *const c_void, stream: cudaStream_t);
+                fn cuMemcpy2D_v2(copy: *const c_void);
+                fn cuMemcpy2DUnaligned_v2(copy: *const c_void);
+                fn cuMemcpy2DAsync_v2(copy: *const c_void, stream: CUstream);
+                fn cuMemcpy3D_v2(copy: *const c_void);
+                fn cuMemcpy3DAsync_v2(copy: *const c_void, stream: CUstream);
                 // Exporting memory to other processes: the spill tier's blocks
                 // cannot be, and a refusal says so.
                 fn cudaIpcGetMemHandle(handle: *mut c_void, ptr: *mut c_void);

@@ -12,11 +12,13 @@ use crate::cuda::backend::Backend;
 use crate::cuda::real;
 
 mod copies;
+mod described_copies;
 mod graphs;
 mod launches;
 mod libraries;
 mod pools;
 pub use copies::*;
+pub use described_copies::*;
 pub use graphs::*;
 pub use launches::*;
 pub use libraries::*;
