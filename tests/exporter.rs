@@ -111,6 +111,8 @@ fn the_metrics_name_each_process_by_pid_gpu_pool_and_job_with_its_bytes_and_coun
     let who = [
         format!("pid=\"{pid}\""),
         "gpu=\"0\"".to_string(),
+        // The fake driver's device 0 is on bus 0x18.
+        "bus_id=\"00000000:18:00.0\"".to_string(),
         "slurm_job_id=\"4242\"".to_string(),
         "priority=\"normal\"".to_string(),
         "pool=\"train\"".to_string(),
@@ -127,6 +129,7 @@ fn the_metrics_name_each_process_by_pid_gpu_pool_and_job_with_its_bytes_and_coun
         ("vramshare_allocations_total", "allocations"),
         ("vramshare_spills_total", "spills"),
         ("vramshare_rejections_total", "rejections"),
+        ("vramshare_moved_bytes_total", "moved_bytes"),
     ] {
         let value = ps[field].as_u64().unwrap();
         let line = sample(&text, metric, &who).unwrap_or_else(|| panic!("{metric}:\n{text}"));

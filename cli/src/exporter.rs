@@ -30,6 +30,9 @@ use crate::ps::{pools, PoolInfo};
 pub struct ProcessLabels {
     pid: String,
     gpu: String,
+    /// The GPU's PCI bus id (`gpu` is the process's own number, after
+    /// `CUDA_VISIBLE_DEVICES`); empty while the shim has not learned it.
+    bus_id: String,
     command: String,
     pool: String,
     priority: String,
@@ -191,6 +194,11 @@ fn process_metrics(
         "vramshare_rejections",
         "Allocations that failed: refused over the quota with spill off, or refused by CUDA",
     );
+    let moved = counters(
+        registry,
+        "vramshare_moved_bytes",
+        "Bytes the spill tier moved between the device and host memory, both ways",
+    );
     for process in processes {
         let pool = process
             .pool
@@ -211,6 +219,7 @@ fn process_metrics(
             let labels = ProcessLabels {
                 pid: process.pid.to_string(),
                 gpu: gpu.to_string(),
+                bus_id: counts.bus_id.clone().unwrap_or_default(),
                 command: process.cmdline.clone(),
                 pool: pool.clone(),
                 priority: process.priority.name().to_string(),
@@ -235,6 +244,7 @@ fn process_metrics(
             spills.get_or_create(&labels).inc_by(counts.spills);
             promotions.get_or_create(&labels).inc_by(counts.promotions);
             rejections.get_or_create(&labels).inc_by(counts.rejections);
+            moved.get_or_create(&labels).inc_by(counts.moved_bytes);
         }
     }
 }
