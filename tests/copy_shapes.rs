@@ -15,6 +15,18 @@ fn coverage(run: &Run, api: &str) -> [u64; 4] {
     ["named", "unnamed", "undecoded", "in_library"].map(|k| c[k].as_u64().unwrap_or(0))
 }
 
+/// Whether the tier's copy of the block at `block` onto the device came
+/// before the first fake call logged as `call`.
+fn came_in_before(run: &Run, block: u64, call: &str) -> bool {
+    let position = |wanted: &str| {
+        run.calls
+            .iter()
+            .position(|logged| logged.contains(wanted))
+            .unwrap_or_else(|| panic!("no {wanted} in {:?}", run.calls))
+    };
+    position(&format!("cuMemcpyAsync dst={block:#x} ")) < position(call)
+}
+
 #[test]
 fn a_copy_of_rows_into_a_block_in_host_memory_brings_it_onto_the_device_first() {
     let run = client(
@@ -44,14 +56,11 @@ fn a_copy_of_rows_into_a_block_in_host_memory_brings_it_onto_the_device_first() 
         "{:?}",
         tier_moves(&run)
     );
-    let position = |wanted: &str| {
+    assert!(
+        came_in_before(&run, c, "cudaMemcpy2DAsync "),
+        "{:?}",
         run.calls
-            .iter()
-            .position(|call| call.contains(wanted))
-            .unwrap_or_else(|| panic!("no {wanted} in {:?}", run.calls))
-    };
-    let came_in = position(&format!("cuMemcpyAsync dst={c:#x} "));
-    assert!(came_in < position("cudaMemcpy2DAsync "), "{:?}", run.calls);
+    );
     let line = run.line("hostbytes");
     assert_eq!(
         (log_field(line, "first"), log_field(line, "last")),
@@ -98,15 +107,8 @@ fn a_drivers_described_copy_names_the_block_at_its_device_end() {
     run.assert_ok();
     assert_eq!(run.rc("copy2d"), 0);
     let c = hex(&run.field("malloc c", "ptr"));
-    let position = |wanted: &str| {
-        run.calls
-            .iter()
-            .position(|call| call.contains(wanted))
-            .unwrap_or_else(|| panic!("no {wanted} in {:?}", run.calls))
-    };
     // c came onto the device before the rows were copied into it.
-    let came_in = position(&format!("cuMemcpyAsync dst={c:#x} "));
-    assert!(came_in < position("cuMemcpy2D_v2 "), "{:?}", run.calls);
+    assert!(came_in_before(&run, c, "cuMemcpy2D_v2 "), "{:?}", run.calls);
     assert_eq!(log_field(run.line("peek c"), "byte"), "9");
     assert_eq!(coverage(&run, "cuMemcpy2D_v2"), [1, 0, 0, 0]);
 }

@@ -14,7 +14,7 @@
 //! resets both, as CUDA resets the pool's.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use cudart_sys::*;
 use vramshare_common::event::Api;
@@ -70,14 +70,46 @@ pub fn handed_out(state: &State, api: Api, device: Device, size: u64, made: bool
 /// Raises the marks to what the pool and the tier's blocks hold now.
 fn raise_marks(state: &State, backend: Backend, device: Device, counts: &Ordered) {
     let pool = counts.pool.load(Relaxed) as usize;
+    for high in [USED_HIGH, RESERVED_HIGH] {
+        let (mark, current) = mark_of(counts, high);
+        if let Some(now) = held_now(state, backend, pool, device, counts, current) {
+            mark.fetch_max(now, Relaxed);
+        }
+    }
+}
+
+/// A high-water mark's count of the tier's, and the attribute it marks.
+fn mark_of(counts: &Ordered, high: c_int) -> (&AtomicU64, c_int) {
+    if high == USED_HIGH {
+        (&counts.used_high, USED_CURRENT)
+    } else {
+        (&counts.reserved_high, RESERVED_CURRENT)
+    }
+}
+
+/// The tier's part of `current` (used or reserved bytes) on `device`: its
+/// live blocks, and for reserved bytes also its kept ones on the device.
+fn tier_part(state: &State, device: Device, counts: &Ordered, current: c_int) -> u64 {
     let live = counts.live.load(Relaxed);
-    if let Some(used) = pool_attribute(backend, pool, USED_CURRENT) {
-        counts.used_high.fetch_max(used + live, Relaxed);
+    if current == USED_CURRENT {
+        live
+    } else {
+        live + kept_bytes(state, device)
     }
-    if let Some(reserved) = pool_attribute(backend, pool, RESERVED_CURRENT) {
-        let held = reserved + live + kept_bytes(state, device);
-        counts.reserved_high.fetch_max(held, Relaxed);
-    }
+}
+
+/// What the pool and the tier's blocks hold together now, of `current`;
+/// `None` if the pool cannot say.
+fn held_now(
+    state: &State,
+    backend: Backend,
+    pool: usize,
+    device: Device,
+    counts: &Ordered,
+    current: c_int,
+) -> Option<u64> {
+    let pools = pool_attribute(backend, pool, current)?;
+    Some(pools + tier_part(state, device, counts, current))
 }
 
 /// After a tier block handed out by `api` on `device` was freed.
@@ -112,22 +144,16 @@ pub unsafe fn get_attribute(
     let value = value.cast::<u64>();
     // SAFETY: CUDA wrote a 64-bit integer there for these attributes.
     let pools = unsafe { value.read_unaligned() };
-    let live = counts.live.load(Relaxed);
     let backend = Backend::of(api);
-    // A mark is never below what is held now, as CUDA's are not.
-    let mark = |high: &std::sync::atomic::AtomicU64, current: c_int, extra: u64| {
-        let now = pool_attribute(backend, pool as usize, current).unwrap_or(0) + extra;
-        pools.max(high.fetch_max(now, Relaxed)).max(now)
-    };
     let shown = match attribute {
-        USED_CURRENT => pools + live,
-        RESERVED_CURRENT => pools + live + kept_bytes(state, device),
-        USED_HIGH => mark(&counts.used_high, USED_CURRENT, live),
-        _ => mark(
-            &counts.reserved_high,
-            RESERVED_CURRENT,
-            live + kept_bytes(state, device),
-        ),
+        USED_CURRENT | RESERVED_CURRENT => pools + tier_part(state, device, counts, attribute),
+        high => {
+            // A mark is never below what is held now, as CUDA's are not.
+            let (mark, current) = mark_of(counts, high);
+            let now = held_now(state, backend, pool as usize, device, counts, current)
+                .unwrap_or_else(|| tier_part(state, device, counts, current));
+            pools.max(mark.fetch_max(now, Relaxed)).max(now)
+        }
     };
     // SAFETY: as above.
     unsafe { value.write_unaligned(shown) };
@@ -155,17 +181,11 @@ pub unsafe fn set_attribute(
         return rc;
     };
     let backend = Backend::of(api);
-    let live = counts.live.load(Relaxed);
-    counts.live_high.store(live, Relaxed);
-    let pool = pool as usize;
-    if attribute == USED_HIGH {
-        let now = pool_attribute(backend, pool, USED_CURRENT).unwrap_or(0) + live;
-        counts.used_high.store(now, Relaxed);
-    } else {
-        let reserved = pool_attribute(backend, pool, RESERVED_CURRENT).unwrap_or(0);
-        let now = reserved + live + kept_bytes(state, device);
-        counts.reserved_high.store(now, Relaxed);
-    }
+    counts.live_high.store(counts.live.load(Relaxed), Relaxed);
+    let (mark, current) = mark_of(counts, attribute);
+    let now = held_now(state, backend, pool as usize, device, counts, current)
+        .unwrap_or_else(|| tier_part(state, device, counts, current));
+    mark.store(now, Relaxed);
     rc
 }
 

@@ -95,12 +95,10 @@ pub struct Tier {
     /// Host memory given back to the machine while live blocks remained
     /// (over the spares' bound): pinned again if a block needs it.
     pub unpinned: AtomicU64,
-    /// Events for the copies of moves (the driver's, made without timing),
-    /// kept for the next moves: each move waits for its own copy.
-    pub copy_events: Mutex<Vec<usize>>,
-    /// Events of stream-ordered frees whose kept blocks are gone, as
-    /// (event, whether it is the runtime's), for the next frees.
-    pub free_events: Mutex<Vec<(usize, bool)>>,
+    /// Events no longer waited on, made without timing, kept for the next
+    /// stream-ordered frees and moves' copies, as (event, whether it is the
+    /// runtime's).
+    pub spare_events: Mutex<Vec<(usize, bool)>>,
     /// Bytes moved onto the device of blocks no work had entered since
     /// they were handed out: their bytes are not the job's yet.
     pub moved_in_fresh: AtomicU64,

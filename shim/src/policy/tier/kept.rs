@@ -297,12 +297,7 @@ fn release(state: &State, kept: Kept) {
 fn record(state: &State, api: Api, stream: usize) -> Option<(usize, bool)> {
     let per_thread = per_thread(api);
     let runtime = Backend::of(api) == Backend::Runtime;
-    let spare = {
-        let mut spares = lock(&state.tier.free_events);
-        let found = spares.iter().rposition(|&(_, of)| of == runtime);
-        found.map(|index| spares.swap_remove(index).0)
-    };
-    let mut event = spare.unwrap_or(0) as *mut c_void;
+    let mut event = take_event(state, runtime).unwrap_or(0) as *mut c_void;
     let stream = stream as *mut c_void;
     // SAFETY: the event is ours (made here, or one of ours given back, whose
     // earlier record a new one replaces), the stream the caller's free named.
@@ -330,11 +325,20 @@ fn record(state: &State, api: Api, stream: usize) -> Option<(usize, bool)> {
     Some((event as usize, runtime))
 }
 
-/// Keeps an event `record` made, whose kept block is gone, for the next
-/// free: making and destroying one costs more than the free itself. A
-/// stream made to wait for it waits for the record it had then.
+/// A spare event of the runtime's (`runtime`) or the driver's, if one is
+/// kept.
+pub(super) fn take_event(state: &State, runtime: bool) -> Option<usize> {
+    let mut spares = lock(&state.tier.spare_events);
+    let found = spares.iter().rposition(|&(_, of)| of == runtime)?;
+    Some(spares.swap_remove(found).0)
+}
+
+/// Keeps an event no longer waited on (a kept block's, gone, or a move's
+/// copy's, landed) for the next free or move: making and destroying one
+/// costs more than the free itself. A stream made to wait for it waits for
+/// the record it had then.
 pub(super) fn give_back_event(state: &State, event: usize, runtime: bool) {
-    let mut spares = lock(&state.tier.free_events);
+    let mut spares = lock(&state.tier.spare_events);
     if spares.len() < SPARE_EVENTS {
         spares.push((event, runtime));
     } else {

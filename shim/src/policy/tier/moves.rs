@@ -172,7 +172,7 @@ pub fn stage_out(state: &State, ptr: usize, size: u64) -> Option<Staged> {
 
 /// Marks the end of `staged`'s copy with an event, where one can be had.
 fn after_copy(state: &State, mut staged: Staged) -> Staged {
-    let spare = crate::state::lock(&state.tier.copy_events).pop();
+    let spare = super::kept::take_event(state, false);
     let Some(event) = spare.or_else(|| backing::make_event().ok()) else {
         return staged;
     };
@@ -189,19 +189,15 @@ fn after_copy(state: &State, mut staged: Staged) -> Staged {
 /// in order. Moves to the host are finished first, each once its own copy
 /// has landed, so that their remaps overlap the copies still running.
 pub fn finish(state: &State, staged: Vec<Staged>) -> Vec<bool> {
-    let mut order: Vec<usize> = (0..staged.len()).collect();
-    order.sort_by_key(|&i| staged[i].direction != Direction::ToHost);
-    let mut slots: Vec<Option<Staged>> = staged.into_iter().map(Some).collect();
-    let mut moved = vec![false; slots.len()];
+    let mut moved = vec![false; staged.len()];
+    let mut order: Vec<(usize, Staged)> = staged.into_iter().enumerate().collect();
+    order.sort_by_key(|(_, move_)| move_.direction != Direction::ToHost);
     let mut waited: Vec<(Device, Direction, backing::Result<()>)> = Vec::new();
-    for i in order {
-        let Some(move_) = slots[i].take() else {
-            continue;
-        };
+    for (i, move_) in order {
         let copied = match move_.copied {
             Some(event) => {
                 let landed = timed(&state.tier.copy_ns, || backing::wait_event(event));
-                crate::state::lock(&state.tier.copy_events).push(event);
+                super::kept::give_back_event(state, event, false);
                 landed
             }
             None => wait_stream(state, &mut waited, move_.device, move_.direction),
