@@ -1,9 +1,12 @@
 /*
  * Cost of a cudaMalloc + cudaFree pair, as a program sees it through the PLT.
- *   alloc_pair THREADS BATCHES PAIRS SIZE
+ *   alloc_pair THREADS BATCHES PAIRS SIZE [async]
  * Each thread makes BATCHES batches of PAIRS pairs; prints the median and the
  * best batch in ns per pair (per thread), for run-alloc-pair to compare with
- * and without the shim.
+ * and without the shim. With "async", each pair is a cudaMallocAsync +
+ * cudaFreeAsync on a stream of the thread's own (as PyTorch's
+ * backend:cudaMallocAsync allocates each tensor), and the stream is
+ * synchronized after each batch.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -13,8 +16,13 @@
 typedef int cudaError_t;
 cudaError_t cudaMalloc(void **p, size_t size);
 cudaError_t cudaFree(void *p);
+typedef void *cudaStream_t;
+cudaError_t cudaStreamCreate(cudaStream_t *stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t stream);
+cudaError_t cudaFreeAsync(void *p, cudaStream_t stream);
 
-static int batches, pairs;
+static int batches, pairs, async;
 static size_t size;
 static double *results; /* ns per pair, per thread and batch */
 
@@ -26,12 +34,17 @@ static double now_ns(void) {
 
 static void *work(void *arg) {
     long t = (long)arg;
+    cudaStream_t stream = NULL;
+    if (async && cudaStreamCreate(&stream)) { fprintf(stderr, "no stream\n"); exit(1); }
     for (int b = 0; b < batches; b++) {
         double start = now_ns();
         for (int i = 0; i < pairs; i++) {
             void *p;
-            if (cudaMalloc(&p, size) || cudaFree(p)) { fprintf(stderr, "allocation failed\n"); exit(1); }
+            int rc = async ? cudaMallocAsync(&p, size, stream) || cudaFreeAsync(p, stream)
+                           : cudaMalloc(&p, size) || cudaFree(p);
+            if (rc) { fprintf(stderr, "allocation failed\n"); exit(1); }
         }
+        if (async) cudaStreamSynchronize(stream);
         results[t * batches + b] = (now_ns() - start) / pairs;
     }
     return NULL;
@@ -43,7 +56,8 @@ static int cmp(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5) { fprintf(stderr, "usage: alloc_pair THREADS BATCHES PAIRS SIZE\n"); return 2; }
+    if (argc != 5 && argc != 6) { fprintf(stderr, "usage: alloc_pair THREADS BATCHES PAIRS SIZE [async]\n"); return 2; }
+    async = argc == 6;
     int threads = atoi(argv[1]);
     batches = atoi(argv[2]);
     pairs = atoi(argv[3]);

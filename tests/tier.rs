@@ -546,3 +546,46 @@ fn a_process_that_sees_two_gpus_keeps_its_blocks_where_they_are_made() {
     assert_eq!(log_field(run.line("peekvia c"), "first"), "3");
     assert!(tier_moves(&run).is_empty());
 }
+
+#[test]
+fn the_trace_samples_the_moves_counters_over_time_ending_at_their_totals() {
+    // Three blocks of 4 MiB, two of which fit: each round moves blocks in
+    // and out, and the pause lets the shim's thread sample between rounds.
+    let mut steps = vec!["malloc:a:4M", "malloc:b:4M", "malloc:c:4M", "repeat:6:4"];
+    steps.extend(["fill:a:1:0", "fill:b:2:0", "fill:c:3:0", "sleep:120"]);
+    let run = client(Runtime::Fake13, &moving("8MiB", &[]), &steps);
+    run.assert_ok();
+    let moves = &run.trace()["processes"][0]["moves"];
+    let samples = moves["samples"].as_array().unwrap();
+    assert!(samples.len() >= 3, "{moves:#}");
+    let field = |sample: &serde_json::Value, key: &str| sample[key].as_u64().unwrap();
+    for pair in samples.windows(2) {
+        for key in [
+            "t_ns",
+            "bytes_to_device",
+            "bytes_to_host",
+            "move_ns",
+            "fetches",
+        ] {
+            assert!(
+                field(&pair[0], key) <= field(&pair[1], key),
+                "{key}: {pair:?}"
+            );
+        }
+    }
+    // Sampled as the run went: the first after some moves, before the last.
+    let (first, last) = (&samples[0], samples.last().unwrap());
+    assert!(
+        field(first, "bytes_to_device") < field(last, "bytes_to_device"),
+        "{moves:#}"
+    );
+    assert_eq!(
+        field(last, "bytes_to_device"),
+        moves["bytes_to_device"].as_u64().unwrap()
+    );
+    assert_eq!(
+        field(last, "bytes_to_host"),
+        moves["bytes_to_host"].as_u64().unwrap()
+    );
+    assert_eq!(field(last, "fetches"), moves["fetches"].as_u64().unwrap());
+}

@@ -190,6 +190,30 @@ pub struct MovesJson {
     pub fetches: u64,
     /// Steps begun while the process ran (0: none found).
     pub steps: u64,
+    /// The counters over time, so that a part of the run (its timed steps,
+    /// without the warm-up) can be told apart: taken every 50 ms or more,
+    /// at most [`MOVES_SAMPLES_MAX`] spread over the whole run.
+    pub samples: Vec<MovesSample>,
+}
+
+/// The most samples of the moves' counters a trace holds.
+pub const MOVES_SAMPLES_MAX: usize = 4096;
+
+/// The tier's counters at one moment (`t_ns`, `CLOCK_MONOTONIC`, as
+/// Python's `time.monotonic_ns()` reads it), times in nanoseconds.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq)]
+#[serde(default)]
+pub struct MovesSample {
+    pub t_ns: u64,
+    pub bytes_to_device: u64,
+    pub bytes_to_host: u64,
+    pub move_ns: u64,
+    pub drain_ns: u64,
+    pub copy_ns: u64,
+    pub remap_ns: u64,
+    pub memory_ns: u64,
+    pub pinning_ns: u64,
+    pub fetches: u64,
 }
 
 /// Launches of one call by what their operands named.

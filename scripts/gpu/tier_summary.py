@@ -46,6 +46,34 @@ while blocks remained), or None."""
     return (moved, moves["seconds"] / steps, moves.get("drain_seconds", 0) / steps, *parts, *host)
 
 
+def timed_moves(name, result):
+    """The tier's costs per step over the timed steps only (warm-up left
+    out), from the trace's samples of its counters that fall inside the
+    timed window: (GB moved both ways, ms of copies, remaps, making memory,
+    other work of the moves, waiting for the device; drains), or None."""
+    window = result.get("timed_ns")
+    path = os.path.join(os.path.dirname(sys.argv[1]), f"trace-{name}.json")
+    try:
+        samples = json.load(open(path))["processes"][0]["moves"]["samples"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+    if not window or not samples:
+        return None
+    inside = [s for s in samples if window[0] <= s["t_ns"] <= window[1]]
+    if len(inside) < 2:
+        return None
+    first, last = inside[0], inside[-1]
+    step_ns = (window[1] - window[0]) / len(result["step_ms_each"])
+    steps = (last["t_ns"] - first["t_ns"]) / step_ns
+    if steps <= 0:
+        return None
+    per = {k: (last[k] - first[k]) / steps for k in first}
+    other = per["move_ns"] - per["copy_ns"] - per["remap_ns"] - per["memory_ns"]
+    moved = (per["bytes_to_device"] + per["bytes_to_host"]) / 1e9
+    ms = [per[k] / 1e6 for k in ("copy_ns", "remap_ns", "memory_ns")]
+    return (moved, *ms, other / 1e6, per["drain_ns"] / 1e6, per["fetches"])
+
+
 runs = [json.loads(line) for line in open(sys.argv[1])]
 native = {r["job"]: r for r in runs if r["name"].endswith("-native") and r["result"]}
 print("| run | exit | step ms (median) | x native | x floor | losses = native | most device bytes / quota | link GB/step (rx+tx) | moved GB/step | copy+remap ms/step | drain ms/step | of copy+remap: copies / remaps / memory ms | pinning ms/step | drains/step | host GB pinned / given back (run) |")
@@ -78,3 +106,16 @@ for run in runs:
         else "- | - | - | - | - | - | -"
     )
     print(f"| {run['name']} | {run['exit']} | {step:.1f} | {step / native_step:.2f} | {step / floor:.2f} | {same} | {held} | {link} | {tier} |")
+
+print()
+print("Timed steps only (the trace's samples inside them):")
+print()
+print("| run | step ms (median) | moved GB/step | copies ms | remaps ms | memory ms | other moves' work ms | drain ms | drains/step |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+for run in runs:
+    result = run["result"]
+    timed = timed_moves(run["name"], result) if result else None
+    if not timed:
+        continue
+    cells = " | ".join(f"{x:.1f}" if i == 0 else f"{x:.0f}" for i, x in enumerate(timed))
+    print(f"| {run['name']} | {median_step(result):.1f} | {cells} |")

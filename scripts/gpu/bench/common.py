@@ -145,7 +145,7 @@ def run(job, args, step, extra=None):
         def step():
             marker()
             return unmarked()
-    values, times, began = [], [], []
+    values, times, began, bounds = [], [], [], []
     traffic = LinkTraffic() if args.traffic else None
     try:
         for i in range(args.steps + 2):
@@ -153,10 +153,12 @@ def run(job, args, step, extra=None):
                 traffic.start()
             torch.cuda.synchronize()
             began.append(time.time())
+            bounds.append(time.monotonic_ns())
             start = time.perf_counter()
             values.append(step())
             torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
+        bounds.append(time.monotonic_ns())
     except torch.cuda.OutOfMemoryError as error:
         report_oom(job, args, error)
     link = traffic.stop() if traffic else None
@@ -172,6 +174,9 @@ def run(job, args, step, extra=None):
         "step_ms_min": 1e3 * min(timed),
         "step_ms_each": [1e3 * t for t in timed],
         "step_began": began[2:],  # wall-clock seconds, to line up with other records
+        # CLOCK_MONOTONIC ns at the first timed step's start and the last's
+        # end, as the shim's trace stamps its samples of the moves.
+        "timed_ns": [bounds[2], bounds[-1]] if len(bounds) > 3 else None,
         "values": values,
         "mem_get_info": [free, total],
         "max_reserved": torch.cuda.max_memory_reserved() if not args.managed else None,

@@ -246,5 +246,11 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
         fresh_bytes_to_device: tier.moved_in_fresh.load(Relaxed),
         fetches: tier.fetches.load(Relaxed),
         steps: state.access.steps.current(),
+        // The last sample is now: the run's end.
+        samples: {
+            let mut samples = crate::state::lock(&tier.samples).taken.clone();
+            samples.push(tier.snapshot(vramshare_common::process::monotonic_ns()));
+            samples
+        },
     })
 }

@@ -21,6 +21,9 @@ use rustc_hash::FxBuildHasher;
 
 use crate::config::Device;
 use vramshare_common::size::MAX_DEVICES;
+use vramshare_common::trace_json::{MovesSample, MOVES_SAMPLES_MAX};
+
+use super::lock;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Backing {
@@ -124,6 +127,59 @@ pub struct Tier {
     /// The bytes of each host memory handle the tier made: a block may hold
     /// one larger than itself.
     pub host_bytes: Mutex<HashMap<u64, u64>>,
+    /// The moves' counters over time, for the trace ([`Tier::sample`]).
+    pub samples: Mutex<Samples>,
+}
+
+/// Samples of the moves' counters, taken at every `stride`-th chance.
+#[derive(Default)]
+pub struct Samples {
+    pub taken: Vec<MovesSample>,
+    stride: u64,
+    chances: u64,
+}
+
+impl Tier {
+    /// Takes a sample of the moves' counters at `t_ns`, once the tier has
+    /// moved anything. When [`MOVES_SAMPLES_MAX`] are held, every other one
+    /// is dropped and samples are taken half as often, so that they span
+    /// the whole run at any length.
+    pub fn sample(&self, t_ns: u64) {
+        if self.moves_in.load(Relaxed) + self.moves_out.load(Relaxed) == 0 {
+            return;
+        }
+        let mut samples = lock(&self.samples);
+        samples.chances += 1;
+        if samples.chances < samples.stride.max(1) {
+            return;
+        }
+        samples.chances = 0;
+        if samples.taken.len() >= MOVES_SAMPLES_MAX {
+            let mut index = 0;
+            samples.taken.retain(|_| {
+                index += 1;
+                index % 2 == 0
+            });
+            samples.stride = samples.stride.max(1) * 2;
+        }
+        samples.taken.push(self.snapshot(t_ns));
+    }
+
+    /// The moves' counters now (`t_ns`).
+    pub fn snapshot(&self, t_ns: u64) -> MovesSample {
+        MovesSample {
+            t_ns,
+            bytes_to_device: self.moved_in.load(Relaxed),
+            bytes_to_host: self.moved_out.load(Relaxed),
+            move_ns: self.move_ns.load(Relaxed),
+            drain_ns: self.drain_ns.load(Relaxed),
+            copy_ns: self.copy_ns.load(Relaxed),
+            remap_ns: self.remap_ns.load(Relaxed),
+            memory_ns: self.memory_ns.load(Relaxed),
+            pinning_ns: self.pinning_ns.load(Relaxed),
+            fetches: self.fetches.load(Relaxed),
+        }
+    }
 }
 
 /// Bytes of the tier's blocks that stand for a default pool's allocations,
