@@ -269,6 +269,7 @@ mod tests {
                 fresh_bytes_to_device: 0,
                 fetches: 6,
                 steps: 9,
+                samples: Vec::new(),
             }),
             ..ProcessJson::default()
         };
