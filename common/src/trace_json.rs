@@ -211,6 +211,8 @@ pub struct MovesSample {
     pub drain_ns: u64,
     pub copy_ns: u64,
     pub remap_ns: u64,
+    /// Of `remap_ns`: remaps of blocks that moved to the host.
+    pub remap_to_host_ns: u64,
     pub memory_ns: u64,
     pub pinning_ns: u64,
     pub fetches: u64,

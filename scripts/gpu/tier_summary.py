@@ -49,7 +49,8 @@ while blocks remained), or None."""
 def timed_moves(name, result):
     """The tier's costs per step over the timed steps only (warm-up left
     out), from the trace's samples of its counters that fall inside the
-    timed window: (GB moved both ways, ms of copies, remaps, making memory,
+    timed window: (GB moved both ways, ms of copies, remaps, of which to
+    the host, making memory,
     other work of the moves, waiting for the device; drains), or None."""
     window = result.get("timed_ns")
     path = os.path.join(os.path.dirname(sys.argv[1]), f"trace-{name}.json")
@@ -67,10 +68,13 @@ def timed_moves(name, result):
     steps = (last["t_ns"] - first["t_ns"]) / step_ns
     if steps <= 0:
         return None
-    per = {k: (last[k] - first[k]) / steps for k in first}
+    # A build before a counter was added has none: 0.
+    keys = ("move_ns", "copy_ns", "remap_ns", "remap_to_host_ns", "memory_ns", "drain_ns",
+            "fetches", "bytes_to_device", "bytes_to_host")
+    per = {k: (last.get(k, 0) - first.get(k, 0)) / steps for k in keys}
     other = per["move_ns"] - per["copy_ns"] - per["remap_ns"] - per["memory_ns"]
     moved = (per["bytes_to_device"] + per["bytes_to_host"]) / 1e9
-    ms = [per[k] / 1e6 for k in ("copy_ns", "remap_ns", "memory_ns")]
+    ms = [per[k] / 1e6 for k in ("copy_ns", "remap_ns", "remap_to_host_ns", "memory_ns")]
     return (moved, *ms, other / 1e6, per["drain_ns"] / 1e6, per["fetches"])
 
 
@@ -110,8 +114,8 @@ for run in runs:
 print()
 print("Timed steps only (the trace's samples inside them):")
 print()
-print("| run | step ms (median) | moved GB/step | copies ms | remaps ms | memory ms | other moves' work ms | drain ms | drains/step |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| run | step ms (median) | moved GB/step | copies ms | remaps ms | of which to host ms | memory ms | other moves' work ms | drain ms | drains/step |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for run in runs:
     result = run["result"]
     timed = timed_moves(run["name"], result) if result else None

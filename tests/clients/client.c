@@ -46,7 +46,7 @@
 
 #include "cuda_api.h"
 
-#define MAX_NAMES 64
+#define MAX_NAMES 1024
 static struct { char name[32]; void *ptr; size_t size; } names[MAX_NAMES];
 
 static size_t parse_size(const char *s) {

@@ -90,6 +90,9 @@ pub struct Tier {
     /// and making and giving back physical memory.
     pub copy_ns: AtomicU64,
     pub remap_ns: AtomicU64,
+    /// Of `remap_ns`: remapping blocks that moved to the host (mapping host
+    /// memory costs by the page, device memory by the call).
+    pub remap_to_host_ns: AtomicU64,
     pub memory_ns: AtomicU64,
     /// Making new host memory (pinning it), wherever it was made, and its
     /// bytes.
@@ -175,6 +178,7 @@ impl Tier {
             drain_ns: self.drain_ns.load(Relaxed),
             copy_ns: self.copy_ns.load(Relaxed),
             remap_ns: self.remap_ns.load(Relaxed),
+            remap_to_host_ns: self.remap_to_host_ns.load(Relaxed),
             memory_ns: self.memory_ns.load(Relaxed),
             pinning_ns: self.pinning_ns.load(Relaxed),
             fetches: self.fetches.load(Relaxed),

@@ -264,8 +264,11 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
             }
         },
         Direction::ToHost => {
+            let began = Instant::now();
             let remapped =
                 copied.and_then(|()| timed(&tier.remap_ns, || remap(at, size, device, to, from)));
+            tier.remap_to_host_ns
+                .fetch_add(began.elapsed().as_nanos() as u64, Relaxed);
             match remapped {
                 Ok(()) => {
                     timed(&tier.memory_ns, || backing::release(from));

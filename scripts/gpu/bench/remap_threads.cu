@@ -1,0 +1,143 @@
+// Whether the remaps of several blocks can run at once: mapping host-located
+// memory for the device (cuMemMap + cuMemSetAccess) and unmapping it, for
+// BLOCKS blocks of MIB each, split over 1, 2, 4 and 8 threads, each block at
+// its own reserved range; the same with device memory; and the host
+// mappings again while a large copy runs on the copy engines.
+//   remap_threads [BLOCKS [MIB]]
+// Prints one JSON object per measure (milliseconds for all the blocks,
+// median of 3). Everything it allocates is freed before it exits.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include <cuda.h>
+
+#define CU(call)                                                               \
+    do {                                                                       \
+        CUresult rc = (call);                                                  \
+        if (rc != CUDA_SUCCESS) {                                              \
+            const char *text = nullptr;                                        \
+            cuGetErrorString(rc, &text);                                       \
+            fprintf(stderr, "line %d %s: %s\n", __LINE__, #call, text ? text : "?"); \
+            exit(1);                                                           \
+        }                                                                      \
+    } while (0)
+
+static double now_ms() {
+    return std::chrono::duration<double, std::milli>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+static CUmemAllocationProp prop(bool host) {
+    CUmemAllocationProp p = {};
+    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.location.type = host ? CU_MEM_LOCATION_TYPE_HOST_NUMA : CU_MEM_LOCATION_TYPE_DEVICE;
+    p.location.id = 0;
+    return p;
+}
+
+static CUcontext context;
+
+// Maps (or unmaps) blocks [first, last) on the calling thread.
+static void work(bool map, const std::vector<CUdeviceptr> &at,
+                 const std::vector<CUmemGenericAllocationHandle> &handles, size_t bytes,
+                 size_t first, size_t last) {
+    CU(cuCtxSetCurrent(context));
+    CUmemAccessDesc access = {};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = 0;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    for (size_t i = first; i < last; i++) {
+        if (map) {
+            CU(cuMemMap(at[i], bytes, 0, handles[i], 0));
+            CU(cuMemSetAccess(at[i], bytes, &access, 1));
+        } else {
+            CU(cuMemUnmap(at[i], bytes));
+        }
+    }
+}
+
+// The time to map (or unmap) every block, split over `threads`.
+static double timed(int threads, bool map, const std::vector<CUdeviceptr> &at,
+                    const std::vector<CUmemGenericAllocationHandle> &handles, size_t bytes) {
+    double began = now_ms();
+    std::vector<std::thread> pool;
+    size_t share = (at.size() + threads - 1) / threads;
+    for (int t = 0; t < threads; t++) {
+        size_t first = std::min(at.size(), t * share), last = std::min(at.size(), first + share);
+        pool.emplace_back(work, map, std::cref(at), std::cref(handles), bytes, first, last);
+    }
+    for (auto &thread : pool) thread.join();
+    return now_ms() - began;
+}
+
+static void measure(const char *memory, int threads, const std::vector<CUdeviceptr> &at,
+                    const std::vector<CUmemGenericAllocationHandle> &handles, size_t bytes,
+                    const char *beside) {
+    std::vector<double> map_ms, unmap_ms;
+    for (int round = 0; round < 3; round++) {
+        map_ms.push_back(timed(threads, true, at, handles, bytes));
+        unmap_ms.push_back(timed(threads, false, at, handles, bytes));
+    }
+    std::sort(map_ms.begin(), map_ms.end());
+    std::sort(unmap_ms.begin(), unmap_ms.end());
+    printf("{\"memory\": \"%s\", \"threads\": %d, \"blocks\": %zu, \"mib\": %zu, \"beside\": \"%s\", "
+           "\"map_and_access_ms\": %.3f, \"unmap_ms\": %.3f}\n",
+           memory, threads, at.size(), bytes >> 20, beside, map_ms[1], unmap_ms[1]);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    size_t blocks = argc > 1 ? atoi(argv[1]) : 32;
+    size_t bytes = (argc > 2 ? atoi(argv[2]) : 64) << 20;
+    CU(cuInit(0));
+    CUdevice device;
+    CU(cuDeviceGet(&device, 0));
+    CU(cuDevicePrimaryCtxRetain(&context, device));
+    CU(cuCtxSetCurrent(context));
+    for (bool host : {true, false}) {
+        CUmemAllocationProp p = prop(host);
+        std::vector<CUmemGenericAllocationHandle> handles(blocks);
+        std::vector<CUdeviceptr> at(blocks);
+        for (size_t i = 0; i < blocks; i++) {
+            CU(cuMemCreate(&handles[i], bytes, &p, 0));
+            CU(cuMemAddressReserve(&at[i], bytes, 2 << 20, 0, 0));
+        }
+        for (int threads : {1, 2, 4, 8})
+            measure(host ? "host" : "device", threads, at, handles, bytes, "idle");
+        if (host) {
+            // The same while the copy engines carry 4 GiB each way.
+            size_t big = size_t(4) << 30;
+            CUdeviceptr dev;
+            void *pinned;
+            CU(cuMemAlloc(&dev, big));
+            CU(cuMemHostAlloc(&pinned, big, 0));
+            CUstream in, out;
+            CU(cuStreamCreate(&in, CU_STREAM_NON_BLOCKING));
+            CU(cuStreamCreate(&out, CU_STREAM_NON_BLOCKING));
+            for (int threads : {1, 4}) {
+                for (int i = 0; i < 8; i++) {
+                    CU(cuMemcpyHtoDAsync(dev, pinned, big, in));
+                    CU(cuMemcpyDtoHAsync(pinned, dev, big, out));
+                }
+                measure("host", threads, at, handles, bytes, "copies");
+                CU(cuStreamSynchronize(in));
+                CU(cuStreamSynchronize(out));
+            }
+            CU(cuStreamDestroy(in));
+            CU(cuStreamDestroy(out));
+            CU(cuMemFreeHost(pinned));
+            CU(cuMemFree(dev));
+        }
+        for (size_t i = 0; i < blocks; i++) {
+            CU(cuMemAddressFree(at[i], bytes));
+            CU(cuMemRelease(handles[i]));
+        }
+    }
+    CU(cuDevicePrimaryCtxRelease(device));
+    return 0;
+}
