@@ -214,6 +214,15 @@ pub struct MovesSample {
     /// Of `remap_ns`: remaps of blocks that moved to the host.
     pub remap_to_host_ns: u64,
     pub memory_ns: u64,
+    /// Of `memory_ns`: making device memory for blocks coming in, and
+    /// releasing what blocks going out leave.
+    pub device_create_ns: u64,
+    pub device_release_ns: u64,
+    /// Queuing moves' copies and their events (part of the moves' time
+    /// that is none of the above).
+    pub queue_ns: u64,
+    /// Choosing blocks to move out, inside moves and before them.
+    pub choose_ns: u64,
     pub pinning_ns: u64,
     pub fetches: u64,
 }
@@ -256,6 +265,10 @@ pub struct AccessJson {
     pub blocks: Vec<BlockAccessJson>,
     /// Freed blocks' profiles not kept (past the bound).
     pub blocks_forgotten: u64,
+    /// Times the launches' index of blocks was rebuilt, and the time the
+    /// rebuilds took (on the threads that launch).
+    pub index_rebuilds: u64,
+    pub index_rebuild_seconds: f64,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]

@@ -70,12 +70,25 @@ def timed_moves(name, result):
         return None
     # A build before a counter was added has none: 0.
     keys = ("move_ns", "copy_ns", "remap_ns", "remap_to_host_ns", "memory_ns", "drain_ns",
-            "fetches", "bytes_to_device", "bytes_to_host")
+            "fetches", "bytes_to_device", "bytes_to_host", "device_create_ns",
+            "device_release_ns", "pinning_ns", "queue_ns", "choose_ns")
     per = {k: (last.get(k, 0) - first.get(k, 0)) / steps for k in keys}
     other = per["move_ns"] - per["copy_ns"] - per["remap_ns"] - per["memory_ns"]
     moved = (per["bytes_to_device"] + per["bytes_to_host"]) / 1e9
     ms = [per[k] / 1e6 for k in ("copy_ns", "remap_ns", "remap_to_host_ns", "memory_ns")]
-    return (moved, *ms, other / 1e6, per["drain_ns"] / 1e6, per["fetches"])
+    parts = [per[k] / 1e6 for k in ("device_create_ns", "device_release_ns", "pinning_ns", "queue_ns", "choose_ns")]
+    return (moved, *ms, other / 1e6, per["drain_ns"] / 1e6, per["fetches"], *parts)
+
+
+def index_rebuild_ms(name, steps):
+    """The time the launches' index took to rebuild, per step of the whole
+    run (warm-up included), or "-"."""
+    path = os.path.join(os.path.dirname(sys.argv[1]), f"trace-{name}.json")
+    try:
+        access = json.load(open(path))["processes"][0]["access"]
+        return f"{1e3 * access['index_rebuild_seconds'] / steps:.0f} ({access['index_rebuilds'] // steps} a step)"
+    except (OSError, ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
+        return "-"
 
 
 runs = [json.loads(line) for line in open(sys.argv[1])]
@@ -114,12 +127,20 @@ for run in runs:
 print()
 print("Timed steps only (the trace's samples inside them):")
 print()
-print("| run | step ms (median) | moved GB/step | copies ms | remaps ms | of which to host ms | memory ms | other moves' work ms | drain ms | drains/step |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| run | step ms (median) | moved GB/step | copies ms | remaps ms | of which to host ms | memory ms | other moves' work ms | drain ms | drains/step | of memory: device made / released ms | pinning ms | of other work: queuing ms | choosing ms | index rebuilds ms/step (whole run) |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for run in runs:
     result = run["result"]
-    timed = timed_moves(run["name"], result) if result else None
-    if not timed:
+    if not result:
         continue
-    cells = " | ".join(f"{x:.1f}" if i == 0 else f"{x:.0f}" for i, x in enumerate(timed))
-    print(f"| {run['name']} | {median_step(result):.1f} | {cells} |")
+    timed = timed_moves(run["name"], result)
+    rebuilds = index_rebuild_ms(run["name"], len(result["values"]))
+    if not timed and rebuilds == "-":
+        continue
+    if timed:
+        head = " | ".join(f"{x:.1f}" if i == 0 else f"{x:.0f}" for i, x in enumerate(timed[:8]))
+        made, released, pinning, queuing, choosing = timed[8:]
+        cells = f"{head} | {made:.0f} / {released:.0f} | {pinning:.0f} | {queuing:.0f} | {choosing:.0f}"
+    else:
+        cells = " | ".join(["-"] * 12)
+    print(f"| {run['name']} | {median_step(result):.1f} | {cells} | {rebuilds} |")

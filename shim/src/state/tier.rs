@@ -93,6 +93,15 @@ pub struct Tier {
     /// Of `remap_ns`: remapping blocks that moved to the host (mapping host
     /// memory costs by the page, device memory by the call).
     pub remap_to_host_ns: AtomicU64,
+    /// Of `memory_ns`: making device memory for blocks coming in, and
+    /// releasing what blocks going out leave.
+    pub device_create_ns: AtomicU64,
+    pub device_release_ns: AtomicU64,
+    /// Queuing moves' copies and their events.
+    pub queue_ns: AtomicU64,
+    /// Choosing blocks to move out (listing the candidates, ranking them by
+    /// next use), inside moves and before them.
+    pub choose_ns: AtomicU64,
     pub memory_ns: AtomicU64,
     /// Making new host memory (pinning it), wherever it was made, and its
     /// bytes.
@@ -179,6 +188,10 @@ impl Tier {
             copy_ns: self.copy_ns.load(Relaxed),
             remap_ns: self.remap_ns.load(Relaxed),
             remap_to_host_ns: self.remap_to_host_ns.load(Relaxed),
+            device_create_ns: self.device_create_ns.load(Relaxed),
+            device_release_ns: self.device_release_ns.load(Relaxed),
+            queue_ns: self.queue_ns.load(Relaxed),
+            choose_ns: self.choose_ns.load(Relaxed),
             memory_ns: self.memory_ns.load(Relaxed),
             pinning_ns: self.pinning_ns.load(Relaxed),
             fetches: self.fetches.load(Relaxed),

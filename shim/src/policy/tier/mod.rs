@@ -466,12 +466,23 @@ fn could_fit(state: &State, block: Block, quota: Option<u64>, keep: &[usize]) ->
 /// The tier's blocks on `device` that `keep` does not name, as (address,
 /// size): what may move out to make room.
 fn movable_blocks(state: &State, device: Device, keep: &[usize]) -> Vec<(usize, u64)> {
-    state
+    let began = std::time::Instant::now();
+    let blocks = state
         .ledger
         .tier_on_device(device)
         .into_iter()
         .filter(|(ptr, _)| !keep.contains(ptr))
-        .collect()
+        .collect();
+    chose(state, began);
+    blocks
+}
+
+/// Counts the time since `began` as spent choosing blocks to move.
+fn chose(state: &State, began: std::time::Instant) {
+    state
+        .tier
+        .choose_ns
+        .fetch_add(began.elapsed().as_nanos() as u64, Relaxed);
 }
 
 /// Their bytes.
@@ -524,6 +535,7 @@ pub fn evict_while(state: &State, device: Device, mut more: impl FnMut(u64) -> b
 /// Blocks as (next use, size, address), the furthest next use first; of
 /// equals, the largest.
 fn by_next_use(state: &State, blocks: Vec<(usize, u64)>) -> Vec<(u64, u64, usize)> {
+    let began = std::time::Instant::now();
     let starts: Vec<usize> = blocks.iter().map(|(ptr, _)| *ptr).collect();
     let next = state.access.next_uses(&state.ledger, &starts);
     let mut order: Vec<(u64, u64, usize)> = blocks
@@ -532,6 +544,7 @@ fn by_next_use(state: &State, blocks: Vec<(usize, u64)>) -> Vec<(u64, u64, usize
         .map(|((ptr, size), next)| (next, size, ptr))
         .collect();
     order.sort_unstable_by(|a, b| b.cmp(a));
+    chose(state, began);
     order
 }
 

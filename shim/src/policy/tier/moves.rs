@@ -87,7 +87,12 @@ pub fn stage_in(state: &State, ptr: usize, block: Block) -> Option<Staged> {
     let at = ptr as CUdeviceptr;
     let backing = state.tier.blocks.get(&ptr).map(|b| *b);
     let staged = backing.filter(|b| b.in_host != 0).and_then(|backing| {
-        let handle = timed(&tier.memory_ns, || backing::create(size, device, true)).ok()?;
+        let handle = timed(&tier.memory_ns, || {
+            timed(&tier.device_create_ns, || {
+                backing::create(size, device, true)
+            })
+        })
+        .ok()?;
         let host = backing.in_host;
         if timed(&tier.remap_ns, || remap(at, size, device, handle, host)).is_err() {
             backing::release(handle);
@@ -104,8 +109,12 @@ pub fn stage_in(state: &State, ptr: usize, block: Block) -> Option<Staged> {
             copied: None,
             fresh: backing.born == tier.gate.entered(),
         };
-        match backing::copy(at, at + size, size, device, Direction::ToDevice) {
-            Ok(()) => Some(after_copy(state, staged)),
+        let queued = timed(&tier.queue_ns, || {
+            backing::copy(at, at + size, size, device, Direction::ToDevice)
+                .map(|()| after_copy(state, staged))
+        });
+        match queued {
+            Ok(staged) => Some(staged),
             Err(_) => {
                 // The host memory still holds the bytes: mapped back.
                 map_back(at, size, device, host);
@@ -153,8 +162,12 @@ pub fn stage_out(state: &State, ptr: usize, size: u64) -> Option<Staged> {
             copied: None,
             fresh: false,
         };
-        match backing::copy(staging, ptr as CUdeviceptr, size, device, Direction::ToHost) {
-            Ok(()) => Some(after_copy(state, staged)),
+        let queued = timed(&tier.queue_ns, || {
+            backing::copy(staging, ptr as CUdeviceptr, size, device, Direction::ToHost)
+                .map(|()| after_copy(state, staged))
+        });
+        match queued {
+            Ok(staged) => Some(staged),
             Err(_) => {
                 if made_host {
                     backing::unmap(staging, size);
@@ -271,7 +284,9 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
                 .fetch_add(began.elapsed().as_nanos() as u64, Relaxed);
             match remapped {
                 Ok(()) => {
-                    timed(&tier.memory_ns, || backing::release(from));
+                    timed(&tier.memory_ns, || {
+                        timed(&tier.device_release_ns, || backing::release(from))
+                    });
                     if let Some(mut entry) = tier.blocks.get_mut(&ptr) {
                         entry.on_device = 0;
                         entry.in_host = to;

@@ -41,6 +41,15 @@ pub fn access_json(state: &State) -> Option<AccessJson> {
             .index
             .forgotten
             .load(std::sync::atomic::Ordering::Relaxed),
+        index_rebuilds: access
+            .index
+            .rebuilds
+            .load(std::sync::atomic::Ordering::Relaxed),
+        index_rebuild_seconds: access
+            .index
+            .rebuild_ns
+            .load(std::sync::atomic::Ordering::Relaxed) as f64
+            / 1e9,
     })
 }
 
