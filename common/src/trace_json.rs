@@ -223,6 +223,9 @@ pub struct MovesSample {
     pub queue_ns: u64,
     /// Choosing blocks to move out, inside moves and before them.
     pub choose_ns: u64,
+    /// Giving kept blocks' device memory back, inside moves and at
+    /// allocations.
+    pub give_back_ns: u64,
     pub pinning_ns: u64,
     pub fetches: u64,
 }

@@ -102,6 +102,10 @@ pub struct Tier {
     /// Choosing blocks to move out (listing the candidates, ranking them by
     /// next use), inside moves and before them.
     pub choose_ns: AtomicU64,
+    /// Giving kept blocks' device memory back (unmapping it, and mapping a
+    /// block's host memory in its place where it has some), inside moves
+    /// and at allocations.
+    pub give_back_ns: AtomicU64,
     pub memory_ns: AtomicU64,
     /// Making new host memory (pinning it), wherever it was made, and its
     /// bytes.
@@ -192,6 +196,7 @@ impl Tier {
             device_release_ns: self.device_release_ns.load(Relaxed),
             queue_ns: self.queue_ns.load(Relaxed),
             choose_ns: self.choose_ns.load(Relaxed),
+            give_back_ns: self.give_back_ns.load(Relaxed),
             memory_ns: self.memory_ns.load(Relaxed),
             pinning_ns: self.pinning_ns.load(Relaxed),
             fetches: self.fetches.load(Relaxed),

@@ -236,11 +236,16 @@ pub fn give_back_while(
             continue;
         };
         given += kept.backing.size;
+        let giving = std::time::Instant::now();
         if kept.backing.in_host != 0 {
             to_host(state, kept);
         } else {
             release(state, kept);
         }
+        state
+            .tier
+            .give_back_ns
+            .fetch_add(giving.elapsed().as_nanos() as u64, Relaxed);
     }
     given
 }
