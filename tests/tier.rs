@@ -588,4 +588,18 @@ fn the_trace_samples_the_moves_counters_over_time_ending_at_their_totals() {
         moves["bytes_to_host"].as_u64().unwrap()
     );
     assert_eq!(field(last, "fetches"), moves["fetches"].as_u64().unwrap());
+    // The parts are parts of what they split.
+    for sample in samples {
+        assert!(
+            field(sample, "remap_to_host_ns") <= field(sample, "remap_ns"),
+            "{sample}"
+        );
+        let device = field(sample, "device_create_ns") + field(sample, "device_release_ns");
+        assert!(device <= field(sample, "memory_ns"), "{sample}");
+        assert!(
+            field(sample, "queue_ns") <= field(sample, "move_ns"),
+            "{sample}"
+        );
+    }
+    assert!(field(last, "remap_to_host_ns") > 0, "{last}");
 }

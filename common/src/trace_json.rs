@@ -192,7 +192,8 @@ pub struct MovesJson {
     pub steps: u64,
     /// The counters over time, so that a part of the run (its timed steps,
     /// without the warm-up) can be told apart: taken every 50 ms or more,
-    /// at most [`MOVES_SAMPLES_MAX`] spread over the whole run.
+    /// at most [`MOVES_SAMPLES_MAX`] spread over the whole run, then one at
+    /// the run's end.
     pub samples: Vec<MovesSample>,
 }
 
@@ -211,7 +212,7 @@ pub struct MovesSample {
     pub drain_ns: u64,
     pub copy_ns: u64,
     pub remap_ns: u64,
-    /// Of `remap_ns`: remaps of blocks that moved to the host.
+    /// Of `remap_ns`: the remaps that end moves to the host.
     pub remap_to_host_ns: u64,
     pub memory_ns: u64,
     /// Of `memory_ns`: making device memory for blocks coming in, and
@@ -221,10 +222,11 @@ pub struct MovesSample {
     /// Queuing moves' copies and their events (part of the moves' time
     /// that is none of the above).
     pub queue_ns: u64,
-    /// Choosing blocks to move out, inside moves and before them.
+    /// Choosing blocks to move out, inside moves and before them (not a
+    /// part of `move_ns`).
     pub choose_ns: u64,
-    /// Giving kept blocks' device memory back, inside moves and at
-    /// allocations.
+    /// Giving kept blocks' device memory back, inside moves, at
+    /// allocations and at quota cuts (not a part of `move_ns`).
     pub give_back_ns: u64,
     pub pinning_ns: u64,
     pub fetches: u64,
@@ -268,8 +270,9 @@ pub struct AccessJson {
     pub blocks: Vec<BlockAccessJson>,
     /// Freed blocks' profiles not kept (past the bound).
     pub blocks_forgotten: u64,
-    /// Times the launches' index of blocks was rebuilt, and the time the
-    /// rebuilds took (on the threads that launch).
+    /// Times the launches' index of blocks was built (the first time, then
+    /// after the ledger changed), and the time that took (on the threads
+    /// that launch).
     pub index_rebuilds: u64,
     pub index_rebuild_seconds: f64,
 }

@@ -127,7 +127,7 @@ for run in runs:
 print()
 print("Timed steps only (the trace's samples inside them):")
 print()
-print("| run | step ms (median) | moved GB/step | copies ms | remaps ms | of which to host ms | memory ms | other moves' work ms | drain ms | drains/step | of memory: device made / released ms | pinning ms | of other work: queuing ms | choosing ms | kept blocks given back ms | index rebuilds ms/step (whole run) |")
+print("| run | step ms (median) | moved GB/step | copies ms | remaps ms | of which to host ms | memory ms | other moves' work ms | drain ms | drains/step | of memory: device made / released ms | pinning ms | of other work: queuing ms | choosing blocks ms (also before moves) | kept blocks given back ms (also at allocations) | index rebuilds ms/step (whole run) |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for run in runs:
     result = run["result"]

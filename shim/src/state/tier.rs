@@ -90,8 +90,10 @@ pub struct Tier {
     /// and making and giving back physical memory.
     pub copy_ns: AtomicU64,
     pub remap_ns: AtomicU64,
-    /// Of `remap_ns`: remapping blocks that moved to the host (mapping host
-    /// memory costs by the page, device memory by the call).
+    /// Of `remap_ns`: the remaps that end moves to the host (mapping host
+    /// memory costs by the page, device memory by the call); a block's
+    /// first move out also maps its host memory at the staging half,
+    /// counted in `remap_ns` only.
     pub remap_to_host_ns: AtomicU64,
     /// Of `memory_ns`: making device memory for blocks coming in, and
     /// releasing what blocks going out leave.
@@ -100,11 +102,12 @@ pub struct Tier {
     /// Queuing moves' copies and their events.
     pub queue_ns: AtomicU64,
     /// Choosing blocks to move out (listing the candidates, ranking them by
-    /// next use), inside moves and before them.
+    /// next use), inside moves and before them (whether a named block could
+    /// come at all): not a part of `move_ns`.
     pub choose_ns: AtomicU64,
     /// Giving kept blocks' device memory back (unmapping it, and mapping a
-    /// block's host memory in its place where it has some), inside moves
-    /// and at allocations.
+    /// block's host memory in its place where it has some), inside moves,
+    /// at allocations and at quota cuts: not a part of `move_ns`.
     pub give_back_ns: AtomicU64,
     pub memory_ns: AtomicU64,
     /// Making new host memory (pinning it), wherever it was made, and its
@@ -155,30 +158,38 @@ pub struct Samples {
     chances: u64,
 }
 
+impl Samples {
+    /// One chance to take a sample (`take`), holding at most `cap`: a
+    /// sample is taken at every `stride`-th chance; when `cap` are held,
+    /// every other one goes (the first stays) and the stride doubles, so
+    /// that the samples stay evenly spread over the whole run.
+    fn offer(&mut self, cap: usize, take: impl FnOnce() -> MovesSample) {
+        self.chances += 1;
+        if self.chances < self.stride.max(1) {
+            return;
+        }
+        self.chances = 0;
+        if self.taken.len() >= cap {
+            let mut keep = false;
+            self.taken.retain(|_| {
+                keep = !keep;
+                keep
+            });
+            self.stride = self.stride.max(1) * 2;
+        }
+        self.taken.push(take());
+    }
+}
+
 impl Tier {
     /// Takes a sample of the moves' counters at `t_ns`, once the tier has
-    /// moved anything. When [`MOVES_SAMPLES_MAX`] are held, every other one
-    /// is dropped and samples are taken half as often, so that they span
-    /// the whole run at any length.
+    /// moved anything: at most [`MOVES_SAMPLES_MAX`], spread over the run
+    /// ([`Samples::offer`]).
     pub fn sample(&self, t_ns: u64) {
         if self.moves_in.load(Relaxed) + self.moves_out.load(Relaxed) == 0 {
             return;
         }
-        let mut samples = lock(&self.samples);
-        samples.chances += 1;
-        if samples.chances < samples.stride.max(1) {
-            return;
-        }
-        samples.chances = 0;
-        if samples.taken.len() >= MOVES_SAMPLES_MAX {
-            let mut index = 0;
-            samples.taken.retain(|_| {
-                index += 1;
-                index % 2 == 0
-            });
-            samples.stride = samples.stride.max(1) * 2;
-        }
-        samples.taken.push(self.snapshot(t_ns));
+        lock(&self.samples).offer(MOVES_SAMPLES_MAX, || self.snapshot(t_ns));
     }
 
     /// The moves' counters now (`t_ns`).
@@ -342,6 +353,19 @@ impl Drop for Closed<'_> {
 mod tests {
     use super::*;
     use std::time::{Duration, Instant};
+
+    #[test]
+    fn samples_stay_evenly_spread_from_the_first_when_thinned() {
+        let mut samples = Samples::default();
+        for chance in 1..=70u64 {
+            samples.offer(8, || MovesSample {
+                t_ns: chance,
+                ..MovesSample::default()
+            });
+        }
+        let taken: Vec<u64> = samples.taken.iter().map(|s| s.t_ns).collect();
+        assert_eq!(taken, [1, 17, 33, 49, 65]);
+    }
 
     #[test]
     fn a_move_waits_for_work_inside_gives_way_to_a_long_one_and_holds_new_work_back() {
