@@ -559,35 +559,26 @@ fn the_trace_samples_the_moves_counters_over_time_ending_at_their_totals() {
     let samples = moves["samples"].as_array().unwrap();
     assert!(samples.len() >= 3, "{moves:#}");
     let field = |sample: &serde_json::Value, key: &str| sample[key].as_u64().unwrap();
-    for pair in samples.windows(2) {
-        for key in [
-            "t_ns",
-            "bytes_to_device",
-            "bytes_to_host",
-            "move_ns",
-            "fetches",
-        ] {
-            assert!(
-                field(&pair[0], key) <= field(&pair[1], key),
-                "{key}: {pair:?}"
-            );
-        }
+    let counters = [
+        "t_ns",
+        "bytes_to_device",
+        "bytes_to_host",
+        "move_ns",
+        "fetches",
+    ];
+    for (pair, key) in samples.windows(2).flat_map(|p| counters.map(|k| (p, k))) {
+        assert!(
+            field(&pair[0], key) <= field(&pair[1], key),
+            "{key}: {pair:?}"
+        );
     }
     // Sampled as the run went: the first after some moves, before the last.
     let (first, last) = (&samples[0], samples.last().unwrap());
-    assert!(
-        field(first, "bytes_to_device") < field(last, "bytes_to_device"),
-        "{moves:#}"
-    );
-    assert_eq!(
-        field(last, "bytes_to_device"),
-        moves["bytes_to_device"].as_u64().unwrap()
-    );
-    assert_eq!(
-        field(last, "bytes_to_host"),
-        moves["bytes_to_host"].as_u64().unwrap()
-    );
-    assert_eq!(field(last, "fetches"), moves["fetches"].as_u64().unwrap());
+    let moved = |sample| field(sample, "bytes_to_device");
+    assert!(moved(first) < moved(last), "{moves:#}");
+    for key in ["bytes_to_device", "bytes_to_host", "fetches"] {
+        assert_eq!(field(last, key), moves[key].as_u64().unwrap(), "{key}");
+    }
     // The parts are parts of what they split.
     for sample in samples {
         assert!(
