@@ -1,6 +1,7 @@
 //! Copies and memsets of rows (`cudaMemcpy2D…`, `cudaMemset2D…`), between
-//! devices (`cudaMemcpyPeer…`) and the driver's synchronous ones
-//! (`cuMemcpyHtoD_v2`, `cuMemsetD8_v2`, …), on the fake runtime: each is a
+//! devices (`cudaMemcpyPeer…`), the driver's synchronous ones
+//! (`cuMemcpyHtoD_v2`, `cuMemsetD8_v2`, …) and its per-thread stream forms
+//! (`…_ptsz`, `…_ptds`), on the fake runtime: each is a
 //! use of the blocks its operands start in, counted as a copy, and, with
 //! the spill tier, work that waits at its gate and brings a block in host
 //! memory onto the device first, as a launch does.
@@ -111,4 +112,29 @@ fn a_drivers_described_copy_names_the_block_at_its_device_end() {
     assert!(came_in_before(&run, c, "cuMemcpy2D_v2 "), "{:?}", run.calls);
     assert_eq!(log_field(run.line("peek c"), "byte"), "9");
     assert_eq!(coverage(&run, "cuMemcpy2D_v2"), [1, 0, 0, 0]);
+}
+
+#[test]
+fn the_drivers_per_thread_stream_copies_are_hooked_called_or_looked_up() {
+    // Over the quota, the block is made in host memory: each copy brings it
+    // onto the device first.
+    let run = driver_client(
+        &moving("16MiB", &[]),
+        &["malloc:a:6M", "malloc:b:6M", "malloc:c:6M", "perthread:c"],
+    );
+    run.assert_ok();
+    assert_eq!(run.rc("perthread"), 0);
+    for api in [
+        "cuMemcpyHtoDAsync_v2_ptsz",
+        "cuMemsetD8Async_ptsz",
+        "cuMemcpyHtoD_v2_ptds",
+    ] {
+        assert_eq!(coverage(&run, api), [1, 0, 0, 0], "{api}");
+    }
+    let c = hex(&run.field("malloc c", "ptr"));
+    assert!(
+        came_in_before(&run, c, "cuMemcpyHtoDAsync_v2_ptsz "),
+        "{:?}",
+        run.calls
+    );
 }

@@ -206,6 +206,18 @@ named_enum! {
         cuMemcpy2DAsync_v2 = 117 => "cuMemcpy2DAsync_v2",
         cuMemcpy3D_v2 = 118 => "cuMemcpy3D_v2",
         cuMemcpy3DAsync_v2 = 119 => "cuMemcpy3DAsync_v2",
+        cuMemcpyAsync_ptsz = 120 => "cuMemcpyAsync_ptsz",
+        cuMemcpyHtoDAsync_v2_ptsz = 121 => "cuMemcpyHtoDAsync_v2_ptsz",
+        cuMemcpyDtoHAsync_v2_ptsz = 122 => "cuMemcpyDtoHAsync_v2_ptsz",
+        cuMemcpyDtoDAsync_v2_ptsz = 123 => "cuMemcpyDtoDAsync_v2_ptsz",
+        cuMemsetD8Async_ptsz = 124 => "cuMemsetD8Async_ptsz",
+        cuMemsetD32Async_ptsz = 125 => "cuMemsetD32Async_ptsz",
+        cuMemcpy_ptds = 126 => "cuMemcpy_ptds",
+        cuMemcpyHtoD_v2_ptds = 127 => "cuMemcpyHtoD_v2_ptds",
+        cuMemcpyDtoH_v2_ptds = 128 => "cuMemcpyDtoH_v2_ptds",
+        cuMemcpyDtoD_v2_ptds = 129 => "cuMemcpyDtoD_v2_ptds",
+        cuMemsetD8_v2_ptds = 130 => "cuMemsetD8_v2_ptds",
+        cuMemsetD32_v2_ptds = 131 => "cuMemsetD32_v2_ptds",
     }
 }
 

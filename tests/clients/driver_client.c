@@ -30,6 +30,7 @@
  *   8-byte parameter: another function at the same address)
  *   launch:HOW (one kernel launch: cu, cu_ptsz, ex, ex_ptsz, coop, coop_ptsz,
  *   graph, graph_ptsz, and fetched: cuLaunchKernelEx fetched with fetch:HOW)
+ *   perthread:NAME (per-thread default stream copies and a memset into NAME)
  *   probe:SYMBOL:VERSION (cuGetProcAddress_v2 at that CUDA version: found or not)
  * SIZE is bytes, or with K, M or G (binary). Each step prints one line.
  */
@@ -108,6 +109,7 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *stream);
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, void *stream);
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
+CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n, void *stream);
 /* CUDA_MEMCPY2D, as cuda.h lays it out. */
 struct memcpy2d {
     size_t src_x, src_y; int src_type; const void *src_host; CUdeviceptr src_device; void *src_array; size_t src_pitch;
@@ -378,6 +380,19 @@ int main(int argc, char **argv) {
             rc = cuMemcpy2D_v2(&copy);
             free(host);
             printf("copy2d %s rc=%d\n", fields[1], rc);
+        } else if (!strcmp(op, "perthread")) {
+            /* Per-thread default stream forms: one called by its name, two
+             * looked up with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM. */
+            static char host[4096];
+            CUresult (*set)(CUdeviceptr, unsigned char, size_t, void *) = NULL;
+            CUresult (*copy)(CUdeviceptr, const void *, size_t) = NULL;
+            int i = slot(fields[1]);
+            rc = cuMemcpyHtoDAsync_v2_ptsz(names[i].ptr, host, sizeof host, NULL);
+            if (rc == 0) rc = cuGetProcAddress("cuMemsetD8Async", (void **)&set, 13000, 2);
+            if (rc == 0) rc = set(names[i].ptr, 5, names[i].size, NULL);
+            if (rc == 0) rc = cuGetProcAddress("cuMemcpyHtoD", (void **)&copy, 13000, 2);
+            if (rc == 0) rc = copy(names[i].ptr, host, sizeof host);
+            printf("perthread rc=%d\n", rc);
         } else if (!strcmp(op, "hcopysync")) {
             static char host[4096];
             rc = cuMemcpyHtoD_v2(names[slot(fields[1])].ptr, host, sizeof host);

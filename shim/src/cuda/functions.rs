@@ -108,6 +108,12 @@ macro_rules! cuda_functions {
                 fn cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, count: usize, stream: CUstream);
                 fn cuMemsetD8Async(dst: CUdeviceptr, value: u8, count: usize, stream: CUstream);
                 fn cuMemsetD32Async(dst: CUdeviceptr, value: c_uint, count: usize, stream: CUstream);
+                fn cuMemcpyAsync_ptsz(dst: CUdeviceptr, src: CUdeviceptr, count: usize, stream: CUstream);
+                fn cuMemcpyHtoDAsync_v2_ptsz(dst: CUdeviceptr, src: *const c_void, count: usize, stream: CUstream);
+                fn cuMemcpyDtoHAsync_v2_ptsz(dst: *mut c_void, src: CUdeviceptr, count: usize, stream: CUstream);
+                fn cuMemcpyDtoDAsync_v2_ptsz(dst: CUdeviceptr, src: CUdeviceptr, count: usize, stream: CUstream);
+                fn cuMemsetD8Async_ptsz(dst: CUdeviceptr, value: u8, count: usize, stream: CUstream);
+                fn cuMemsetD32Async_ptsz(dst: CUdeviceptr, value: c_uint, count: usize, stream: CUstream);
                 // Copies and memsets of other shapes: they hand work to CUDA
                 // too, so they enter the spill tier's gate, and name the
                 // blocks their device operands start in.
@@ -125,6 +131,12 @@ macro_rules! cuda_functions {
                 fn cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, count: usize);
                 fn cuMemsetD8_v2(dst: CUdeviceptr, value: u8, count: usize);
                 fn cuMemsetD32_v2(dst: CUdeviceptr, value: c_uint, count: usize);
+                fn cuMemcpy_ptds(dst: CUdeviceptr, src: CUdeviceptr, count: usize);
+                fn cuMemcpyHtoD_v2_ptds(dst: CUdeviceptr, src: *const c_void, count: usize);
+                fn cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: CUdeviceptr, count: usize);
+                fn cuMemcpyDtoD_v2_ptds(dst: CUdeviceptr, src: CUdeviceptr, count: usize);
+                fn cuMemsetD8_v2_ptds(dst: CUdeviceptr, value: u8, count: usize);
+                fn cuMemsetD32_v2_ptds(dst: CUdeviceptr, value: c_uint, count: usize);
                 // Copies described by a struct (`cudaMemcpy3DParms`,
                 // `CUDA_MEMCPY2D`, `CUDA_MEMCPY3D`): its device pointers name
                 // the blocks.

@@ -47,6 +47,21 @@ const V2_SINCE_3020: &[&str] = &[
     "cuMemcpyHtoDAsync",
     "cuMemcpyDtoHAsync",
     "cuMemcpyDtoDAsync",
+    "cuMemcpyHtoD",
+    "cuMemcpyDtoH",
+    "cuMemcpyDtoD",
+    "cuMemsetD8",
+    "cuMemsetD32",
+];
+/// Synchronous functions with a `_ptds` form for the per-thread default
+/// stream.
+const PER_THREAD_SYNC_FORMS: &[&str] = &[
+    "cuMemcpy",
+    "cuMemcpyHtoD",
+    "cuMemcpyDtoH",
+    "cuMemcpyDtoD",
+    "cuMemsetD8",
+    "cuMemsetD32",
 ];
 /// Functions with a `_ptsz` form for the per-thread default stream.
 const PER_THREAD_FORMS: &[&str] = &[
@@ -82,6 +97,8 @@ pub fn form_of(symbol: &str, version: Option<c_int>, per_thread: bool) -> Option
     let base = symbol.strip_suffix("_v2").unwrap_or(symbol);
     if per_thread && PER_THREAD_FORMS.contains(&base) {
         name.push_str("_ptsz");
+    } else if per_thread && PER_THREAD_SYNC_FORMS.contains(&base) {
+        name.push_str("_ptds");
     }
     Some(name)
 }
@@ -261,13 +278,25 @@ mod tests {
             form_of("cuMemCreate", Some(12000), true).as_deref(),
             Some("cuMemCreate")
         );
-        // A per-thread copy is asked for in its own form, which has no
-        // hook: the caller gets the driver's, never the legacy stream's hook.
+        // A per-thread copy is asked for in its own form, never the legacy
+        // stream's hook.
         assert_eq!(
             form_of("cuMemcpyAsync", Some(12000), true).as_deref(),
             Some("cuMemcpyAsync_ptsz")
         );
-        assert!(super::super::hook_named(b"cuMemcpyAsync_ptsz").is_none());
+        assert!(super::super::hook_named(b"cuMemcpyAsync_ptsz").is_some());
+        // The synchronous ones: `_v2` since 3.2, `_ptds` per thread.
+        assert_eq!(
+            form_of("cuMemcpyHtoD", Some(12000), true).as_deref(),
+            Some("cuMemcpyHtoD_v2_ptds")
+        );
+        assert_eq!(
+            form_of("cuMemcpy", Some(12000), true).as_deref(),
+            Some("cuMemcpy_ptds")
+        );
+        assert_eq!(form_of("cuMemsetD8", Some(3010), false), None);
+        assert!(super::super::hook_named(b"cuMemsetD32_v2_ptds").is_some());
+        assert!(super::super::hook_named(b"cuMemcpy2D_v2_ptds").is_none());
         assert_eq!(
             form_of("cuMemcpyHtoDAsync", None, false).as_deref(),
             Some("cuMemcpyHtoDAsync_v2")

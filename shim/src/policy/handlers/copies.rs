@@ -75,6 +75,10 @@ driver_copies! {
     cuMemcpyHtoDAsync_v2(CUdeviceptr, *const c_void);
     cuMemcpyDtoHAsync_v2(*mut c_void, CUdeviceptr);
     cuMemcpyDtoDAsync_v2(CUdeviceptr, CUdeviceptr);
+    cuMemcpyAsync_ptsz(CUdeviceptr, CUdeviceptr);
+    cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr, *const c_void);
+    cuMemcpyDtoHAsync_v2_ptsz(*mut c_void, CUdeviceptr);
+    cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr, CUdeviceptr);
 }
 
 macro_rules! driver_memsets {
@@ -91,6 +95,8 @@ macro_rules! driver_memsets {
 driver_memsets! {
     cuMemsetD8Async(u8);
     cuMemsetD32Async(c_uint);
+    cuMemsetD8Async_ptsz(u8);
+    cuMemsetD32Async_ptsz(c_uint);
 }
 
 /// The runtime's copies of rows (`cudaMemcpy2D…`): the rows' first bytes
@@ -189,6 +195,10 @@ driver_sync_copies! {
     cuMemcpyHtoD_v2(CUdeviceptr, *const c_void);
     cuMemcpyDtoH_v2(*mut c_void, CUdeviceptr);
     cuMemcpyDtoD_v2(CUdeviceptr, CUdeviceptr);
+    cuMemcpy_ptds(CUdeviceptr, CUdeviceptr);
+    cuMemcpyHtoD_v2_ptds(CUdeviceptr, *const c_void);
+    cuMemcpyDtoH_v2_ptds(*mut c_void, CUdeviceptr);
+    cuMemcpyDtoD_v2_ptds(CUdeviceptr, CUdeviceptr);
 }
 
 macro_rules! driver_sync_memsets {
@@ -205,4 +215,6 @@ macro_rules! driver_sync_memsets {
 driver_sync_memsets! {
     cuMemsetD8_v2(u8);
     cuMemsetD32_v2(c_uint);
+    cuMemsetD8_v2_ptds(u8);
+    cuMemsetD32_v2_ptds(c_uint);
 }
