@@ -128,12 +128,39 @@ fn the_drivers_per_thread_stream_copies_are_hooked_called_or_looked_up() {
         "cuMemcpyHtoDAsync_v2_ptsz",
         "cuMemsetD8Async_ptsz",
         "cuMemcpyHtoD_v2_ptds",
+        "cuMemcpy2D_v2_ptds",
     ] {
         assert_eq!(coverage(&run, api), [1, 0, 0, 0], "{api}");
     }
     let c = hex(&run.field("malloc c", "ptr"));
     assert!(
         came_in_before(&run, c, "cuMemcpyHtoDAsync_v2_ptsz "),
+        "{:?}",
+        run.calls
+    );
+}
+
+#[test]
+fn the_runtimes_per_thread_stream_copies_and_memsets_are_hooked() {
+    let run = client(
+        Runtime::Fake13,
+        &moving("16MiB", &[]),
+        &["malloc:a:6M", "malloc:b:6M", "malloc:c:6M", "ptds:c"],
+    );
+    run.assert_ok();
+    assert_eq!(run.rc("ptds c"), 0);
+    assert_eq!(placements(&run), ["device", "device", "host"]);
+    for api in [
+        "cudaMemcpy_ptds",
+        "cudaMemset_ptds",
+        "cudaMemcpy2D_ptds",
+        "cudaMemset2D_ptds",
+    ] {
+        assert_eq!(coverage(&run, api), [1, 0, 0, 0], "{api}");
+    }
+    let c = hex(&run.field("malloc c", "ptr"));
+    assert!(
+        came_in_before(&run, c, "cudaMemcpy_ptds "),
         "{:?}",
         run.calls
     );

@@ -218,6 +218,16 @@ named_enum! {
         cuMemcpyDtoD_v2_ptds = 129 => "cuMemcpyDtoD_v2_ptds",
         cuMemsetD8_v2_ptds = 130 => "cuMemsetD8_v2_ptds",
         cuMemsetD32_v2_ptds = 131 => "cuMemsetD32_v2_ptds",
+        cudaMemcpy_ptds = 132 => "cudaMemcpy_ptds",
+        cudaMemset_ptds = 133 => "cudaMemset_ptds",
+        cudaMemcpy2D_ptds = 134 => "cudaMemcpy2D_ptds",
+        cudaMemset2D_ptds = 135 => "cudaMemset2D_ptds",
+        cudaMemcpy3D_ptds = 136 => "cudaMemcpy3D_ptds",
+        cuMemcpy2D_v2_ptds = 137 => "cuMemcpy2D_v2_ptds",
+        cuMemcpy2DUnaligned_v2_ptds = 138 => "cuMemcpy2DUnaligned_v2_ptds",
+        cuMemcpy2DAsync_v2_ptsz = 139 => "cuMemcpy2DAsync_v2_ptsz",
+        cuMemcpy3D_v2_ptds = 140 => "cuMemcpy3D_v2_ptds",
+        cuMemcpy3DAsync_v2_ptsz = 141 => "cuMemcpy3DAsync_v2_ptsz",
     }
 }
 

@@ -30,6 +30,8 @@
  *   the first and last byte of NAME through a pointer kept in host memory,
  *   which its parameters do not show; then cudaDeviceSynchronize)
  *   ipc:NAME (cudaIpcGetMemHandle of NAME)
+ *   ptds:NAME (the per-thread default stream's cudaMemcpy_ptds, cudaMemset_ptds,
+ *   cudaMemcpy2D_ptds and cudaMemset2D_ptds into NAME, in that order)
  *   copy2d:NAME:BYTE:S (cudaMemcpy2DAsync of host bytes BYTE into NAME, as two
  *   rows of half its size, on S)  memset2d:NAME:BYTE (cudaMemset2D, likewise)
  *   poolstats (the default pool's reserved and used bytes, now and their
@@ -202,6 +204,15 @@ static int run(char *step) {
         cudaStream_t s = fields[2] ? stream_numbered(fields[2]) : 0;
         rc = !strcmp(op, "free") ? cudaFree(p) : !strcmp(op, "freeasync") ? cudaFreeAsync(p, s) : cudaFreeAsync_ptsz(p, 0);
         printf("%s %s rc=%d\n", op, fields[1], rc);
+    } else if (!strcmp(op, "ptds")) {
+        int i = slot(fields[1]);
+        size_t row = names[i].size / 2;
+        static char host[4096];
+        rc = cudaMemcpy_ptds(names[i].ptr, host, sizeof host, 1);
+        if (rc == 0) rc = cudaMemset_ptds(names[i].ptr, 4, names[i].size);
+        if (rc == 0) rc = cudaMemcpy2D_ptds(names[i].ptr, row, names[i].ptr, row, 4096, 2, 3);
+        if (rc == 0) rc = cudaMemset2D_ptds(names[i].ptr, row, 6, row, 2);
+        printf("ptds %s rc=%d\n", fields[1], rc);
     } else if (!strcmp(op, "copy2d")) {
         int i = slot(fields[1]);
         size_t row = names[i].size / 2;

@@ -116,6 +116,7 @@ struct memcpy2d {
     size_t dst_x, dst_y; int dst_type; void *dst_host; CUdeviceptr dst_device; void *dst_array; size_t dst_pitch;
     size_t width, height;
 };
+CUresult cuMemcpy2D_v2_ptds(const struct memcpy2d *copy);
 CUresult cuMemcpy2D_v2(const struct memcpy2d *copy);
 CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n);
 CUresult cuStreamBeginCapture_v2(void *stream, int mode);
@@ -392,6 +393,16 @@ int main(int argc, char **argv) {
             if (rc == 0) rc = set(names[i].ptr, 5, names[i].size, NULL);
             if (rc == 0) rc = cuGetProcAddress("cuMemcpyHtoD", (void **)&copy, 13000, 2);
             if (rc == 0) rc = copy(names[i].ptr, host, sizeof host);
+            struct memcpy2d rows = {0};
+            rows.src_type = 1; /* CU_MEMORYTYPE_HOST */
+            rows.src_host = host;
+            rows.src_pitch = 2048;
+            rows.dst_type = 2; /* CU_MEMORYTYPE_DEVICE */
+            rows.dst_device = names[i].ptr;
+            rows.dst_pitch = 2048;
+            rows.width = 2048;
+            rows.height = 2;
+            if (rc == 0) rc = cuMemcpy2D_v2_ptds(&rows);
             printf("perthread rc=%d\n", rc);
         } else if (!strcmp(op, "hcopysync")) {
             static char host[4096];

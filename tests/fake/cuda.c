@@ -486,19 +486,7 @@ CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned value, size_t n, CUstream s)
     for (size_t i = 0; i < n; i++) ((unsigned *)dst)[i] = value;
     return OK;
 }
-/* The per-thread default stream's forms: the same here, logged. */
-CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { trace("cuMemcpyAsync_ptsz dst=%#llx", dst); memcpy((void *)dst, (void *)src, n); return OK; }
-CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n, CUstream s) { trace("cuMemcpyHtoDAsync_v2_ptsz dst=%#llx", dst); memcpy((void *)dst, src, n); return OK; }
-CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dst, CUdeviceptr src, size_t n, CUstream s) { return cuMemcpyDtoHAsync_v2(dst, src, n, s); }
-CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { return cuMemcpyDtoDAsync_v2(dst, src, n, s); }
-CUresult cuMemsetD8Async_ptsz(CUdeviceptr dst, unsigned char value, size_t n, CUstream s) { trace("cuMemsetD8Async_ptsz dst=%#llx", dst); return cuMemsetD8Async(dst, value, n, s); }
-CUresult cuMemsetD32Async_ptsz(CUdeviceptr dst, unsigned value, size_t n, CUstream s) { return cuMemsetD32Async(dst, value, n, s); }
-CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) { return cuMemcpy(dst, src, n); }
-CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t n) { trace("cuMemcpyHtoD_v2_ptds dst=%#llx", dst); return cuMemcpyHtoD_v2(dst, src, n); }
-CUresult cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n) { return cuMemcpyDtoH_v2(dst, src, n); }
-CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) { return cuMemcpyDtoD_v2(dst, src, n); }
-CUresult cuMemsetD8_v2_ptds(CUdeviceptr dst, unsigned char value, size_t n) { return cuMemsetD8_v2(dst, value, n); }
-CUresult cuMemsetD32_v2_ptds(CUdeviceptr dst, unsigned value, size_t n) { return cuMemsetD32_v2(dst, value, n); }
+#include "per_thread.h"
 
 /* Modules come and go; their functions' addresses are reused. */
 CUresult cuModuleUnload(void *module) { trace("cuModuleUnload module=%p", module); return OK; }

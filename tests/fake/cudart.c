@@ -203,6 +203,13 @@ cudaError_t cudaMemset2D(void *p, size_t pitch, int value, size_t width, size_t 
     drain_all();
     return rc;
 }
+/* The per-thread default stream's synchronous forms: the same here. */
+cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t n, int kind) { trace("cudaMemcpy_ptds dst=%p", dst); return cudaMemcpy(dst, src, n, kind); }
+cudaError_t cudaMemset_ptds(void *p, int value, size_t n) { return cudaMemset(p, value, n); }
+cudaError_t cudaMemcpy2D_ptds(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, int kind) {
+    return cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind);
+}
+cudaError_t cudaMemset2D_ptds(void *p, size_t pitch, int value, size_t width, size_t height) { return cudaMemset2D(p, pitch, value, width, height); }
 cudaError_t cudaMemcpyPeerAsync(void *dst, int dst_device, const void *src, int src_device, size_t n, cudaStream_t s) {
     if (no_device()) return NO_DEVICE;
     return enqueue_copy(dst, src, n, s);

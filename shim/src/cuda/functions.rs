@@ -102,6 +102,8 @@ macro_rules! cuda_functions {
                 fn cudaMemset(ptr: *mut c_void, value: c_int, count: usize);
                 fn cudaMemsetAsync(ptr: *mut c_void, value: c_int, count: usize, stream: cudaStream_t);
                 fn cudaMemsetAsync_ptsz(ptr: *mut c_void, value: c_int, count: usize, stream: cudaStream_t);
+                fn cudaMemcpy_ptds(dst: *mut c_void, src: *const c_void, count: usize, kind: c_int);
+                fn cudaMemset_ptds(ptr: *mut c_void, value: c_int, count: usize);
                 fn cuMemcpyAsync(dst: CUdeviceptr, src: CUdeviceptr, count: usize, stream: CUstream);
                 fn cuMemcpyHtoDAsync_v2(dst: CUdeviceptr, src: *const c_void, count: usize, stream: CUstream);
                 fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr, count: usize, stream: CUstream);
@@ -123,6 +125,8 @@ macro_rules! cuda_functions {
                 fn cudaMemset2D(ptr: *mut c_void, pitch: usize, value: c_int, width: usize, height: usize);
                 fn cudaMemset2DAsync(ptr: *mut c_void, pitch: usize, value: c_int, width: usize, height: usize, stream: cudaStream_t);
                 fn cudaMemset2DAsync_ptsz(ptr: *mut c_void, pitch: usize, value: c_int, width: usize, height: usize, stream: cudaStream_t);
+                fn cudaMemcpy2D_ptds(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: c_int);
+                fn cudaMemset2D_ptds(ptr: *mut c_void, pitch: usize, value: c_int, width: usize, height: usize);
                 fn cudaMemcpyPeer(dst: *mut c_void, dst_device: c_int, src: *const c_void, src_device: c_int, count: usize);
                 fn cudaMemcpyPeerAsync(dst: *mut c_void, dst_device: c_int, src: *const c_void, src_device: c_int, count: usize, stream: cudaStream_t);
                 fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, count: usize);
@@ -143,11 +147,17 @@ macro_rules! cuda_functions {
                 fn cudaMemcpy3D(params: *const c_void);
                 fn cudaMemcpy3DAsync(params: *const c_void, stream: cudaStream_t);
                 fn cudaMemcpy3DAsync_ptsz(params: *const c_void, stream: cudaStream_t);
+                fn cudaMemcpy3D_ptds(params: *const c_void);
                 fn cuMemcpy2D_v2(copy: *const c_void);
                 fn cuMemcpy2DUnaligned_v2(copy: *const c_void);
                 fn cuMemcpy2DAsync_v2(copy: *const c_void, stream: CUstream);
                 fn cuMemcpy3D_v2(copy: *const c_void);
                 fn cuMemcpy3DAsync_v2(copy: *const c_void, stream: CUstream);
+                fn cuMemcpy2D_v2_ptds(copy: *const c_void);
+                fn cuMemcpy2DUnaligned_v2_ptds(copy: *const c_void);
+                fn cuMemcpy2DAsync_v2_ptsz(copy: *const c_void, stream: CUstream);
+                fn cuMemcpy3D_v2_ptds(copy: *const c_void);
+                fn cuMemcpy3DAsync_v2_ptsz(copy: *const c_void, stream: CUstream);
                 // Exporting memory to other processes: the spill tier's blocks
                 // cannot be, and a refusal says so.
                 fn cudaIpcGetMemHandle(handle: *mut c_void, ptr: *mut c_void);

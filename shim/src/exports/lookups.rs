@@ -52,6 +52,11 @@ const V2_SINCE_3020: &[&str] = &[
     "cuMemcpyDtoD",
     "cuMemsetD8",
     "cuMemsetD32",
+    "cuMemcpy2D",
+    "cuMemcpy2DUnaligned",
+    "cuMemcpy2DAsync",
+    "cuMemcpy3D",
+    "cuMemcpy3DAsync",
 ];
 /// Synchronous functions with a `_ptds` form for the per-thread default
 /// stream.
@@ -62,6 +67,9 @@ const PER_THREAD_SYNC_FORMS: &[&str] = &[
     "cuMemcpyDtoD",
     "cuMemsetD8",
     "cuMemsetD32",
+    "cuMemcpy2D",
+    "cuMemcpy2DUnaligned",
+    "cuMemcpy3D",
 ];
 /// Functions with a `_ptsz` form for the per-thread default stream.
 const PER_THREAD_FORMS: &[&str] = &[
@@ -78,6 +86,8 @@ const PER_THREAD_FORMS: &[&str] = &[
     "cuMemcpyDtoDAsync",
     "cuMemsetD8Async",
     "cuMemsetD32Async",
+    "cuMemcpy2DAsync",
+    "cuMemcpy3DAsync",
     "cuIpcGetMemHandle",
 ];
 
@@ -296,7 +306,12 @@ mod tests {
         );
         assert_eq!(form_of("cuMemsetD8", Some(3010), false), None);
         assert!(super::super::hook_named(b"cuMemsetD32_v2_ptds").is_some());
-        assert!(super::super::hook_named(b"cuMemcpy2D_v2_ptds").is_none());
+        assert_eq!(
+            form_of("cuMemcpy2DAsync", Some(12000), true).as_deref(),
+            Some("cuMemcpy2DAsync_v2_ptsz")
+        );
+        assert!(super::super::hook_named(b"cuMemcpy2D_v2_ptds").is_some());
+        assert!(super::super::hook_named(b"cuMemcpy2DAsync_v2_ptsz").is_some());
         assert_eq!(
             form_of("cuMemcpyHtoDAsync", None, false).as_deref(),
             Some("cuMemcpyHtoDAsync_v2")

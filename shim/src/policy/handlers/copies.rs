@@ -32,6 +32,7 @@ runtime_copies! {
     cudaMemcpy();
     cudaMemcpyAsync(stream);
     cudaMemcpyAsync_ptsz(stream);
+    cudaMemcpy_ptds();
 }
 
 macro_rules! runtime_memsets {
@@ -55,6 +56,7 @@ runtime_memsets! {
     cudaMemset();
     cudaMemsetAsync(stream);
     cudaMemsetAsync_ptsz(stream);
+    cudaMemset_ptds();
 }
 
 /// The driver's asynchronous copies, by the types of their two ends.
@@ -126,6 +128,7 @@ runtime_copies_2d! {
     cudaMemcpy2D();
     cudaMemcpy2DAsync(stream);
     cudaMemcpy2DAsync_ptsz(stream);
+    cudaMemcpy2D_ptds();
 }
 
 macro_rules! runtime_memsets_2d {
@@ -151,6 +154,7 @@ runtime_memsets_2d! {
     cudaMemset2D();
     cudaMemset2DAsync(stream);
     cudaMemset2DAsync_ptsz(stream);
+    cudaMemset2D_ptds();
 }
 
 macro_rules! runtime_peer_copies {

@@ -106,6 +106,7 @@ runtime_3d! {
     cudaMemcpy3D();
     cudaMemcpy3DAsync(stream);
     cudaMemcpy3DAsync_ptsz(stream);
+    cudaMemcpy3D_ptds();
 }
 
 macro_rules! driver_described {
@@ -128,4 +129,9 @@ driver_described! {
     cuMemcpy2DAsync_v2(COPY_2D, stream);
     cuMemcpy3D_v2(COPY_3D);
     cuMemcpy3DAsync_v2(COPY_3D, stream);
+    cuMemcpy2D_v2_ptds(COPY_2D);
+    cuMemcpy2DUnaligned_v2_ptds(COPY_2D);
+    cuMemcpy2DAsync_v2_ptsz(COPY_2D, stream);
+    cuMemcpy3D_v2_ptds(COPY_3D);
+    cuMemcpy3DAsync_v2_ptsz(COPY_3D, stream);
 }
