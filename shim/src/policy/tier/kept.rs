@@ -29,6 +29,7 @@ use crate::state::ledger::Block;
 use crate::state::tier::Kept;
 use crate::state::{lock, State};
 
+use super::moves::timed;
 use super::{backing, spare};
 
 /// `cudaEventDisableTiming`, `CU_EVENT_DISABLE_TIMING`.
@@ -236,16 +237,13 @@ pub fn give_back_while(
             continue;
         };
         given += kept.backing.size;
-        let giving = std::time::Instant::now();
-        if kept.backing.in_host != 0 {
-            to_host(state, kept);
-        } else {
-            release(state, kept);
-        }
-        state
-            .tier
-            .give_back_ns
-            .fetch_add(giving.elapsed().as_nanos() as u64, Relaxed);
+        timed(&state.tier.give_back_ns, || {
+            if kept.backing.in_host != 0 {
+                to_host(state, kept);
+            } else {
+                release(state, kept);
+            }
+        });
     }
     given
 }

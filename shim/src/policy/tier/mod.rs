@@ -44,7 +44,7 @@ use crate::state::{config, State};
 use super::allocate::record_allocation;
 use super::quota::device_quota;
 use backing::PAGE;
-use moves::{move_out, Staged};
+use moves::{move_out, timed, Staged};
 
 /// The size a tier block of `size` bytes takes: whole large pages, if the
 /// tier makes blocks of that size for `api` under `quota`.
@@ -466,23 +466,14 @@ fn could_fit(state: &State, block: Block, quota: Option<u64>, keep: &[usize]) ->
 /// The tier's blocks on `device` that `keep` does not name, as (address,
 /// size): what may move out to make room.
 fn movable_blocks(state: &State, device: Device, keep: &[usize]) -> Vec<(usize, u64)> {
-    let began = std::time::Instant::now();
-    let blocks = state
-        .ledger
-        .tier_on_device(device)
-        .into_iter()
-        .filter(|(ptr, _)| !keep.contains(ptr))
-        .collect();
-    chose(state, began);
-    blocks
-}
-
-/// Counts the time since `began` as spent choosing blocks to move.
-fn chose(state: &State, began: std::time::Instant) {
-    state
-        .tier
-        .choose_ns
-        .fetch_add(began.elapsed().as_nanos() as u64, Relaxed);
+    timed(&state.tier.choose_ns, || {
+        state
+            .ledger
+            .tier_on_device(device)
+            .into_iter()
+            .filter(|(ptr, _)| !keep.contains(ptr))
+            .collect()
+    })
 }
 
 /// Their bytes.
@@ -535,17 +526,17 @@ pub fn evict_while(state: &State, device: Device, mut more: impl FnMut(u64) -> b
 /// Blocks as (next use, size, address), the furthest next use first; of
 /// equals, the largest.
 fn by_next_use(state: &State, blocks: Vec<(usize, u64)>) -> Vec<(u64, u64, usize)> {
-    let began = std::time::Instant::now();
-    let starts: Vec<usize> = blocks.iter().map(|(ptr, _)| *ptr).collect();
-    let next = state.access.next_uses(&state.ledger, &starts);
-    let mut order: Vec<(u64, u64, usize)> = blocks
-        .into_iter()
-        .zip(next)
-        .map(|((ptr, size), next)| (next, size, ptr))
-        .collect();
-    order.sort_unstable_by(|a, b| b.cmp(a));
-    chose(state, began);
-    order
+    timed(&state.tier.choose_ns, || {
+        let starts: Vec<usize> = blocks.iter().map(|(ptr, _)| *ptr).collect();
+        let next = state.access.next_uses(&state.ledger, &starts);
+        let mut order: Vec<(u64, u64, usize)> = blocks
+            .into_iter()
+            .zip(next)
+            .map(|((ptr, size), next)| (next, size, ptr))
+            .collect();
+        order.sort_unstable_by(|a, b| b.cmp(a));
+        order
+    })
 }
 
 /// Reserves `size` device bytes on `device` under `quota`, moving the

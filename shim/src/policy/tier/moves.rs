@@ -61,7 +61,7 @@ impl Drop for WaitOnDrop {
 }
 
 /// Runs `f`, adding the time it took to `counter`.
-fn timed<T>(counter: &AtomicU64, f: impl FnOnce() -> T) -> T {
+pub(super) fn timed<T>(counter: &AtomicU64, f: impl FnOnce() -> T) -> T {
     let began = Instant::now();
     let result = f();
     counter.fetch_add(began.elapsed().as_nanos() as u64, Relaxed);
@@ -277,11 +277,9 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
             }
         },
         Direction::ToHost => {
-            let began = Instant::now();
-            let remapped =
-                copied.and_then(|()| timed(&tier.remap_ns, || remap(at, size, device, to, from)));
-            tier.remap_to_host_ns
-                .fetch_add(began.elapsed().as_nanos() as u64, Relaxed);
+            let remapped = timed(&tier.remap_to_host_ns, || {
+                copied.and_then(|()| timed(&tier.remap_ns, || remap(at, size, device, to, from)))
+            });
             match remapped {
                 Ok(()) => {
                     timed(&tier.memory_ns, || {
