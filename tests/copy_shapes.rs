@@ -124,20 +124,26 @@ fn the_drivers_per_thread_stream_copies_are_hooked_called_or_looked_up() {
     );
     run.assert_ok();
     assert_eq!(run.rc("perthread"), 0);
-    for api in [
-        "cuMemcpyHtoDAsync_v2_ptsz",
-        "cuMemsetD8Async_ptsz",
-        "cuMemcpyHtoD_v2_ptds",
-        "cuMemcpy2D_v2_ptds",
-    ] {
-        assert_eq!(coverage(&run, api), [1, 0, 0, 0], "{api}");
+    each_named_c_which_came_in_first(
+        &run,
+        &[
+            "cuMemcpyHtoDAsync_v2_ptsz",
+            "cuMemsetD8Async_ptsz",
+            "cuMemcpyHtoD_v2_ptds",
+            "cuMemcpy2D_v2_ptds",
+        ],
+    );
+}
+
+/// Each of `apis` (the first called first) named block c once, and c,
+/// made in host memory, came onto the device before the first of them.
+fn each_named_c_which_came_in_first(run: &Run, apis: &[&str]) {
+    for api in apis {
+        assert_eq!(coverage(run, api), [1, 0, 0, 0], "{api}");
     }
     let c = hex(&run.field("malloc c", "ptr"));
-    assert!(
-        came_in_before(&run, c, "cuMemcpyHtoDAsync_v2_ptsz "),
-        "{:?}",
-        run.calls
-    );
+    let first = format!("{} ", apis[0]);
+    assert!(came_in_before(run, c, &first), "{:?}", run.calls);
 }
 
 #[test]
@@ -150,18 +156,13 @@ fn the_runtimes_per_thread_stream_copies_and_memsets_are_hooked() {
     run.assert_ok();
     assert_eq!(run.rc("ptds c"), 0);
     assert_eq!(placements(&run), ["device", "device", "host"]);
-    for api in [
-        "cudaMemcpy_ptds",
-        "cudaMemset_ptds",
-        "cudaMemcpy2D_ptds",
-        "cudaMemset2D_ptds",
-    ] {
-        assert_eq!(coverage(&run, api), [1, 0, 0, 0], "{api}");
-    }
-    let c = hex(&run.field("malloc c", "ptr"));
-    assert!(
-        came_in_before(&run, c, "cudaMemcpy_ptds "),
-        "{:?}",
-        run.calls
+    each_named_c_which_came_in_first(
+        &run,
+        &[
+            "cudaMemcpy_ptds",
+            "cudaMemset_ptds",
+            "cudaMemcpy2D_ptds",
+            "cudaMemset2D_ptds",
+        ],
     );
 }
