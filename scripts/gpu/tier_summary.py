@@ -6,6 +6,7 @@ The floor of a run with S bytes over its quota (native peak less quota) is
 max(native step, S / 55 GB/s): each of those bytes must cross the link at
 least once a step, at the copy engines' measured 51-55 GB/s, overlapped
 with compute at best."""
+import functools
 import json
 import os
 import statistics
@@ -25,6 +26,17 @@ def quota_of(env):
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def trace_process(name):
+    """The first process of the run's trace (read once: the summary asks it
+    several things), or None."""
+    path = os.path.join(os.path.dirname(sys.argv[1]), f"trace-{name}.json")
+    try:
+        return json.load(open(path))["processes"][0]
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+
+
 def moves_of(name, steps):
     """The tier's moves in the run's trace, per step of the `steps` the run
     made (warm-up included): (GB moved both ways, seconds of copies and
@@ -33,11 +45,7 @@ def moves_of(name, steps):
     (wherever it was made); times the device was
     drained; and over the whole run: GB of host memory pinned, and given back
 while blocks remained), or None."""
-    path = os.path.join(os.path.dirname(sys.argv[1]), f"trace-{name}.json")
-    try:
-        moves = json.load(open(path))["processes"][0].get("moves")
-    except (OSError, ValueError, KeyError, IndexError):
-        return None
+    moves = (trace_process(name) or {}).get("moves")
     if not moves or not steps:
         return None
     moved = (moves["bytes_to_device"] + moves["bytes_to_host"]) / steps / 1e9
@@ -50,13 +58,12 @@ def timed_moves(name, result):
     """The tier's costs per step over the timed steps only (warm-up left
     out), from the trace's samples of its counters that fall inside the
     timed window: (GB moved both ways, ms of copies, remaps, of which to
-    the host, making memory,
-    other work of the moves, waiting for the device; drains), or None."""
+    the host, making memory, other work of the moves, waiting for the
+    device; drains; then the parts), or None."""
     window = result.get("timed_ns")
-    path = os.path.join(os.path.dirname(sys.argv[1]), f"trace-{name}.json")
     try:
-        samples = json.load(open(path))["processes"][0]["moves"]["samples"]
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        samples = trace_process(name)["moves"]["samples"]
+    except (KeyError, TypeError):
         return None
     if not window or not samples:
         return None
@@ -83,11 +90,10 @@ def timed_moves(name, result):
 def index_rebuild_ms(name, steps):
     """The time the launches' index took to rebuild, per step of the whole
     run (warm-up included), or "-"."""
-    path = os.path.join(os.path.dirname(sys.argv[1]), f"trace-{name}.json")
     try:
-        access = json.load(open(path))["processes"][0]["access"]
+        access = trace_process(name)["access"]
         return f"{1e3 * access['index_rebuild_seconds'] / steps:.0f} ({access['index_rebuilds'] // steps} a step)"
-    except (OSError, ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
+    except (KeyError, TypeError, ZeroDivisionError):
         return "-"
 
 
