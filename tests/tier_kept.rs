@@ -420,3 +420,79 @@ fn the_drivers_pool_attributes_count_the_tier_blocks_too() {
         "{line}"
     );
 }
+
+/// The steps that leave `a`, a 4 MiB block with host memory (it moved out
+/// once and back), kept on the device and then given back for `d`'s room,
+/// under a quota of 8 MiB.
+const A_GIVEN_BACK: [&str; 9] = [
+    "async:a:4M",
+    "async:b:4M",
+    "fill:a:1:0",
+    "fill:b:2:0",
+    // No room: c is made in host memory; at its fill a moves out, then
+    // back for its own fill, as b moves out.
+    "async:c:4M",
+    "fill:c:3:0",
+    "fill:a:4:0",
+    "freeasync:a",
+    // No room beside c and the kept a: a gives its device memory back.
+    "async:d:2M",
+];
+
+/// The maps of host memory at the block at `at`.
+fn host_maps_at(run: &Run, at: u64) -> usize {
+    let host_handles: Vec<String> = host_memory_made(run)
+        .iter()
+        .map(|c| log_field(c, "handle"))
+        .collect();
+    run.calls_with(&["cuMemMap"])
+        .iter()
+        .filter(|c| hex(&log_field(c, "ptr")) == at)
+        .filter(|c| host_handles.iter().any(|h| *h == log_field(c, "handle")))
+        .count()
+}
+
+#[test]
+fn a_kept_block_gives_its_device_memory_back_without_mapping_host_memory_and_takes_new_where_there_is_room(
+) {
+    let mut steps = A_GIVEN_BACK.to_vec();
+    steps.extend(["sync", "free:d", "async:e:4M", "fill:e:5:0", "peekvia:e:0"]);
+    let run = client(Runtime::Fake13, &moving("8MiB", &[]), &steps);
+    run.assert_ok();
+    let a = ptr(&run, "async a");
+    assert_eq!(ptr(&run, "async e"), a, "a's block again");
+    let placements = placements(&run);
+    assert_eq!(placements.last().map(String::as_str), Some("device"));
+    // a's host memory was mapped at the block once, as it moved out; not
+    // when its device memory went back, nor when it was handed out again.
+    assert_eq!(host_maps_at(&run, a), 1, "{:#?}", run.calls);
+    let line = run.line("peekvia e");
+    assert_eq!(log_field(line, "first"), "5", "{line}");
+}
+
+#[test]
+fn a_kept_block_given_back_is_handed_out_in_its_host_memory_where_there_is_no_room() {
+    let mut steps = A_GIVEN_BACK.to_vec();
+    // A kernel reads e through a pointer the shim does not see, in place:
+    // its range maps memory; then e comes in for the memset.
+    steps.extend([
+        "sync",
+        "async:e:4M",
+        "peekvia:e:0",
+        "memset:e:5:0",
+        "copyout:e:0",
+        "sync",
+        "hostbytes",
+    ]);
+    let run = client(Runtime::Fake13, &moving("8MiB", &[]), &steps);
+    run.assert_ok();
+    let a = ptr(&run, "async a");
+    assert_eq!(ptr(&run, "async e"), a, "a's block again");
+    let placements = placements(&run);
+    assert_eq!(placements.last().map(String::as_str), Some("host"));
+    // Mapped at the block as it moved out, then as it was handed out.
+    assert_eq!(host_maps_at(&run, a), 2, "{:#?}", run.calls);
+    assert!(run.line("peekvia e").contains("rc=0"), "{}", run.stdout);
+    let line = run.line("hostbytes");
+    assert_eq!(log_field(line, "first"), "5", "{line}");
+}

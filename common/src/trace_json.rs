@@ -228,6 +228,9 @@ pub struct MovesSample {
     /// Giving kept blocks' device memory back, inside moves, at
     /// allocations and at quota cuts (not a part of `move_ns`).
     pub give_back_ns: u64,
+    /// Mapping memory at a kept block's empty range as it is handed out
+    /// again, at allocations (not a part of `move_ns`).
+    pub hand_out_ns: u64,
     pub pinning_ns: u64,
     pub fetches: u64,
 }

@@ -18,6 +18,7 @@ use super::moves::wait_for_room;
 use super::quota::device_quota;
 use super::stream_pools;
 use super::tier;
+use super::tier::kept::Serve;
 
 /// How the real allocation is made and its result handed to the caller.
 pub(super) struct Request<D, H> {
@@ -94,7 +95,7 @@ where
     // its bytes count there already.
     let kept_stream = stream.filter(|_| tiered.is_some());
     if let Some(stream) = kept_stream {
-        if let Some(ptr) = tier::kept::reuse(state, api, device, size, stream, true) {
+        if let Some(ptr) = tier::kept::reuse(state, api, device, size, stream, Serve::OnDevice) {
             on_host(ptr);
             return cudaSuccess;
         }
@@ -120,9 +121,15 @@ where
         return place_movable(state, api, device, size, on_host);
     }
     // The tier's blocks: on the device if they fit, else in host memory,
-    // whence they move onto it as kernels need them.
-    if let Some(stream) = kept_stream.filter(|_| !fits) {
-        if let Some(ptr) = tier::kept::reuse(state, api, device, size, stream, false) {
+    // whence they move onto it as kernels need them. A kept block serves
+    // first: its range and host memory are made already.
+    if let Some(stream) = kept_stream {
+        let serve = if fits {
+            Serve::IntoRoom
+        } else {
+            Serve::Anywhere
+        };
+        if let Some(ptr) = tier::kept::reuse(state, api, device, size, stream, serve) {
             on_host(ptr);
             return cudaSuccess;
         }

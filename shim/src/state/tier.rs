@@ -63,6 +63,11 @@ pub struct Kept {
     pub event: usize,
     /// Whether the event is the runtime's (else the driver's).
     pub runtime_event: bool,
+    /// Its range maps nothing: its device memory went back, and a freed
+    /// block's bytes need not be kept, so its host memory (at the staging
+    /// half) was not mapped in their place. Memory is mapped there again
+    /// when it is handed out.
+    pub empty: bool,
 }
 
 #[derive(Default)]
@@ -109,6 +114,10 @@ pub struct Tier {
     /// block's host memory in its place where it has some), inside moves,
     /// at allocations and at quota cuts: not a part of `move_ns`.
     pub give_back_ns: AtomicU64,
+    /// Mapping memory at a kept block's empty range as it is handed out
+    /// again (device memory where there is room, else its host memory), at
+    /// allocations: not a part of `move_ns`.
+    pub hand_out_ns: AtomicU64,
     pub memory_ns: AtomicU64,
     /// Making new host memory (pinning it), wherever it was made, and its
     /// bytes.
@@ -208,6 +217,7 @@ impl Tier {
             queue_ns: self.queue_ns.load(Relaxed),
             choose_ns: self.choose_ns.load(Relaxed),
             give_back_ns: self.give_back_ns.load(Relaxed),
+            hand_out_ns: self.hand_out_ns.load(Relaxed),
             memory_ns: self.memory_ns.load(Relaxed),
             pinning_ns: self.pinning_ns.load(Relaxed),
             fetches: self.fetches.load(Relaxed),

@@ -140,10 +140,13 @@ pub fn unmap(ptr: CUdeviceptr, size: u64) {
     }
 }
 
-/// Unmaps a block of `size` bytes at `ptr`, and its staging half if host
-/// memory is mapped there, and gives the range back.
-pub fn unmap_block(ptr: CUdeviceptr, size: u64, staged: bool) {
-    unmap(ptr, size);
+/// Unmaps a block of `size` bytes at `ptr` if memory is mapped there
+/// (`mapped`), and its staging half if host memory is mapped there
+/// (`staged`), and gives the range back.
+pub fn unmap_block(ptr: CUdeviceptr, size: u64, mapped: bool, staged: bool) {
+    if mapped {
+        unmap(ptr, size);
+    }
     if staged {
         unmap(ptr + size, size);
     }

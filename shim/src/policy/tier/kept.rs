@@ -97,6 +97,7 @@ pub fn keep(state: &State, api: Api, ptr: usize, block: &Block, stream: usize) -
         stream: stream_key(api, stream),
         event,
         runtime_event,
+        empty: false,
     };
     add(state, kept);
     cudaSuccess
@@ -139,24 +140,56 @@ fn over_host_bound(state: &State, list: &mut Vec<Kept>, device: Device) -> Vec<K
     dropped
 }
 
+/// Which kept blocks an allocation may be served by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Serve {
+    /// Only one on the device, whose bytes count there already.
+    OnDevice,
+    /// One whose range is empty, given device memory: the caller has
+    /// reserved its bytes under the quota.
+    IntoRoom,
+    /// Any: on the device first, then in host memory, then one whose range
+    /// is empty, given its host memory (there is no room on the device).
+    Anywhere,
+}
+
+/// Where a kept block's range points.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Range {
+    Device,
+    Host,
+    Empty,
+}
+
+fn range_of(kept: &Kept) -> Range {
+    match (kept.empty, kept.backing.on_device) {
+        (true, _) => Range::Empty,
+        (false, 0) => Range::Host,
+        (false, _) => Range::Device,
+    }
+}
+
 /// A kept block of `size` bytes on `device` for an allocation by `api` on
-/// `stream`, recorded as the caller's: one on the device first; one in
-/// host memory too unless `device_only`. Its address, if there was one.
+/// `stream`, as `serve` allows, recorded as the caller's. Its address, if
+/// there was one.
 pub fn reuse(
     state: &State,
     api: Api,
     device: Device,
     size: u64,
     stream: usize,
-    device_only: bool,
+    serve: Serve,
 ) -> Option<*mut c_void> {
     let key = stream_key(api, stream);
-    let (kept, ordered) = {
+    let ranges: &[Range] = match serve {
+        Serve::OnDevice => &[Range::Device],
+        Serve::IntoRoom => &[Range::Empty],
+        Serve::Anywhere => &[Range::Device, Range::Host, Range::Empty],
+    };
+    let (mut kept, ordered) = {
         let mut list = lock(&state.tier.kept);
-        let fits = |k: &Kept, on_device: bool| {
-            k.backing.device == device
-                && k.backing.size == size
-                && (k.backing.on_device != 0) == on_device
+        let fits = |k: &Kept, range: Range| {
+            k.backing.device == device && k.backing.size == size && range_of(k) == range
         };
         let ordered = |k: &Kept| (key != 0 && k.stream == key) || reached(k);
         // The latest freed first: its memory is the likeliest in caches,
@@ -164,12 +197,10 @@ pub fn reuse(
         // free is not reached yet serves too, once the allocation's stream
         // waits for the free, as CUDA's pools do.
         let mut found = None;
-        for on_device in [true, false] {
-            if on_device || !device_only {
-                found = found
-                    .or_else(|| list.iter().rposition(|k| fits(k, on_device) && ordered(k)))
-                    .or_else(|| list.iter().rposition(|k| fits(k, on_device)));
-            }
+        for &range in ranges {
+            found = found
+                .or_else(|| list.iter().rposition(|k| fits(k, range) && ordered(k)))
+                .or_else(|| list.iter().rposition(|k| fits(k, range)));
         }
         let kept = list.remove(found?);
         let ordered = ordered(&kept);
@@ -179,6 +210,14 @@ pub fn reuse(
         // Not ordered after the free: it stays kept.
         lock(&state.tier.kept).insert(0, kept);
         return None;
+    }
+    if kept.empty {
+        let mapped = timed(&state.tier.hand_out_ns, || fill(&mut kept, serve));
+        if !mapped {
+            // No memory for it: it stays kept, as it was.
+            lock(&state.tier.kept).insert(0, kept);
+            return None;
+        }
     }
     give_back_event(state, kept.event, kept.runtime_event);
     let on_device = kept.backing.on_device != 0;
@@ -193,6 +232,28 @@ pub fn reuse(
     state.tier.reused.fetch_add(1, Relaxed);
     super::record_block(state, api, kept.ptr, size, device, on_device, false);
     Some(kept.ptr as *mut c_void)
+}
+
+/// Maps memory at the empty range of `kept` as it is handed out: new
+/// device memory into the room reserved for it, else its host memory.
+/// Whether it was mapped (if not, it is as it was).
+fn fill(kept: &mut Kept, serve: Serve) -> bool {
+    let at = kept.ptr as CUdeviceptr;
+    let backing = &mut kept.backing;
+    if serve == Serve::IntoRoom {
+        let Ok(handle) = backing::create(backing.size, backing.device, true) else {
+            return false;
+        };
+        if backing::map(at, backing.size, handle, backing.device).is_err() {
+            backing::release(handle);
+            return false;
+        }
+        backing.on_device = handle;
+    } else if backing::map(at, backing.size, backing.in_host, backing.device).is_err() {
+        return false;
+    }
+    kept.empty = false;
+    true
 }
 
 /// Bytes of kept blocks on `device`'s memory.
@@ -264,21 +325,16 @@ pub fn room_for(state: &State, device: Device, size: u64, limit: u64, wait: bool
 const FREE_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Gives back the device memory of a kept block that has host memory, and
-/// keeps it on as a block in host memory: the next allocation of its size
-/// that finds no room gets memory that is pinned already.
+/// keeps it on with its range empty: no work may touch a freed block, so
+/// its bytes need no home, and mapping host memory costs by the page. The
+/// next allocation of its size gets device memory there if there is room,
+/// else its host memory, pinned already.
 fn to_host(state: &State, mut kept: Kept) {
-    let at = kept.ptr as CUdeviceptr;
     let backing = &mut kept.backing;
-    backing::unmap(at, backing.size);
-    if backing::map(at, backing.size, backing.in_host, backing.device).is_err() {
-        // Its device memory is unmapped already: all of it goes.
-        backing::unmap(at + backing.size, backing.size);
-        spare::give(state, backing.device, backing.in_host);
-        backing.in_host = 0;
-        return release(state, kept);
-    }
+    backing::unmap(kept.ptr as CUdeviceptr, backing.size);
     backing::release(backing.on_device);
     backing.on_device = 0;
+    kept.empty = true;
     state.ledger.unreserve(backing.device, backing.size);
     add(state, kept);
 }
@@ -287,7 +343,7 @@ fn to_host(state: &State, mut kept: Kept) {
 /// device bytes back to the count.
 fn release(state: &State, kept: Kept) {
     let backing = &kept.backing;
-    super::dismantle(state, kept.ptr, backing);
+    super::dismantle(state, kept.ptr, backing, !kept.empty);
     if backing.on_device != 0 {
         state.ledger.unreserve(backing.device, backing.size);
     }

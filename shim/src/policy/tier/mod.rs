@@ -200,7 +200,7 @@ pub fn free(state: &State, api: Api, ptr: usize, block: &Block) -> cudaError_t {
     if let Err(rc) = backing::drain(api) {
         debug!("waiting for the device before freeing {ptr:#x}: CUDA error {rc}");
     }
-    dismantle(state, ptr, &backing);
+    dismantle(state, ptr, &backing, true);
     if state.tier.blocks.is_empty() && crate::state::lock(&state.tier.kept).is_empty() {
         spare::release_all(state);
     }
@@ -210,11 +210,16 @@ pub fn free(state: &State, api: Api, ptr: usize, block: &Block) -> cudaError_t {
     cudaSuccess
 }
 
-/// Unmaps the tier block at `ptr`, which no work can touch any more, gives
-/// its range back, releases its device memory and passes its host memory
-/// on ([`spare::give`]).
-pub(super) fn dismantle(state: &State, ptr: usize, backing: &Backing) {
-    backing::unmap_block(ptr as CUdeviceptr, backing.size, backing.in_host != 0);
+/// Unmaps the tier block at `ptr` (the block itself if `mapped`), which no
+/// work can touch any more, gives its range back, releases its device
+/// memory and passes its host memory on ([`spare::give`]).
+pub(super) fn dismantle(state: &State, ptr: usize, backing: &Backing, mapped: bool) {
+    backing::unmap_block(
+        ptr as CUdeviceptr,
+        backing.size,
+        mapped,
+        backing.in_host != 0,
+    );
     if backing.on_device != 0 {
         backing::release(backing.on_device);
     }

@@ -75,7 +75,7 @@ fn from_kept(state: &State, size: u64, device: Device) -> Option<u64> {
         list.remove(best)
     };
     let backing = kept.backing;
-    backing::unmap_block(kept.ptr as CUdeviceptr, backing.size, true);
+    backing::unmap_block(kept.ptr as CUdeviceptr, backing.size, !kept.empty, true);
     super::kept::give_back_event(state, kept.event, kept.runtime_event);
     Some(backing.in_host)
 }
