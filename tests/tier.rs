@@ -579,18 +579,14 @@ fn the_trace_samples_the_moves_counters_over_time_ending_at_their_totals() {
     for key in ["bytes_to_device", "bytes_to_host", "fetches"] {
         assert_eq!(field(last, key), moves[key].as_u64().unwrap(), "{key}");
     }
-    // The parts are parts of what they split.
-    for sample in samples {
-        assert!(
-            field(sample, "remap_to_host_ns") <= field(sample, "remap_ns"),
-            "{sample}"
-        );
-        let device = field(sample, "device_create_ns") + field(sample, "device_release_ns");
-        assert!(device <= field(sample, "memory_ns"), "{sample}");
-        assert!(
-            field(sample, "queue_ns") <= field(sample, "move_ns"),
-            "{sample}"
-        );
-    }
+    // The parts are parts of what they split, once no move is under way (a
+    // sample taken during one may see a part counted before its whole).
+    assert!(
+        field(last, "remap_to_host_ns") <= field(last, "remap_ns"),
+        "{last}"
+    );
+    let device = field(last, "device_create_ns") + field(last, "device_release_ns");
+    assert!(device <= field(last, "memory_ns"), "{last}");
+    assert!(field(last, "queue_ns") <= field(last, "move_ns"), "{last}");
     assert!(field(last, "remap_to_host_ns") > 0, "{last}");
 }

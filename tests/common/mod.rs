@@ -256,6 +256,7 @@ pub fn fake_dir(runtime: Runtime) -> &'static Path {
                 tests_dir().join("fake/cuda.c").to_str().unwrap(),
                 "-Wl,-soname,libcuda.so.1",
                 "-lpthread",
+                "-ldl",
             ]);
             let link = dir.join("libcuda.so");
             let _ = std::fs::remove_file(&link);

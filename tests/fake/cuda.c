@@ -8,6 +8,7 @@
 #include "memory.h"
 
 #include <sys/mman.h>
+#include <dlfcn.h>
 
 #include <string.h>
 
@@ -258,20 +259,46 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t c
  * as it was before. Waits are logged, so that tests see which copies were
  * queued before them. */
 #define MAX_DEFERRED 1024
-static struct { void *dst; const void *src; size_t n; } deferred[MAX_DEFERRED];
-/* Copies held back so far, and landed so far (a ring of MAX_DEFERRED). */
+static struct { void *dst; const void *src; size_t n; CUstream stream; int landed; } deferred[MAX_DEFERRED];
+/* Copies held back so far, and landed so far: every one before
+ * `deferred_landed` has, and some after it may have (a stream's copies land
+ * when it is waited for). A ring of MAX_DEFERRED. */
 static unsigned long deferred_queued, deferred_landed;
+/* Lands the held-back copies among [deferred_landed, upto) that `one`
+ * chooses (all, if it is NULL), in order. Called with `lock` held. */
+static void land_locked(unsigned long upto, CUstream *one) {
+    for (unsigned long k = deferred_landed; k < upto && k < deferred_queued; k++) {
+        int i = k % MAX_DEFERRED;
+        if (deferred[i].landed || (one && deferred[i].stream != *one)) continue;
+        memcpy(deferred[i].dst, deferred[i].src, deferred[i].n);
+        deferred[i].landed = 1;
+    }
+    while (deferred_landed < deferred_queued && deferred[deferred_landed % MAX_DEFERRED].landed) deferred_landed++;
+}
 /* Lands the held-back copies queued before the `upto`-th, in order. */
 static void land_copies_upto(unsigned long upto) {
     pthread_mutex_lock(&lock);
-    for (; deferred_landed < upto && deferred_landed < deferred_queued; deferred_landed++) {
-        int i = deferred_landed % MAX_DEFERRED;
-        memcpy(deferred[i].dst, deferred[i].src, deferred[i].n);
-    }
+    land_locked(upto, NULL);
     pthread_mutex_unlock(&lock);
 }
+/* Whether every copy queued before the `upto`-th has landed. */
+static int landed_before(unsigned long upto) {
+    int all = 1;
+    pthread_mutex_lock(&lock);
+    for (unsigned long k = deferred_landed; k < upto && k < deferred_queued; k++)
+        if (!deferred[k % MAX_DEFERRED].landed) all = 0;
+    pthread_mutex_unlock(&lock);
+    return all;
+}
 static void land_copies(void) { land_copies_upto((unsigned long)-1); }
-CUresult cuStreamSynchronize(CUstream stream) { land_copies(); trace("cuStreamSynchronize stream=%p", (void *)stream); return OK; }
+/* A stream's own held-back copies land when it is waited for. */
+CUresult cuStreamSynchronize(CUstream stream) {
+    pthread_mutex_lock(&lock);
+    land_locked((unsigned long)-1, &stream);
+    pthread_mutex_unlock(&lock);
+    trace("cuStreamSynchronize stream=%p", (void *)stream);
+    return OK;
+}
 CUresult cuCtxSynchronize(void) { land_copies(); trace("cuCtxSynchronize"); return OK; }
 /* Events: the driver's streams here do their work as it is given, so an
  * event is reached as soon as it is recorded; with FAKE_CUDA_DEFER_COPIES,
@@ -300,7 +327,12 @@ CUresult cuEventRecord(void *event, CUstream stream) {
     return OK;
 }
 CUresult cuEventRecord_ptsz(void *event, CUstream stream) { return cuEventRecord(event, stream); }
-CUresult cuEventQuery(void *event) { return event ? OK : INVALID_VALUE; }
+/* Reached once the copies held back before its record have landed. */
+CUresult cuEventQuery(void *event) {
+    if (!event) return INVALID_VALUE;
+    unsigned long *mark = mark_of(event);
+    return !mark || landed_before(*mark) ? OK : 600; /* CUDA_ERROR_NOT_READY */
+}
 /* Waiting for an event lands the copies held back before its record. */
 CUresult cuEventSynchronize(void *event) {
     if (!event) return INVALID_VALUE;
@@ -310,7 +342,15 @@ CUresult cuEventSynchronize(void *event) {
     trace("cuEventSynchronize");
     return OK;
 }
-CUresult cuStreamWaitEvent(CUstream stream, void *event, unsigned flags) { return event ? OK : INVALID_VALUE; }
+/* The stream's later work is to see what came before the event: the copies
+ * held back before its record land now, before any of it is given. */
+CUresult cuStreamWaitEvent(CUstream stream, void *event, unsigned flags) {
+    if (!event) return INVALID_VALUE;
+    unsigned long *mark = mark_of(event);
+    if (mark) land_copies_upto(*mark);
+    trace("cuStreamWaitEvent stream=%p", (void *)stream);
+    return OK;
+}
 CUresult cuStreamWaitEvent_ptsz(CUstream stream, void *event, unsigned flags) { return cuStreamWaitEvent(stream, event, flags); }
 CUresult cuEventDestroy_v2(void *event) { return event ? OK : INVALID_VALUE; }
 /* Unmaps every mapping inside [ptr, ptr + size). */
@@ -328,7 +368,12 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
             rc = OK;
         }
     pthread_mutex_unlock(&lock);
-    trace("cuMemUnmap ptr=%#llx size=%zu rc=%d", ptr, size, rc);
+    /* Kernels of the fake runtime's that may still touch the range: on a
+     * GPU they would fault, or read what was mapped next. */
+    static int (*kernels_using)(unsigned long long, unsigned long long);
+    if (!kernels_using) kernels_using = (int (*)(unsigned long long, unsigned long long))dlsym(RTLD_DEFAULT, "cudaFakeKernelsUsing");
+    int busy = kernels_using ? kernels_using(ptr, ptr + size) : 0;
+    trace("cuMemUnmap ptr=%#llx size=%zu rc=%d busy=%d", ptr, size, rc, busy);
     return rc;
 }
 
@@ -442,7 +487,7 @@ CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
     if (env_size("FAKE_CUDA_DEFER_COPIES", 0)) {
         pthread_mutex_lock(&lock);
         int queued = deferred_queued - deferred_landed < MAX_DEFERRED;
-        if (queued) deferred[deferred_queued++ % MAX_DEFERRED] = (typeof(deferred[0])){(void *)dst, (const void *)src, n};
+        if (queued) deferred[deferred_queued++ % MAX_DEFERRED] = (typeof(deferred[0])){(void *)dst, (const void *)src, n, s, 0};
         pthread_mutex_unlock(&lock);
         if (queued) return OK;
         land_copies();

@@ -86,6 +86,29 @@ static void *run_stream(void *arg) {
     return NULL;
 }
 
+/* How many kernels queued or running on the streams have an argument word
+ * pointing into [lo, hi): what a remap of that range would pull from under
+ * them. The fake driver asks, to log such an unmap. */
+int cudaFakeKernelsUsing(unsigned long long lo, unsigned long long hi) {
+    int using = 0;
+    pthread_mutex_lock(&stream_lock);
+    for (int i = 0; i < MAX_STREAMS; i++)
+        for (unsigned long k = streams[i].head; k != streams[i].tail; k++) {
+            const struct work *w = &streams[i].queue[k % QUEUED];
+            if (w->kind != WORK_KERNEL) continue;
+            for (size_t at = 0; at + sizeof(unsigned long long) <= ARG_BYTES; at += sizeof(unsigned long long)) {
+                unsigned long long word;
+                memcpy(&word, w->values + at, sizeof word);
+                if (word >= lo && word < hi) {
+                    using++;
+                    break;
+                }
+            }
+        }
+    pthread_mutex_unlock(&stream_lock);
+    return using;
+}
+
 static struct fake_stream *stream_of(void *handle) {
     struct fake_stream *s = handle ? handle : &streams[0];
     return s >= streams && s < streams + MAX_STREAMS ? s : NULL;
