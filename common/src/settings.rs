@@ -75,10 +75,13 @@ setting! {
 
 setting! {
     /// `VRAMSHARE_MOVES`: whether blocks move between device and host
-    /// memory as the job's kernels need them (`on`), or stay where they
-    /// were allocated and are read in place over the link (`off`).
+    /// memory as the job's kernels need them, each move waiting for the
+    /// device to finish its work (`on`), or beside the kernels that do not
+    /// name the moving blocks (`overlap`), or stay where they were
+    /// allocated and are read in place over the link (`off`).
     Moves {
         On = "on", 1;
+        Overlap = "overlap", 2;
         Off = "off", 0;
     }
     default On

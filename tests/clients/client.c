@@ -22,7 +22,8 @@
  *   lasterror (the runtime's cudaGetLastError)  step (vramshare_step, if loaded)
  *   repeat:N:K (the K steps after this one, N times over)  rss (resident KiB)
  *   fill:NAME:BYTE:S (a kernel that sets every byte of NAME to BYTE, on stream
- *   S: 0 the null stream, 1 to 3 streams of the client's)  copyout:NAME:S (an
+ *   S: 0 the null stream, 1 to 3 streams of the client's; NAME+OFFSET: from
+ *   that byte of NAME on, given a pointer into it)  copyout:NAME:S (an
  *   asynchronous copy of NAME to the host, on S)  record:S (an event, recorded
  *   on S)  waitevent:S (S waits for it)  sync (cudaDeviceSynchronize)
  *   hostbytes (the first and last byte copied out)  memset:NAME:BYTE:S
@@ -392,9 +393,14 @@ static int run(char *step) {
             if (set) set(&fill_kernel, fill_body);
             described = 1;
         }
-        int i = slot(fields[1]), byte = atoi(fields[2]);
-        void *target = names[i].ptr;
-        size_t size = names[i].size;
+        /* NAME+OFFSET: from that byte of NAME on. */
+        const char *plus = strchr(fields[1], '+');
+        char base[32];
+        snprintf(base, sizeof base, "%.*s", plus ? (int)(plus - fields[1]) : (int)strlen(fields[1]), fields[1]);
+        size_t offset = plus ? strtoull(plus + 1, NULL, 0) : 0;
+        int i = slot(base), byte = atoi(fields[2]);
+        void *target = (char *)names[i].ptr + offset;
+        size_t size = names[i].size - offset;
         void *args[3] = {&target, &size, &byte};
         rc = launch_by("rt", &fill_kernel, args, stream_numbered(fields[3]));
         printf("fill %s rc=%d\n", fields[1], rc);

@@ -226,6 +226,7 @@ macro_rules! cuda_functions {
                 fn cudaEventRecord(event: *mut c_void, stream: cudaStream_t);
                 fn cudaEventRecord_ptsz(event: *mut c_void, stream: cudaStream_t);
                 fn cudaEventQuery(event: *mut c_void);
+                fn cudaEventSynchronize(event: *mut c_void);
                 fn cudaStreamWaitEvent(stream: cudaStream_t, event: *mut c_void, flags: c_uint);
                 fn cudaStreamWaitEvent_ptsz(stream: cudaStream_t, event: *mut c_void, flags: c_uint);
                 fn cudaEventDestroy(event: *mut c_void);

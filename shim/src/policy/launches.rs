@@ -121,7 +121,16 @@ pub unsafe fn launch(
     state.count_launch(api, how);
     tier::fetch(state, api, names.blocks());
     let _inside = tier::enter(state);
-    real()
+    let stream = Some(launched.stream);
+    let (words, overflowed) = names.words();
+    let touched = tier::uses::touched(state, words, overflowed);
+    tier::uses::order(state, api, &touched, stream);
+    let rc = real();
+    if how == Attribution::Undecoded {
+        tier::uses::unread(state);
+    }
+    tier::uses::used(state, api, &touched, stream);
+    rc
 }
 
 /// Reads the launch's parameters for blocks; what came of it. A launch on
@@ -371,21 +380,25 @@ pub fn library_call(
     let state = state();
     fetch_operands(state, api, operands);
     let inside = tier::enter(state);
+    let words: Vec<u64> = operands.iter().map(|operand| *operand as u64).collect();
+    let touched = tier::uses::touched(state, &words, false);
+    tier::uses::order(state, api, &touched, stream);
     let _ = IN_LIBRARY.try_with(|inside| inside.set(Library::Inside(None)));
     let leave = Leave;
     let rc = real::outside_hook(real);
-    drop(inside);
     let inner = match IN_LIBRARY.try_with(|inside| inside.get()) {
-        Ok(Library::Inside(Some(stream))) => stream,
-        _ => 0,
+        Ok(Library::Inside(Some(stream))) => Some(stream),
+        _ => None,
     };
+    tier::uses::used(state, api, &touched, stream.or(inner));
+    drop(inside);
     drop(leave);
     let operands = operands.iter().map(|operand| *operand as u64);
     name_operands(
         state,
         (api, Launch::Library),
         operands,
-        stream.unwrap_or(inner),
+        stream.or(inner).unwrap_or(0),
         &mut Named::default(),
     );
     rc
@@ -447,11 +460,15 @@ pub fn copy_call(api: Api, operands: &[u64], stream: usize, real: impl FnOnce() 
         return real();
     }
     let mut names = Named::default();
-    let operands = operands.iter().copied();
-    name_operands(state, (api, Launch::Copy), operands, stream, &mut names);
+    let words = operands.iter().copied();
+    name_operands(state, (api, Launch::Copy), words, stream, &mut names);
     tier::fetch(state, api, names.blocks());
     let _inside = tier::enter(state);
-    real()
+    let touched = tier::uses::touched(state, operands, false);
+    tier::uses::order(state, api, &touched, Some(stream));
+    let rc = real();
+    tier::uses::used(state, api, &touched, Some(stream));
+    rc
 }
 
 /// The data pointers and workspace of a cuDNN variant pack.

@@ -9,12 +9,12 @@
 //! ledger says where it lives; this says with what.
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{
     AtomicBool, AtomicU64,
     Ordering::{Relaxed, SeqCst},
 };
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, RwLock};
 
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
@@ -44,6 +44,14 @@ pub struct Backing {
     /// (made, or a kept block given again): while the count is unchanged,
     /// no work can have written the block since.
     pub born: u64,
+    /// Where moves overlap the job's kernels: the block's own event,
+    /// recorded after the latest work that named it (0: none since it was
+    /// made, or its uses are not known), and the key of the stream it was
+    /// recorded on ([`crate::policy::tier::uses`]).
+    pub used: usize,
+    pub used_on: usize,
+    /// Whether that event is the runtime's (else the driver's).
+    pub used_runtime: bool,
 }
 
 /// A tier block that a stream-ordered free gave back, kept whole (range,
@@ -72,8 +80,16 @@ pub struct Kept {
 
 #[derive(Default)]
 pub struct Tier {
-    /// By the block's address.
+    /// By the block's address. Changed through [`Tier::insert`] and
+    /// [`Tier::remove`], which keep `spans` with it.
     pub blocks: DashMap<usize, Backing, FxBuildHasher>,
+    /// The live blocks' starts and sizes, in order: the block an address
+    /// falls in ([`Tier::holding`]).
+    spans: RwLock<BTreeMap<usize, u64>>,
+    /// The lowest start and highest end of any block made: no address
+    /// outside is one of the tier's.
+    low: AtomicU64,
+    high: AtomicU64,
     /// Set once the tier has made a block: from then on launches enter the
     /// gate (one load a launch, where asking the map would lock its shards).
     pub active: AtomicBool,
@@ -137,8 +153,13 @@ pub struct Tier {
     /// of the device's default pool.
     pub ordered: [Ordered; MAX_DEVICES],
     /// Times the gate closed and the device was drained for moves (for a
-    /// launch, or for a quota or budget cut).
+    /// launch, or for a quota or budget cut), or, where moves overlap the
+    /// job's kernels, closed for moves without a drain.
     pub fetches: AtomicU64,
+    /// Where moves overlap the job's kernels: a launch whose parameters
+    /// the shim could not read was made since the device was last drained,
+    /// so the next move drains it first.
+    pub unread_since_drain: AtomicBool,
     pub gate: Gate,
     /// Blocks freed in stream order, the latest last. Those on the device
     /// still count there: their memory is the process's until given back.
@@ -191,6 +212,40 @@ impl Samples {
 }
 
 impl Tier {
+    /// Adds a live block at `ptr`.
+    pub fn insert(&self, ptr: usize, backing: Backing) {
+        let (start, end) = (ptr as u64, ptr as u64 + backing.size);
+        if let Ok(mut spans) = self.spans.write() {
+            spans.insert(ptr, backing.size);
+        }
+        // 0: no block yet.
+        let _ = self.low.fetch_update(Relaxed, Relaxed, |low| {
+            (low == 0 || start < low).then_some(start)
+        });
+        let high = self.high.fetch_max(end, Relaxed).max(end);
+        if super::config().moves == crate::config::Moves::Overlap {
+            // Moves beside the kernels need every word that may point
+            // into a block.
+            super::access::collect_within(self.low.load(Relaxed), high);
+        }
+        self.blocks.insert(ptr, backing);
+    }
+
+    /// Takes the live block at `ptr` out.
+    pub fn remove(&self, ptr: usize) -> Option<(usize, Backing)> {
+        if let Ok(mut spans) = self.spans.write() {
+            spans.remove(&ptr);
+        }
+        self.blocks.remove(&ptr)
+    }
+
+    /// The start of the live block that `address` falls in.
+    pub fn holding(&self, address: u64) -> Option<usize> {
+        let spans = self.spans.read().ok()?;
+        let (start, size) = spans.range(..=address as usize).next_back()?;
+        (address < *start as u64 + size).then_some(*start)
+    }
+
     /// Takes a sample of the moves' counters at `t_ns`, once the tier has
     /// moved anything: at most [`MOVES_SAMPLES_MAX`], spread over the run
     /// ([`Samples::offer`]).
@@ -362,6 +417,32 @@ impl Drop for Closed<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_address_inside_a_live_block_finds_its_start_and_none_after_it_goes() {
+        let tier = Tier::default();
+        let backing = |size| Backing {
+            size,
+            device: Device::all().next().unwrap(),
+            on_device: 0,
+            in_host: 0,
+            fetched_in: 0,
+            failed_ns: 0,
+            born: 0,
+            used: 0,
+            used_on: 0,
+            used_runtime: false,
+        };
+        tier.insert(0x4000_0000, backing(4 << 20));
+        tier.insert(0x4080_0000, backing(2 << 20));
+        assert_eq!(tier.holding(0x4000_0000), Some(0x4000_0000));
+        assert_eq!(tier.holding(0x4010_0008), Some(0x4000_0000), "inside");
+        assert_eq!(tier.holding(0x4040_0000), None, "just past its end");
+        assert_eq!(tier.holding(0x4090_0000), Some(0x4080_0000));
+        assert_eq!(tier.holding(0x3fff_ffff), None, "before the first");
+        assert!(tier.remove(0x4000_0000).is_some());
+        assert_eq!(tier.holding(0x4010_0008), None, "gone");
+    }
     use std::time::{Duration, Instant};
 
     #[test]

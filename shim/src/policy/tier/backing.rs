@@ -164,7 +164,7 @@ pub enum Direction {
 /// The shim's own non-blocking stream for copies `direction` on `device`.
 /// It waits for no job's stream: the drain before a move has waited for
 /// all of them.
-fn stream(device: Device, direction: Direction) -> Result<CUstream> {
+pub fn stream(device: Device, direction: Direction) -> Result<CUstream> {
     let stream = match direction {
         Direction::ToDevice => Backend::Driver.stream(device),
         Direction::ToHost => Backend::second_stream(device),

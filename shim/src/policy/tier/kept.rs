@@ -37,14 +37,14 @@ const DISABLE_TIMING: u32 = 2;
 
 /// Whether `api` is a per-thread default stream form (`_ptsz`), whose
 /// stream 0 is the calling thread's own.
-fn per_thread(api: Api) -> bool {
+pub(super) fn per_thread(api: Api) -> bool {
     api.name().ends_with("_ptsz")
 }
 
 /// The key a stream has for reuse without waiting: its handle, 1 for the
 /// legacy default stream, 0 (none) for a per-thread default stream, which
 /// differs from one thread to the next.
-fn stream_key(api: Api, stream: usize) -> usize {
+pub(super) fn stream_key(api: Api, stream: usize) -> usize {
     match stream {
         0 if per_thread(api) => 0,
         0 | 1 => 1,
@@ -67,7 +67,7 @@ pub fn keeps(state: &State, ptr: usize) -> bool {
 /// runs, if ever: the block stays mapped and counted, and is never reused.
 pub fn keep(state: &State, api: Api, ptr: usize, block: &Block, stream: usize) -> cudaError_t {
     if state.access.graphs.capturing_any() {
-        if let Some((_, backing)) = state.tier.blocks.remove(&ptr) {
+        if let Some((_, backing)) = state.tier.remove(ptr) {
             if block.placement == Placement::Host {
                 state.tier.bytes_in_host.fetch_sub(backing.size, SeqCst);
             }
@@ -81,7 +81,7 @@ pub fn keep(state: &State, api: Api, ptr: usize, block: &Block, stream: usize) -
         }
         return super::free(state, api, ptr, block);
     };
-    let Some((_, backing)) = state.tier.blocks.remove(&ptr) else {
+    let Some((_, backing)) = state.tier.remove(ptr) else {
         give_back_event(state, event, runtime_event);
         if block.placement == Placement::Device {
             state.ledger.unreserve(block.device, block.size);
@@ -225,7 +225,12 @@ pub fn reuse(
     backing.fetched_in = 0;
     backing.failed_ns = 0;
     backing.born = state.tier.gate.entered();
-    state.tier.blocks.insert(kept.ptr, backing);
+    // The uses known were the freed block's: the new one's are not known
+    // until work names it (a library may keep it as its own workspace,
+    // which its calls do not name), so it does not move beside kernels.
+    super::uses::forget(state, &backing);
+    backing.used = 0;
+    state.tier.insert(kept.ptr, backing);
     if !on_device {
         state.tier.bytes_in_host.fetch_add(size, SeqCst);
     }

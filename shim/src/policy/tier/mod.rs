@@ -27,7 +27,9 @@
 pub mod backing;
 pub mod kept;
 mod moves;
+mod room;
 mod spare;
+pub mod uses;
 
 use std::ffi::c_void;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
@@ -44,7 +46,8 @@ use crate::state::{config, State};
 use super::allocate::record_allocation;
 use super::quota::device_quota;
 use backing::PAGE;
-use moves::{move_out, timed, Staged};
+use moves::Staged;
+pub use room::evict_while;
 
 /// The size a tier block of `size` bytes takes: whole large pages, if the
 /// tier makes blocks of that size for `api` under `quota`.
@@ -63,7 +66,7 @@ pub fn tier_size(api: Api, size: usize, quota: Option<u64>) -> Option<u64> {
             | Api::cuMemAllocAsync
             | Api::cuMemAllocAsync_ptsz
     );
-    (config.moves == Moves::On
+    (config.moves != Moves::Off
         && config.spill == Spill::Host
         && made_here
         && size as u64 >= PAGE
@@ -145,8 +148,11 @@ pub fn place(
         fetched_in: 0,
         failed_ns: 0,
         born: state.tier.gate.entered(),
+        used: 0,
+        used_on: 0,
+        used_runtime: false,
     };
-    state.tier.blocks.insert(ptr as usize, backing);
+    state.tier.insert(ptr as usize, backing);
     state.tier.active.store(true, SeqCst);
     if !on_device {
         state.tier.bytes_in_host.fetch_add(size, SeqCst);
@@ -194,7 +200,7 @@ fn record_block(
 /// Gives back a tier block the ledger has let go of, once the device has
 /// finished with it (as `cudaFree` waits; unmapping would not).
 pub fn free(state: &State, api: Api, ptr: usize, block: &Block) -> cudaError_t {
-    let Some((_, backing)) = state.tier.blocks.remove(&ptr) else {
+    let Some((_, backing)) = state.tier.remove(ptr) else {
         return cudaErrorInvalidValue;
     };
     if let Err(rc) = backing::drain(api) {
@@ -214,6 +220,7 @@ pub fn free(state: &State, api: Api, ptr: usize, block: &Block) -> cudaError_t {
 /// work can touch any more, gives its range back, releases its device
 /// memory and passes its host memory on ([`spare::give`]).
 pub(super) fn dismantle(state: &State, ptr: usize, backing: &Backing, mapped: bool) {
+    uses::forget(state, backing);
     backing::unmap_block(
         ptr as CUdeviceptr,
         backing.size,
@@ -316,11 +323,19 @@ pub fn fetch(state: &State, api: Api, named: &[usize]) {
     let Some(_closed) = state.tier.gate.close() else {
         return;
     };
+    // Where moves overlap the job's kernels, they run beside them, unless
+    // a launch whose parameters the shim could not read may still be
+    // running: then the device is drained first.
+    let mut strict = !uses::overlapping() || state.tier.unread_since_drain.load(Relaxed);
     // Declared after the gate's guard, so dropped before it: should what
     // follows unwind, the gate opens only once the copies queued have
-    // landed.
-    let _copies = moves::WaitOnDrop(current);
-    if !drained(state, api) {
+    // landed (beside the job's kernels, those onto the device are ordered
+    // before the work that names their blocks already).
+    let mut copies = moves::WaitOnDrop {
+        device: current,
+        ordered_in: !strict,
+    };
+    if !begin(state, api, strict) {
         return;
     }
     let _timed = Timed(state, std::time::Instant::now());
@@ -332,10 +347,21 @@ pub fn fetch(state: &State, api: Api, named: &[usize]) {
             continue;
         };
         let quota = device_quota(state, block.device, backend).unwrap_or(u64::MAX);
-        let came = make_room(state, block.device, block.size, quota, named)
-            && moves::stage_in(state, ptr, block)
-                .map(|s| staged.push(s))
-                .is_some();
+        let mut come = |strict: bool| {
+            (strict || uses::wait_idle(state, ptr))
+                && room::make_room(state, block.device, block.size, quota, named, strict)
+                && moves::stage_in(state, ptr, block, !strict)
+                    .map(|s| staged.push(s))
+                    .is_some()
+        };
+        let mut came = come(strict);
+        if !came && !strict {
+            // Too few blocks whose uses are known could make room: with the
+            // device drained, any may.
+            strict = true;
+            copies.ordered_in = false;
+            came = begin(state, api, true) && come(true);
+        }
         if came {
             let bound = limit(state, block.device, Some(quota)).unwrap_or(quota);
             made_room_on = Some((block.device, bound));
@@ -352,51 +378,25 @@ pub fn fetch(state: &State, api: Api, named: &[usize]) {
     // free again, for the next block to come at once: the link carries
     // both directions together.
     if let Some((device, quota)) = made_room_on {
-        staged.extend(evict_ahead(state, device, quota, named));
+        staged.extend(room::evict_ahead(state, device, quota, named, strict));
     }
     moves::finish(state, staged);
 }
 
-/// The share of the quota kept free for blocks coming in (1/8), so that a
-/// block's copy onto the device can start at once and the copies of the
-/// blocks making room overlap it. The tier keeps that much less on the
-/// device: a block that comes later waits for room to be made first.
-const MOVE_BUDGET_DIVISOR: u64 = 8;
-
-/// Stages moves to the host, least needed first, until the room under
-/// `limit` (the quota, or the pool's budget if lower) on `device` would be
-/// the move budget; `keep` stays.
-fn evict_ahead(state: &State, device: Device, limit: u64, keep: &[usize]) -> Vec<Staged> {
-    let budget = limit / MOVE_BUDGET_DIVISOR;
-    let used = state.ledger.device(device).device_bytes.load(SeqCst);
-    let mut room = limit
-        .saturating_sub(used)
-        .min(super::moves::pool_room(state, device));
-    let mut staged = Vec::new();
-    if room >= budget {
-        return staged;
+/// Readies the device for moves behind the closed gate: with `strict`,
+/// waits for it to finish the job's work ([`drained`]); beside the job's
+/// kernels, only counts the moves. False if the wait failed.
+fn begin(state: &State, api: Api, strict: bool) -> bool {
+    if !strict {
+        state.tier.fetches.fetch_add(1, Relaxed);
+        return true;
     }
-    // Kept blocks go first: giving them back moves nothing.
-    room += kept::give_back_while(state, device, false, |given| room + given < budget);
-    if room >= budget {
-        return staged;
+    let drained = drained(state, api);
+    if drained {
+        // Every launch made before the gate closed has finished.
+        state.tier.unread_since_drain.store(false, Relaxed);
     }
-    let candidates = movable_blocks(state, device, keep);
-    // Blocks larger than the budget stay: moving one out would leave more
-    // free than the budget is for.
-    for (_, size, ptr) in by_next_use(state, candidates) {
-        if room >= budget {
-            break;
-        }
-        if size > budget {
-            continue;
-        }
-        if let Some(out) = moves::stage_out(state, ptr, size) {
-            staged.push(out);
-            room += size;
-        }
-    }
-    staged
+    drained
 }
 
 /// Waits for the device to finish the job's work before moves, behind the
@@ -464,131 +464,7 @@ fn could_fit(state: &State, block: Block, quota: Option<u64>, keep: &[usize]) ->
     // A pool's budget holds the members' device bytes together: moving
     // this process's blocks out frees that much of it, no more.
     let pool_room = super::moves::pool_room(state, block.device);
-    let movable = movable_all(state, block.device, keep) + kept::on_device(state, block.device);
+    let movable =
+        room::movable_all(state, block.device, keep) + kept::on_device(state, block.device);
     room.saturating_add(movable) >= block.size && pool_room.saturating_add(movable) >= block.size
-}
-
-/// The tier's blocks on `device` that `keep` does not name, as (address,
-/// size): what may move out to make room.
-fn movable_blocks(state: &State, device: Device, keep: &[usize]) -> Vec<(usize, u64)> {
-    timed(&state.tier.choose_ns, || {
-        state
-            .ledger
-            .tier_on_device(device)
-            .into_iter()
-            .filter(|(ptr, _)| !keep.contains(ptr))
-            .collect()
-    })
-}
-
-/// Their bytes.
-fn movable_all(state: &State, device: Device, keep: &[usize]) -> u64 {
-    movable_blocks(state, device, keep)
-        .iter()
-        .map(|(_, size)| size)
-        .sum()
-}
-
-/// Gives back the kept blocks on `device`, then moves the tier's blocks
-/// there to the host, the least needed first, while `more(bytes freed so
-/// far)` (a quota or a pool's budget cut, or a pool member of higher
-/// priority wanting room). The bytes freed.
-pub fn evict_while(state: &State, device: Device, mut more: impl FnMut(u64) -> bool) -> u64 {
-    let first = state.ledger.tier_on_device(device).first().copied();
-    let Some(api) = first
-        .and_then(|(ptr, _)| state.ledger.block_at(ptr))
-        .map(|block| block.api)
-    else {
-        return 0;
-    };
-    if state.access.graphs.capturing_any() || backing::ready(api).is_err() {
-        return 0;
-    }
-    let Some(_closed) = state.tier.gate.close() else {
-        return 0;
-    };
-    // Listed again behind the gate: a launch's move may have taken some.
-    let candidates = state.ledger.tier_on_device(device);
-    if !drained(state, api) {
-        return 0;
-    }
-    let _timed = Timed(state, std::time::Instant::now());
-    // Kept blocks first (their caller gave back those reached before): with
-    // the device drained, every kept block's free is reached, and giving
-    // one back moves nothing.
-    let mut moved = kept::give_back_while(state, device, false, &mut more);
-    for (_, size, ptr) in by_next_use(state, candidates) {
-        if !more(moved) {
-            break;
-        }
-        if move_out(state, ptr, size) {
-            moved += size;
-        }
-    }
-    moved
-}
-
-/// Blocks as (next use, size, address), the furthest next use first; of
-/// equals, the largest.
-fn by_next_use(state: &State, blocks: Vec<(usize, u64)>) -> Vec<(u64, u64, usize)> {
-    timed(&state.tier.choose_ns, || {
-        let starts: Vec<usize> = blocks.iter().map(|(ptr, _)| *ptr).collect();
-        let next = state.access.next_uses(&state.ledger, &starts);
-        let mut order: Vec<(u64, u64, usize)> = blocks
-            .into_iter()
-            .zip(next)
-            .map(|((ptr, size), next)| (next, size, ptr))
-            .collect();
-        order.sort_unstable_by(|a, b| b.cmp(a));
-        order
-    })
-}
-
-/// Reserves `size` device bytes on `device` under `quota`, moving the
-/// tier's blocks whose next use is furthest to the host until they fit.
-/// Blocks in `keep` (the work's own) stay. False if there is no such room.
-fn make_room(state: &State, device: Device, size: u64, quota: u64, keep: &[usize]) -> bool {
-    if state.ledger.try_reserve(device, size, quota) {
-        return true;
-    }
-    // Kept blocks go first: giving them back moves nothing.
-    if kept::room_for(state, device, size, quota, false) {
-        return true;
-    }
-    let candidates = movable_blocks(state, device, keep);
-    let used = state.ledger.device(device).device_bytes.load(SeqCst);
-    let movable: u64 = candidates.iter().map(|(_, size)| size).sum();
-    if used.saturating_add(size).saturating_sub(movable) > quota {
-        // Moving every candidate out would still leave too little room.
-        return false;
-    }
-    // The bytes missing under the quota and under the pool's budget move
-    // out together, so that each is remapped while the next ones copy.
-    let short = used
-        .saturating_add(size)
-        .saturating_sub(quota)
-        .max(size.saturating_sub(super::moves::pool_room(state, device)));
-    let mut victims = by_next_use(state, candidates).into_iter();
-    let mut staged = Vec::new();
-    let mut freeing = 0;
-    while freeing < short {
-        let Some((_, victim, ptr)) = victims.next() else {
-            break;
-        };
-        if let Some(out) = moves::stage_out(state, ptr, victim) {
-            staged.push(out);
-            freeing += victim;
-        }
-    }
-    moves::finish(state, staged);
-    if state.ledger.try_reserve(device, size, quota) {
-        return true;
-    }
-    // A move failed, or the room went elsewhere: one more at a time.
-    for (_, victim, ptr) in victims {
-        if move_out(state, ptr, victim) && state.ledger.try_reserve(device, size, quota) {
-            return true;
-        }
-    }
-    false
 }

@@ -47,15 +47,26 @@ pub struct Staged {
     copied: Option<usize>,
     /// No work has entered since the block was handed out.
     fresh: bool,
+    /// Onto the device, with the block's own event recorded after its
+    /// copy: work that names it waits for that ([`super::uses`]), so the
+    /// move is finished without waiting.
+    ordered: bool,
 }
 
-/// Waits, when dropped, for the copies queued either way on its device.
-pub struct WaitOnDrop(pub Device);
+/// Waits, when dropped, for the copies queued to the host on its device,
+/// and onto it too unless those are ordered before the work that needs
+/// them (`ordered_in`).
+pub struct WaitOnDrop {
+    pub device: Device,
+    pub ordered_in: bool,
+}
 
 impl Drop for WaitOnDrop {
     fn drop(&mut self) {
         for direction in [Direction::ToDevice, Direction::ToHost] {
-            let _ = backing::wait(self.0, direction);
+            if direction == Direction::ToHost || !self.ordered_in {
+                let _ = backing::wait(self.device, direction);
+            }
         }
     }
 }
@@ -70,9 +81,10 @@ pub(super) fn timed<T>(counter: &AtomicU64, f: impl FnOnce() -> T) -> T {
 
 /// Stages the move of a block in host memory onto the device, whose bytes
 /// the caller reserved: device memory mapped at the block, the bytes
-/// copied in from the host memory at the staging half. `None` (and the
-/// reservation given back) if it cannot move.
-pub fn stage_in(state: &State, ptr: usize, block: Block) -> Option<Staged> {
+/// copied in from the host memory at the staging half; with `overlap`, the
+/// block's own event recorded after the copy. `None` (and the reservation
+/// given back) if it cannot move.
+pub fn stage_in(state: &State, ptr: usize, block: Block, overlap: bool) -> Option<Staged> {
     let (device, size) = (block.device, block.size);
     let give_back = || state.ledger.unreserve(device, size);
     if state
@@ -108,10 +120,19 @@ pub fn stage_in(state: &State, ptr: usize, block: Block) -> Option<Staged> {
             made_host: false,
             copied: None,
             fresh: backing.born == tier.gate.entered(),
+            ordered: false,
         };
         let queued = timed(&tier.queue_ns, || {
-            backing::copy(at, at + size, size, device, Direction::ToDevice)
-                .map(|()| after_copy(state, staged))
+            backing::copy(at, at + size, size, device, Direction::ToDevice).map(|()| {
+                if overlap && super::uses::arriving(state, ptr, device) {
+                    Staged {
+                        ordered: true,
+                        ..staged
+                    }
+                } else {
+                    after_copy(state, staged)
+                }
+            })
         });
         match queued {
             Ok(staged) => Some(staged),
@@ -161,6 +182,7 @@ pub fn stage_out(state: &State, ptr: usize, size: u64) -> Option<Staged> {
             made_host,
             copied: None,
             fresh: false,
+            ordered: false,
         };
         let queued = timed(&tier.queue_ns, || {
             backing::copy(staging, ptr as CUdeviceptr, size, device, Direction::ToHost)
@@ -208,6 +230,7 @@ pub fn finish(state: &State, staged: Vec<Staged>) -> Vec<bool> {
     let mut waited: Vec<(Device, Direction, backing::Result<()>)> = Vec::new();
     for (i, move_) in order {
         let copied = match move_.copied {
+            _ if move_.ordered => Ok(()),
             Some(event) => {
                 let landed = timed(&state.tier.copy_ns, || backing::wait_event(event));
                 super::kept::give_back_event(state, event, false);
@@ -249,6 +272,7 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
         made_host,
         copied: _,
         fresh,
+        ordered: _,
     } = staged;
     let at = ptr as CUdeviceptr;
     let tier = &state.tier;

@@ -76,6 +76,7 @@ fn from_kept(state: &State, size: u64, device: Device) -> Option<u64> {
     };
     let backing = kept.backing;
     backing::unmap_block(kept.ptr as CUdeviceptr, backing.size, !kept.empty, true);
+    super::uses::forget(state, &backing);
     super::kept::give_back_event(state, kept.event, kept.runtime_event);
     Some(backing.in_host)
 }

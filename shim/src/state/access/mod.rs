@@ -12,6 +12,8 @@ pub mod profile;
 pub mod report;
 pub mod steps;
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
 use functions::Functions;
 use index::{BlockIndex, Snapshot};
 use steps::Recurrence;
@@ -61,10 +63,16 @@ impl Launch {
 
 /// The blocks a use named, by start (the first 64): what the spill tier
 /// brings onto the device before the use is made, where they are in host
-/// memory, and what it must not move out to make room.
+/// memory, and what it must not move out to make room. And, where the tier
+/// asked for them ([`collect_within`]), every word of the use that falls in
+/// the tier's addresses, however stale the index: what the use may touch.
 pub struct Named {
     starts: [usize; 64],
     count: usize,
+    words: Vec<u64>,
+    /// More such words than [`MAX_WORDS`]: the use may touch blocks beyond
+    /// those.
+    overflowed: bool,
 }
 
 impl Default for Named {
@@ -72,6 +80,8 @@ impl Default for Named {
         Named {
             starts: [0; 64],
             count: 0,
+            words: Vec::new(),
+            overflowed: false,
         }
     }
 }
@@ -87,6 +97,23 @@ impl Named {
     pub fn blocks(&self) -> &[usize] {
         &self.starts[..self.count]
     }
+
+    /// The words collected, and whether there were more.
+    pub fn words(&self) -> (&[u64], bool) {
+        (&self.words, self.overflowed)
+    }
+}
+
+/// The most words a use keeps for the tier ([`Named::words`]).
+pub const MAX_WORDS: usize = 512;
+
+/// The addresses whose words the uses keep, [low, high) (none while equal).
+static COLLECT: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// Has every use keep its words in [`low`, `high`) ([`Named::words`]).
+pub fn collect_within(low: u64, high: u64) {
+    COLLECT[0].store(low, Relaxed);
+    COLLECT[1].store(high, Relaxed);
 }
 
 /// The alignment of every spill tier block's start (its large page).
@@ -107,6 +134,10 @@ pub struct Naming<'a> {
     stale: bool,
     unfound: [u64; MAX_UNFOUND],
     unfound_count: usize,
+    /// The words kept for the tier, and the addresses they are kept from.
+    words: Vec<u64>,
+    overflowed: bool,
+    collect: (u64, u64),
 }
 
 impl<'a> Naming<'a> {
@@ -118,6 +149,9 @@ impl<'a> Naming<'a> {
             stale: snapshot.generation() != generation,
             unfound: [0; MAX_UNFOUND],
             unfound_count: 0,
+            words: Vec::new(),
+            overflowed: false,
+            collect: (COLLECT[0].load(Relaxed), COLLECT[1].load(Relaxed)),
         }
     }
 
@@ -140,6 +174,13 @@ impl<'a> Naming<'a> {
     /// A word of the launch's parameters, which may be a pointer.
     #[inline]
     pub fn word(&mut self, value: u64) {
+        if value >= self.collect.0 && value < self.collect.1 {
+            if self.words.len() < MAX_WORDS {
+                self.words.push(value);
+            } else {
+                self.overflowed = true;
+            }
+        }
         let Some(index) = self.snapshot.find(value) else {
             if self.stale
                 && value != 0
@@ -212,6 +253,8 @@ impl Access {
                 named.note(start);
                 count += 1;
             }
+            named.words = std::mem::take(&mut naming.words);
+            named.overflowed = naming.overflowed;
             count
         })
     }

@@ -1,0 +1,211 @@
+//! Room on the device for blocks coming in: kept blocks given back first
+//! (that moves nothing), then the tier's live blocks whose next use is
+//! furthest moved to the host. Where moves overlap the job's kernels (not
+//! `strict`: the device was not drained), only blocks whose uses are known
+//! may go, each once its last use has completed ([`super::uses`]).
+
+use std::sync::atomic::Ordering::SeqCst;
+
+use crate::config::Device;
+use crate::state::State;
+
+use super::moves::{self, move_out, timed, Staged};
+use super::{backing, drained, kept, uses, Timed};
+
+/// The share of the quota kept free for blocks coming in (1/8), so that a
+/// block's copy onto the device can start at once and the copies of the
+/// blocks making room overlap it. The tier keeps that much less on the
+/// device: a block that comes later waits for room to be made first.
+const MOVE_BUDGET_DIVISOR: u64 = 8;
+
+/// Stages moves to the host, least needed first, until the room under
+/// `limit` (the quota, or the pool's budget if lower) on `device` would be
+/// the move budget; `keep` stays.
+pub(super) fn evict_ahead(
+    state: &State,
+    device: Device,
+    limit: u64,
+    keep: &[usize],
+    strict: bool,
+) -> Vec<Staged> {
+    let budget = limit / MOVE_BUDGET_DIVISOR;
+    let used = state.ledger.device(device).device_bytes.load(SeqCst);
+    let mut room = limit
+        .saturating_sub(used)
+        .min(crate::policy::moves::pool_room(state, device));
+    let mut staged = Vec::new();
+    if room >= budget {
+        return staged;
+    }
+    // Kept blocks go first: giving them back moves nothing.
+    room += kept::give_back_while(state, device, false, |given| room + given < budget);
+    if room >= budget {
+        return staged;
+    }
+    // Beside the job's kernels, only blocks idle now: this is ahead of need.
+    let candidates: Vec<(usize, u64)> = movable_blocks(state, device, keep, strict)
+        .into_iter()
+        .filter(|(ptr, _)| strict || uses::idle(state, *ptr))
+        .collect();
+    // Blocks larger than the budget stay: moving one out would leave more
+    // free than the budget is for.
+    for (_, size, ptr) in by_next_use(state, candidates) {
+        if room >= budget {
+            break;
+        }
+        if size > budget {
+            continue;
+        }
+        if let Some(out) = moves::stage_out(state, ptr, size) {
+            staged.push(out);
+            room += size;
+        }
+    }
+    staged
+}
+
+/// The tier's blocks on `device` that `keep` does not name, as (address,
+/// size): what may move out to make room; unless `strict`, only those
+/// whose uses are known.
+fn movable_blocks(
+    state: &State,
+    device: Device,
+    keep: &[usize],
+    strict: bool,
+) -> Vec<(usize, u64)> {
+    timed(&state.tier.choose_ns, || {
+        state
+            .ledger
+            .tier_on_device(device)
+            .into_iter()
+            .filter(|(ptr, _)| !keep.contains(ptr) && (strict || uses::known(state, *ptr)))
+            .collect()
+    })
+}
+
+/// The bytes of all of them, whose uses are known or not: what a move
+/// could free with the device drained.
+pub(super) fn movable_all(state: &State, device: Device, keep: &[usize]) -> u64 {
+    movable_blocks(state, device, keep, true)
+        .iter()
+        .map(|(_, size)| size)
+        .sum()
+}
+
+/// Gives back the kept blocks on `device`, then moves the tier's blocks
+/// there to the host, the least needed first, while `more(bytes freed so
+/// far)` (a quota or a pool's budget cut, or a pool member of higher
+/// priority wanting room). The bytes freed.
+pub fn evict_while(state: &State, device: Device, mut more: impl FnMut(u64) -> bool) -> u64 {
+    let first = state.ledger.tier_on_device(device).first().copied();
+    let Some(api) = first
+        .and_then(|(ptr, _)| state.ledger.block_at(ptr))
+        .map(|block| block.api)
+    else {
+        return 0;
+    };
+    if state.access.graphs.capturing_any() || backing::ready(api).is_err() {
+        return 0;
+    }
+    let Some(_closed) = state.tier.gate.close() else {
+        return 0;
+    };
+    // Listed again behind the gate: a launch's move may have taken some.
+    let candidates = state.ledger.tier_on_device(device);
+    if !drained(state, api) {
+        return 0;
+    }
+    let _timed = Timed(state, std::time::Instant::now());
+    // Kept blocks first (their caller gave back those reached before): with
+    // the device drained, every kept block's free is reached, and giving
+    // one back moves nothing.
+    let mut moved = kept::give_back_while(state, device, false, &mut more);
+    for (_, size, ptr) in by_next_use(state, candidates) {
+        if !more(moved) {
+            break;
+        }
+        if move_out(state, ptr, size) {
+            moved += size;
+        }
+    }
+    moved
+}
+
+/// Blocks as (next use, size, address), the furthest next use first; of
+/// equals, the largest.
+fn by_next_use(state: &State, blocks: Vec<(usize, u64)>) -> Vec<(u64, u64, usize)> {
+    timed(&state.tier.choose_ns, || {
+        let starts: Vec<usize> = blocks.iter().map(|(ptr, _)| *ptr).collect();
+        let next = state.access.next_uses(&state.ledger, &starts);
+        let mut order: Vec<(u64, u64, usize)> = blocks
+            .into_iter()
+            .zip(next)
+            .map(|((ptr, size), next)| (next, size, ptr))
+            .collect();
+        order.sort_unstable_by(|a, b| b.cmp(a));
+        order
+    })
+}
+
+/// Reserves `size` device bytes on `device` under `quota`, moving the
+/// tier's blocks whose next use is furthest to the host until they fit.
+/// Blocks in `keep` (the work's own) stay. False if there is no such room.
+/// Unless `strict`, each victim's last use completes before it moves.
+pub(super) fn make_room(
+    state: &State,
+    device: Device,
+    size: u64,
+    quota: u64,
+    keep: &[usize],
+    strict: bool,
+) -> bool {
+    if state.ledger.try_reserve(device, size, quota) {
+        return true;
+    }
+    // Kept blocks go first: giving them back moves nothing.
+    if kept::room_for(state, device, size, quota, false) {
+        return true;
+    }
+    let candidates = movable_blocks(state, device, keep, strict);
+    let used = state.ledger.device(device).device_bytes.load(SeqCst);
+    let movable: u64 = candidates.iter().map(|(_, size)| size).sum();
+    if used.saturating_add(size).saturating_sub(movable) > quota {
+        // Moving every candidate out would still leave too little room.
+        return false;
+    }
+    // The bytes missing under the quota and under the pool's budget move
+    // out together, so that each is remapped while the next ones copy.
+    let short = used
+        .saturating_add(size)
+        .saturating_sub(quota)
+        .max(size.saturating_sub(crate::policy::moves::pool_room(state, device)));
+    let mut victims = by_next_use(state, candidates).into_iter();
+    let mut staged = Vec::new();
+    let mut freeing = 0;
+    while freeing < short {
+        let Some((_, victim, ptr)) = victims.next() else {
+            break;
+        };
+        if !strict && !uses::wait_idle(state, ptr) {
+            continue;
+        }
+        if let Some(out) = moves::stage_out(state, ptr, victim) {
+            staged.push(out);
+            freeing += victim;
+        }
+    }
+    moves::finish(state, staged);
+    if state.ledger.try_reserve(device, size, quota) {
+        return true;
+    }
+    // A move failed, or the room went elsewhere: one more at a time.
+    for (_, victim, ptr) in victims {
+        if !strict && !uses::wait_idle(state, ptr) {
+            continue;
+        }
+        if move_out(state, ptr, victim) && state.ledger.try_reserve(device, size, quota) {
+            return true;
+        }
+    }
+    false
+}

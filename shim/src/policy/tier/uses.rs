@@ -1,0 +1,297 @@
+//! The uses in flight of each tier block, for moves that overlap the job's
+//! kernels (`VRAMSHARE_MOVES=overlap`). Every launch, copy or library call
+//! that names a tier block records the block's own event on its stream
+//! after it. A block whose event has completed is idle: no work the shim
+//! saw naming it is queued or running, so it may be copied and remapped
+//! while other kernels run. Work on another stream than the one the event
+//! was last recorded on waits for it first, so that a block coming onto
+//! the device (its event recorded after its copy, on the tier's stream) is
+//! there before any kernel that names it runs. Each event is of the API
+//! of the work that recorded it (the runtime's or the driver's), and asked
+//! through that API.
+//!
+//! What this trusts: that a kernel touches only the blocks its parameters
+//! (or its library call's operands) name. So a block coming in that no
+//! work has named has nothing to wait for. To go out beside the kernels, a
+//! block needs a use known, though: a library keeps some memory of its own
+//! that its calls do not name (cuBLAS's workspace), and such a block never
+//! moves beside them. A launch whose parameters the shim could not read
+//! makes the next move wait for the device, as moves do with `on`.
+
+use std::ffi::c_void;
+use std::sync::atomic::Ordering::Relaxed;
+
+use cudart_sys::*;
+use vramshare_common::event::Api;
+
+use crate::config::{Device, Moves};
+use crate::cuda::backend::Backend;
+use crate::cuda::real;
+use crate::state::tier::Backing;
+use crate::state::{config, State};
+
+use super::backing::{self, Direction};
+use super::kept::{give_back_event, per_thread, stream_key, take_event};
+
+/// Whether moves overlap the job's kernels.
+pub fn overlapping() -> bool {
+    config().moves == Moves::Overlap
+}
+
+/// Whether `state` tracks uses now: moves overlap, the tier has blocks,
+/// and no stream is being captured (an event recorded or waited on there
+/// would become a part of the graph).
+fn tracking(state: &State) -> bool {
+    overlapping() && state.tier.active.load(Relaxed) && !state.access.graphs.capturing_any()
+}
+
+/// After a launch whose parameters could not be read: the next move waits
+/// for the device first.
+pub fn unread(state: &State) {
+    if overlapping() {
+        state.tier.unread_since_drain.store(true, Relaxed);
+    }
+}
+
+/// The tier's live blocks that `words` (a use's, every one that falls in
+/// the tier's addresses) point into, by start: what the use may touch,
+/// whether the launches' index knew the blocks or not. With more words than
+/// were kept (`overflowed`), the use may touch others: the next move waits
+/// for the device.
+pub fn touched(state: &State, words: &[u64], overflowed: bool) -> Vec<usize> {
+    if !tracking(state) {
+        return Vec::new();
+    }
+    if overflowed {
+        unread(state);
+    }
+    let mut starts: Vec<usize> = words
+        .iter()
+        .filter_map(|word| state.tier.holding(*word))
+        .collect();
+    starts.sort_unstable();
+    starts.dedup();
+    starts
+}
+
+/// A block's event: its handle, and whether it is the runtime's.
+#[derive(Clone, Copy)]
+struct Event(usize, bool);
+
+impl Event {
+    fn of(backing: &Backing) -> Option<Event> {
+        (backing.used != 0).then_some(Event(backing.used, backing.used_runtime))
+    }
+
+    fn complete(self) -> bool {
+        let event = self.0 as *mut c_void;
+        // SAFETY: an event of the tier's, not yet destroyed.
+        let rc = unsafe {
+            if self.1 {
+                real::cudaEventQuery(event)
+            } else {
+                real::cuEventQuery(event)
+            }
+        };
+        rc == CUDA_SUCCESS
+    }
+
+    fn wait(self) -> bool {
+        let event = self.0 as *mut c_void;
+        // SAFETY: as above.
+        let rc = unsafe {
+            if self.1 {
+                real::cudaEventSynchronize(event)
+            } else {
+                real::cuEventSynchronize(event)
+            }
+        };
+        rc == CUDA_SUCCESS
+    }
+
+    /// Makes `stream` (of a call in its per-thread form, `per_thread`) wait
+    /// for it; waits here if CUDA refuses.
+    fn order(self, stream: usize, per_thread: bool) {
+        let (event, at) = (self.0 as *mut c_void, stream as *mut c_void);
+        // SAFETY: the caller's stream and an event of the tier's.
+        let rc = unsafe {
+            match (self.1, per_thread) {
+                (true, false) => real::cudaStreamWaitEvent(at, event, 0),
+                (true, true) => real::cudaStreamWaitEvent_ptsz(at, event, 0),
+                (false, false) => real::cuStreamWaitEvent(at, event, 0),
+                (false, true) => real::cuStreamWaitEvent_ptsz(at, event, 0),
+            }
+        };
+        if rc != CUDA_SUCCESS {
+            self.wait();
+        }
+    }
+
+    /// Records it on `stream`; false if CUDA refused.
+    fn record(self, stream: usize, per_thread: bool) -> bool {
+        let (event, at) = (self.0 as *mut c_void, stream as *mut c_void);
+        // SAFETY: as above.
+        let rc = unsafe {
+            match (self.1, per_thread) {
+                (true, false) => real::cudaEventRecord(event, at),
+                (true, true) => real::cudaEventRecord_ptsz(event, at),
+                (false, false) => real::cuEventRecord(event, at),
+                (false, true) => real::cuEventRecord_ptsz(event, at),
+            }
+        };
+        rc == CUDA_SUCCESS
+    }
+}
+
+/// An event of the runtime's (`runtime`) or the driver's, without timing:
+/// a spare one, or a new one.
+fn new_event(state: &State, runtime: bool) -> Option<Event> {
+    if let Some(event) = take_event(state, runtime) {
+        return Some(Event(event, runtime));
+    }
+    let mut event = std::ptr::null_mut();
+    // SAFETY: writes the event we own. 2: without timing.
+    let rc = unsafe {
+        if runtime {
+            real::cudaEventCreateWithFlags(&mut event, 2)
+        } else {
+            real::cuEventCreate(&mut event, 2)
+        }
+    };
+    (rc == CUDA_SUCCESS).then_some(Event(event as usize, runtime))
+}
+
+fn event_of(state: &State, ptr: usize) -> Option<Event> {
+    Event::of(&*state.tier.blocks.get(&ptr)?)
+}
+
+/// Before work by `api` on `stream` (`None`: a library call whose stream
+/// is not known) that names `named`: the work is ordered after each named
+/// block's last use on another stream that has not completed, its copy
+/// onto the device among them. With no stream to order, the wait is here.
+pub fn order(state: &State, api: Api, named: &[usize], stream: Option<usize>) {
+    if named.is_empty() || !tracking(state) {
+        return;
+    }
+    let key = stream.map(|stream| stream_key(api, stream));
+    for ptr in named {
+        let Some((event, on)) = state
+            .tier
+            .blocks
+            .get(ptr)
+            .and_then(|b| Some((Event::of(&b)?, b.used_on)))
+        else {
+            continue;
+        };
+        if key.is_some_and(|key| key != 0 && key == on) || event.complete() {
+            continue;
+        }
+        match stream {
+            Some(stream) => event.order(stream, per_thread(api)),
+            None => {
+                event.wait();
+            }
+        }
+    }
+}
+
+/// After work by `api` on `stream` (`None`: not known) that named `named`:
+/// each named tier block's event is recorded there, in the API of the
+/// work. With no stream, or if CUDA refuses, the block's uses are not
+/// known any more.
+pub fn used(state: &State, api: Api, named: &[usize], stream: Option<usize>) {
+    if named.is_empty() || !tracking(state) {
+        return;
+    }
+    let runtime = Backend::of(api) == Backend::Runtime;
+    for ptr in named {
+        let Some(mut backing) = state.tier.blocks.get_mut(ptr) else {
+            continue;
+        };
+        let held = Event::of(&backing).filter(|event| event.1 == runtime);
+        let event = stream.and_then(|_| held.or_else(|| new_event(state, runtime)));
+        let recorded = match (event, stream) {
+            (Some(event), Some(stream)) if event.record(stream, per_thread(api)) => {
+                Some((event, stream_key(api, stream)))
+            }
+            _ => None,
+        };
+        // The event it had, if another now stands for its uses, or none.
+        let replaced =
+            Event::of(&backing).filter(|old| recorded.is_none_or(|(new, _)| new.0 != old.0));
+        match recorded {
+            Some((event, on)) => {
+                backing.used = event.0;
+                backing.used_runtime = event.1;
+                backing.used_on = on;
+            }
+            None => backing.used = 0,
+        }
+        drop(backing);
+        if let Some(old) = replaced {
+            give_back_event(state, old.0, old.1);
+        }
+        if let (Some(new), None) = (event, recorded) {
+            if held.is_none_or(|held| held.0 != new.0) {
+                give_back_event(state, new.0, new.1);
+            }
+        }
+    }
+}
+
+/// Whether the block at `ptr` has a use known, and so may move beside the
+/// job's kernels once that use has completed.
+pub fn known(state: &State, ptr: usize) -> bool {
+    event_of(state, ptr).is_some()
+}
+
+/// Whether the block's last use known has completed (or it has none).
+pub fn idle(state: &State, ptr: usize) -> bool {
+    event_of(state, ptr).is_none_or(Event::complete)
+}
+
+/// Waits for the block's last use known to complete; false if CUDA said
+/// no.
+pub fn wait_idle(state: &State, ptr: usize) -> bool {
+    event_of(state, ptr).is_none_or(Event::wait)
+}
+
+/// After the copy of the block at `ptr` onto `device` was queued: its
+/// event is recorded after it, on the tier's stream, so that work naming
+/// the block waits for its bytes. False if it could not be (the caller
+/// then waits for the copy).
+pub fn arriving(state: &State, ptr: usize, device: Device) -> bool {
+    let Ok(stream) = backing::stream(device, Direction::ToDevice) else {
+        return false;
+    };
+    let Some(mut backing) = state.tier.blocks.get_mut(&ptr) else {
+        return false;
+    };
+    let held = Event::of(&backing).filter(|event| !event.1);
+    let Some(event) = held.or_else(|| new_event(state, false)) else {
+        return false;
+    };
+    if backing::mark(event.0, device, Direction::ToDevice).is_err() {
+        if held.is_none() {
+            drop(backing);
+            give_back_event(state, event.0, false);
+        }
+        return false;
+    }
+    let replaced = Event::of(&backing).filter(|old| old.0 != event.0);
+    backing.used = event.0;
+    backing.used_runtime = false;
+    backing.used_on = stream as usize;
+    drop(backing);
+    if let Some(old) = replaced {
+        give_back_event(state, old.0, old.1);
+    }
+    true
+}
+
+/// The event of a block that is gone, for the next block.
+pub fn forget(state: &State, backing: &Backing) {
+    if let Some(event) = Event::of(backing) {
+        give_back_event(state, event.0, event.1);
+    }
+}

@@ -1,0 +1,202 @@
+//! Moves beside the job's kernels (`VRAMSHARE_MOVES=overlap`), on the fake
+//! runtime, whose streams run their work later than it is given
+//! (`FAKE_CUDA_STREAM_DELAY_US`), as a GPU does: a block goes out only once
+//! the kernels that named it have finished (the fake driver logs an unmap
+//! of memory that a queued or running kernel points into as `busy`), a
+//! block comes in before the kernel that names it runs, and no move waits
+//! for the whole device unless a launch the shim could not read may still
+//! run.
+
+mod common;
+
+use common::*;
+
+fn overlapping<'a>(quota: &'a str, more: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut vars = vec![
+        ("VRAMSHARE_QUOTA", quota),
+        ("VRAMSHARE_MOVES", "overlap"),
+        ("FAKE_CUDA_DEVICES", "1"),
+        // Every piece of work on a stream runs 20 ms after it is reached.
+        ("FAKE_CUDA_STREAM_DELAY_US", "20000"),
+    ];
+    vars.extend_from_slice(more);
+    vars
+}
+
+/// The unmaps made while a queued or running kernel pointed into the range.
+fn busy_unmaps(run: &Run) -> Vec<&String> {
+    run.calls_with(&["cuMemUnmap"])
+        .into_iter()
+        .filter(|c| log_field(c, "busy") != "0")
+        .collect()
+}
+
+fn moves(run: &Run) -> &serde_json::Value {
+    &run.trace()["processes"][0]["moves"]
+}
+
+/// Two blocks fill the quota and a third, in host memory, is filled after
+/// them on the same stream: it comes in while their kernels may still be
+/// queued, one of them going out to make room.
+const THIRD_COMES_IN: [&str; 6] = [
+    "malloc:a:4M",
+    "malloc:b:4M",
+    "malloc:c:4M",
+    "fill:a:1:1",
+    "fill:b:2:1",
+    "fill:c:3:1",
+];
+
+#[test]
+fn a_block_goes_out_beside_other_kernels_only_once_its_own_have_finished() {
+    let mut steps = THIRD_COMES_IN.to_vec();
+    steps.extend([
+        "copyout:c:1",
+        "sync",
+        "hostbytes",
+        "peekvia:a:1",
+        "peekvia:b:1",
+    ]);
+    let run = client(Runtime::Fake13, &overlapping("8MiB", &[]), &steps);
+    run.assert_ok();
+    assert_eq!(placements(&run), ["device", "device", "host"]);
+    let busy = busy_unmaps(&run);
+    assert!(busy.is_empty(), "unmapped under a kernel: {busy:#?}");
+    // Every block holds what its kernel wrote, wherever it is now.
+    let line = run.line("hostbytes");
+    assert_eq!(
+        (log_field(line, "first"), log_field(line, "last")),
+        ("3".into(), "3".into())
+    );
+    for (name, byte) in [("a", "1"), ("b", "2")] {
+        let line = run.line(&format!("peekvia {name}"));
+        assert_eq!(log_field(line, "first"), byte, "{line}");
+        assert_eq!(log_field(line, "last"), byte, "{line}");
+    }
+    let c = hex(&run.field("malloc c", "ptr"));
+    let moved = tier_moves(&run);
+    assert!(moved.contains(&("promote".to_string(), c)), "{moved:?}");
+    assert!(moved.iter().any(|(op, _)| op == "demote"), "{moved:?}");
+    // Beside the kernels: the device was never drained for the moves.
+    let moves = moves(&run);
+    assert!(moves["fetches"].as_u64().unwrap() >= 1, "{moves:#}");
+    assert_eq!(moves["drain_seconds"].as_f64(), Some(0.0), "{moves:#}");
+}
+
+#[test]
+fn a_block_comes_in_before_the_kernel_that_names_it_runs() {
+    // The tier's copies are held back until something waits for them, as
+    // a copy engine may still be busy when the kernel is reached.
+    let vars = overlapping("8MiB", &[("FAKE_CUDA_DEFER_COPIES", "1")]);
+    let mut steps = THIRD_COMES_IN.to_vec();
+    steps.extend(["copyout:c:1", "sync", "hostbytes"]);
+    let run = client(Runtime::Fake13, &vars, &steps);
+    run.assert_ok();
+    // The kernel's stream was made to wait for c's copy: what it wrote is
+    // what c holds, not the bytes the copy brought.
+    assert!(
+        !run.calls_with(&["cuStreamWaitEvent"]).is_empty(),
+        "{:#?}",
+        run.calls
+    );
+    let line = run.line("hostbytes");
+    assert_eq!(
+        (log_field(line, "first"), log_field(line, "last")),
+        ("3".into(), "3".into())
+    );
+    assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
+}
+
+#[test]
+fn after_a_launch_the_shim_could_not_read_the_next_move_waits_for_the_device() {
+    let mut steps = THIRD_COMES_IN[..5].to_vec();
+    // A kernel with no layout the shim can read, given a's address: it may
+    // touch any block, so c's move waits for it as moves with `on` do.
+    steps.extend([
+        "opaque:rt:a",
+        "fill:c:3:1",
+        "copyout:c:1",
+        "sync",
+        "hostbytes",
+    ]);
+    let run = client(Runtime::Fake13, &overlapping("8MiB", &[]), &steps);
+    run.assert_ok();
+    let moves = moves(&run);
+    assert!(moves["drain_seconds"].as_f64().unwrap() > 0.0, "{moves:#}");
+    assert_eq!(log_field(run.line("hostbytes"), "first"), "3");
+    assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
+}
+
+#[test]
+fn moves_with_on_drain_the_device_and_never_unmap_under_a_kernel() {
+    let mut steps = THIRD_COMES_IN.to_vec();
+    steps.extend(["copyout:c:1", "sync", "hostbytes"]);
+    let vars = moving("8MiB", &[("FAKE_CUDA_STREAM_DELAY_US", "20000")]);
+    let run = client(Runtime::Fake13, &vars, &steps);
+    run.assert_ok();
+    assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
+    assert!(moves(&run)["drain_seconds"].as_f64().unwrap() > 0.0);
+    assert_eq!(log_field(run.line("hostbytes"), "first"), "3");
+}
+
+#[test]
+fn a_block_handed_out_again_goes_out_only_with_the_device_drained_until_work_names_it() {
+    // w gets a's block back and no work names it, as a library's own
+    // workspace that its calls do not name. Then a kernel names c and d,
+    // and d comes in: only w could make room, and the uses known were a's,
+    // so it goes out with the device drained.
+    let steps = [
+        "async:a:4M:1",
+        "fill:a:1:1",
+        "freeasync:a:1",
+        "async:w:4M:1",
+        "async:c:4M:1",
+        "async:d:4M:1",
+        "fill:c:3:1",
+        "kernel:rt:c:d:-",
+        "sync",
+    ];
+    let run = client(Runtime::Fake13, &overlapping("8MiB", &[]), &steps);
+    run.assert_ok();
+    let (a, w) = (ptr_of_step(&run, "async a"), ptr_of_step(&run, "async w"));
+    assert_eq!(w, a, "a's block again");
+    let moved = tier_moves(&run);
+    assert!(moved.contains(&("demote".to_string(), w)), "{moved:?}");
+    let moves = moves(&run);
+    assert!(moves["drain_seconds"].as_f64().unwrap() > 0.0, "{moves:#}");
+    assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
+}
+
+fn ptr_of_step(run: &Run, step: &str) -> u64 {
+    hex(&run.field(step, "ptr"))
+}
+
+#[test]
+fn a_kernel_given_a_pointer_into_a_block_keeps_it_from_moving_until_it_is_done() {
+    let steps = [
+        "malloc:a:4M",
+        "malloc:b:4M",
+        "malloc:c:4M",
+        "fill:a:1:1",
+        "fill:b:2:1",
+        // From a's second MiB on, through a pointer into it.
+        "fill:a+1048576:9:1",
+        "fill:b+1048576:8:1",
+        "fill:c:3:1",
+        "sync",
+        "peekvia:a:1",
+        "peekvia:b:1",
+    ];
+    let run = client(Runtime::Fake13, &overlapping("8MiB", &[]), &steps);
+    run.assert_ok();
+    assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
+    assert!(tier_moves(&run).iter().any(|(op, _)| op == "demote"));
+    for (name, first, last) in [("a", "1", "9"), ("b", "2", "8")] {
+        let line = run.line(&format!("peekvia {name}"));
+        assert_eq!(
+            (log_field(line, "first"), log_field(line, "last")),
+            (first.into(), last.into()),
+            "{line}"
+        );
+    }
+}
