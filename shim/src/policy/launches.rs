@@ -124,11 +124,12 @@ pub unsafe fn launch(
     let stream = Some(launched.stream);
     let (words, overflowed) = names.words();
     let touched = tier::uses::touched(state, words, overflowed);
+    // A graph's kernels were read when it was captured, not all of them.
+    if how == Attribution::Undecoded || overflowed || launched.entry == Entry::Graph {
+        tier::uses::opaque(state, api);
+    }
     tier::uses::order(state, api, &touched, stream);
     let rc = real();
-    if how == Attribution::Undecoded {
-        tier::uses::unread(state);
-    }
     tier::uses::used(state, api, &touched, stream);
     rc
 }

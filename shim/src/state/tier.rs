@@ -52,6 +52,9 @@ pub struct Backing {
     pub used_on: usize,
     /// Whether that event is the runtime's (else the driver's).
     pub used_runtime: bool,
+    /// Work has named the block since it was handed out, so its uses are
+    /// known: it may move out beside the job's kernels.
+    pub known: bool,
 }
 
 /// A tier block that a stream-ordered free gave back, kept whole (range,
@@ -215,9 +218,10 @@ impl Tier {
     /// Adds a live block at `ptr`.
     pub fn insert(&self, ptr: usize, backing: Backing) {
         let (start, end) = (ptr as u64, ptr as u64 + backing.size);
-        if let Ok(mut spans) = self.spans.write() {
-            spans.insert(ptr, backing.size);
-        }
+        match self.spans.write() {
+            Ok(mut spans) => spans.insert(ptr, backing.size),
+            Err(poisoned) => poisoned.into_inner().insert(ptr, backing.size),
+        };
         // 0: no block yet.
         let _ = self.low.fetch_update(Relaxed, Relaxed, |low| {
             (low == 0 || start < low).then_some(start)
@@ -233,17 +237,30 @@ impl Tier {
 
     /// Takes the live block at `ptr` out.
     pub fn remove(&self, ptr: usize) -> Option<(usize, Backing)> {
-        if let Ok(mut spans) = self.spans.write() {
-            spans.remove(&ptr);
-        }
+        match self.spans.write() {
+            Ok(mut spans) => spans.remove(&ptr),
+            Err(poisoned) => poisoned.into_inner().remove(&ptr),
+        };
         self.blocks.remove(&ptr)
     }
 
-    /// The start of the live block that `address` falls in.
-    pub fn holding(&self, address: u64) -> Option<usize> {
-        let spans = self.spans.read().ok()?;
-        let (start, size) = spans.range(..=address as usize).next_back()?;
-        (address < *start as u64 + size).then_some(*start)
+    /// The starts of the live blocks that `addresses` fall in, in order,
+    /// each once.
+    pub fn holding(&self, addresses: &[u64]) -> Vec<usize> {
+        let spans = match self.spans.read() {
+            Ok(spans) => spans,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let mut starts: Vec<usize> = addresses
+            .iter()
+            .filter_map(|address| {
+                let (start, size) = spans.range(..=*address as usize).next_back()?;
+                (*address < *start as u64 + size).then_some(*start)
+            })
+            .collect();
+        starts.sort_unstable();
+        starts.dedup();
+        starts
     }
 
     /// Takes a sample of the moves' counters at `t_ns`, once the tier has
@@ -432,16 +449,20 @@ mod tests {
             used: 0,
             used_on: 0,
             used_runtime: false,
+            known: false,
         };
         tier.insert(0x4000_0000, backing(4 << 20));
         tier.insert(0x4080_0000, backing(2 << 20));
-        assert_eq!(tier.holding(0x4000_0000), Some(0x4000_0000));
-        assert_eq!(tier.holding(0x4010_0008), Some(0x4000_0000), "inside");
-        assert_eq!(tier.holding(0x4040_0000), None, "just past its end");
-        assert_eq!(tier.holding(0x4090_0000), Some(0x4080_0000));
-        assert_eq!(tier.holding(0x3fff_ffff), None, "before the first");
+        let one = |address| tier.holding(&[address]).first().copied();
+        assert_eq!(one(0x4000_0000), Some(0x4000_0000));
+        assert_eq!(one(0x4010_0008), Some(0x4000_0000), "inside");
+        assert_eq!(one(0x4040_0000), None, "just past its end");
+        assert_eq!(one(0x4090_0000), Some(0x4080_0000));
+        assert_eq!(one(0x3fff_ffff), None, "before the first");
+        let both = tier.holding(&[0x4090_0000, 0x4000_0008, 0x4000_0010]);
+        assert_eq!(both, [0x4000_0000, 0x4080_0000], "each once, in order");
         assert!(tier.remove(0x4000_0000).is_some());
-        assert_eq!(tier.holding(0x4010_0008), None, "gone");
+        assert_eq!(one(0x4010_0008), None, "gone");
     }
     use std::time::{Duration, Instant};
 

@@ -163,7 +163,8 @@ pub enum Direction {
 
 /// The shim's own non-blocking stream for copies `direction` on `device`.
 /// It waits for no job's stream: the drain before a move has waited for
-/// all of them.
+/// all of them, or, where moves overlap the job's kernels, each block's own
+/// last use has ([`super::uses`]).
 pub fn stream(device: Device, direction: Direction) -> Result<CUstream> {
     let stream = match direction {
         Direction::ToDevice => Backend::Driver.stream(device),

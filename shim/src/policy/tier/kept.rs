@@ -38,7 +38,8 @@ const DISABLE_TIMING: u32 = 2;
 /// Whether `api` is a per-thread default stream form (`_ptsz`), whose
 /// stream 0 is the calling thread's own.
 pub(super) fn per_thread(api: Api) -> bool {
-    api.name().ends_with("_ptsz")
+    let name = api.name();
+    name.ends_with("_ptsz") || name.ends_with("_ptds")
 }
 
 /// The key a stream has for reuse without waiting: its handle, 1 for the
@@ -130,7 +131,7 @@ fn over_host_bound(state: &State, list: &mut Vec<Kept>, device: Device) -> Vec<K
     let mut dropped = Vec::new();
     let mut index = 0;
     while held > bound && index < list.len() {
-        if in_host(&list[index]) && reached(&list[index]) {
+        if in_host(&list[index]) && settled(&list[index]) {
             held -= bytes(&list[index]);
             dropped.push(list.remove(index));
         } else {
@@ -219,17 +220,15 @@ pub fn reuse(
             return None;
         }
     }
-    give_back_event(state, kept.event, kept.runtime_event);
     let on_device = kept.backing.on_device != 0;
     let mut backing = kept.backing;
     backing.fetched_in = 0;
     backing.failed_ns = 0;
     backing.born = state.tier.gate.entered();
-    // The uses known were the freed block's: the new one's are not known
-    // until work names it (a library may keep it as its own workspace,
-    // which its calls do not name), so it does not move beside kernels.
-    super::uses::forget(state, &backing);
-    backing.used = 0;
+    super::uses::handed_out(state, &mut backing, &kept);
+    if !super::uses::overlapping() {
+        give_back_event(state, kept.event, kept.runtime_event);
+    }
     state.tier.insert(kept.ptr, backing);
     if !on_device {
         state.tier.bytes_in_host.fetch_add(size, SeqCst);
@@ -292,7 +291,7 @@ pub fn give_back_while(
                 break;
             }
             list.iter()
-                .position(|k| here(k) && reached(k))
+                .position(|k| here(k) && settled(k))
                 .map(|index| list.remove(index))
         };
         let Some(kept) = kept else {
@@ -413,6 +412,13 @@ pub(super) fn give_back_event(state: &State, event: usize, runtime: bool) {
 
 /// The most events kept for reuse.
 const SPARE_EVENTS: usize = 1024;
+
+/// Whether the free that kept `kept` has been reached, and every use of the
+/// block recorded has completed (where moves overlap the job's kernels, a
+/// copy onto the device may still be landing): nothing can touch it.
+pub(super) fn settled(kept: &Kept) -> bool {
+    reached(kept) && super::uses::idle_backing(&kept.backing)
+}
 
 /// Whether the free that kept `kept` has been reached on its stream.
 pub(super) fn reached(kept: &Kept) -> bool {

@@ -151,6 +151,7 @@ pub fn place(
         used: 0,
         used_on: 0,
         used_runtime: false,
+        known: false,
     };
     state.tier.insert(ptr as usize, backing);
     state.tier.active.store(true, SeqCst);

@@ -10,8 +10,10 @@
 //! device maps new device memory at the block and copies the bytes in
 //! from the staging half; a move to the host copies the bytes out to the
 //! staging half and then maps the host memory at the block too. Both run
-//! behind the closed gate with the device drained, so no kernel sees the
-//! range while it is remapped or before its copy has landed.
+//! behind the closed gate with the device drained (or, where moves overlap
+//! the job's kernels, once the block's own last use has completed, work
+//! that names a block coming in waiting for its copy), so no kernel sees
+//! the range while it is remapped or before its copy has landed.
 //!
 //! Each copy is followed by an event of its own, so that a move to the host
 //! is finished (its range remapped, which costs about half its copy's time

@@ -68,7 +68,7 @@ fn from_kept(state: &State, size: u64, device: Device) -> Option<u64> {
                     && k.backing.on_device == 0
                     && k.backing.in_host != 0
                     && serves(bytes(k), size)
-                    && super::kept::reached(k)
+                    && super::kept::settled(k)
             })
             .min_by_key(|(_, k)| bytes(k))
             .map(|(index, _)| index)?;

@@ -11,12 +11,19 @@
 //! through that API.
 //!
 //! What this trusts: that a kernel touches only the blocks its parameters
-//! (or its library call's operands) name. So a block coming in that no
-//! work has named has nothing to wait for. To go out beside the kernels, a
-//! block needs a use known, though: a library keeps some memory of its own
-//! that its calls do not name (cuBLAS's workspace), and such a block never
-//! moves beside them. A launch whose parameters the shim could not read
-//! makes the next move wait for the device, as moves do with `on`.
+//! (or its library call's operands) point into. A block handed out again
+//! from the kept ones waits for its free (whose event stands for the freed
+//! block's uses) before it moves in. To go out beside the kernels, a block
+//! needs work to have named it since it was handed out: a library keeps
+//! some memory of its own that its calls do not name (cuBLAS's workspace),
+//! and such a block never moves beside them. A launch whose parameters the
+//! shim could not read, that named more words than are kept, or of a graph,
+//! waits for the copies still landing, and makes the next move wait for the
+//! device, as moves do with `on`; so does work while a stream is captured.
+//!
+//! Not covered: pointers a library call is given other than through its
+//! operands (a cuBLASLt epilogue's bias, set in the matmul's descriptor),
+//! and pointers kept in device memory.
 
 use std::ffi::c_void;
 use std::sync::atomic::Ordering::Relaxed;
@@ -27,7 +34,7 @@ use vramshare_common::event::Api;
 use crate::config::{Device, Moves};
 use crate::cuda::backend::Backend;
 use crate::cuda::real;
-use crate::state::tier::Backing;
+use crate::state::tier::{Backing, Kept};
 use crate::state::{config, State};
 
 use super::backing::{self, Direction};
@@ -38,15 +45,13 @@ pub fn overlapping() -> bool {
     config().moves == Moves::Overlap
 }
 
-/// Whether `state` tracks uses now: moves overlap, the tier has blocks,
-/// and no stream is being captured (an event recorded or waited on there
-/// would become a part of the graph).
+/// Whether `state` tracks uses: moves overlap and the tier has blocks.
 fn tracking(state: &State) -> bool {
-    overlapping() && state.tier.active.load(Relaxed) && !state.access.graphs.capturing_any()
+    overlapping() && state.tier.active.load(Relaxed)
 }
 
-/// After a launch whose parameters could not be read: the next move waits
-/// for the device first.
+/// After a launch whose parameters could not be read (or work whose uses
+/// could not be recorded): the next move waits for the device first.
 pub fn unread(state: &State) {
     if overlapping() {
         state.tier.unread_since_drain.store(true, Relaxed);
@@ -56,22 +61,34 @@ pub fn unread(state: &State) {
 /// The tier's live blocks that `words` (a use's, every one that falls in
 /// the tier's addresses) point into, by start: what the use may touch,
 /// whether the launches' index knew the blocks or not. With more words than
-/// were kept (`overflowed`), the use may touch others: the next move waits
-/// for the device.
+/// were kept (`overflowed`), the use may touch others. While a stream is
+/// being captured, an event recorded or waited on there would become a
+/// part of the graph: none is, and the next move drains instead.
 pub fn touched(state: &State, words: &[u64], overflowed: bool) -> Vec<usize> {
     if !tracking(state) {
         return Vec::new();
     }
-    if overflowed {
+    if overflowed || (!words.is_empty() && state.access.graphs.capturing_any()) {
         unread(state);
     }
-    let mut starts: Vec<usize> = words
-        .iter()
-        .filter_map(|word| state.tier.holding(*word))
-        .collect();
-    starts.sort_unstable();
-    starts.dedup();
-    starts
+    if state.access.graphs.capturing_any() {
+        return Vec::new();
+    }
+    state.tier.holding(words)
+}
+
+/// Before a launch whose uses are not all known (its parameters unread,
+/// more words than were kept, an executable graph's): it waits here for
+/// the copies onto the device still landing on `api`'s current device,
+/// and the next move waits for the device.
+pub fn opaque(state: &State, api: Api) {
+    if !tracking(state) {
+        return;
+    }
+    unread(state);
+    if let Ok(device) = Backend::of(api).current_device() {
+        let _ = backing::wait(device, Direction::ToDevice);
+    }
 }
 
 /// A block's event: its handle, and whether it is the runtime's.
@@ -166,7 +183,7 @@ fn event_of(state: &State, ptr: usize) -> Option<Event> {
 }
 
 /// Before work by `api` on `stream` (`None`: a library call whose stream
-/// is not known) that names `named`: the work is ordered after each named
+/// is not known) that may touch `named`: the work is ordered after each
 /// block's last use on another stream that has not completed, its copy
 /// onto the device among them. With no stream to order, the wait is here.
 pub fn order(state: &State, api: Api, named: &[usize], stream: Option<usize>) {
@@ -175,15 +192,15 @@ pub fn order(state: &State, api: Api, named: &[usize], stream: Option<usize>) {
     }
     let key = stream.map(|stream| stream_key(api, stream));
     for ptr in named {
-        let Some((event, on)) = state
-            .tier
-            .blocks
-            .get(ptr)
-            .and_then(|b| Some((Event::of(&b)?, b.used_on)))
-        else {
+        // Held while the work is ordered: another thread's record cannot
+        // give the event back meanwhile.
+        let Some(backing) = state.tier.blocks.get(ptr) else {
             continue;
         };
-        if key.is_some_and(|key| key != 0 && key == on) || event.complete() {
+        let Some(event) = Event::of(&backing) else {
+            continue;
+        };
+        if key.is_some_and(|key| key != 0 && key == backing.used_on) || event.complete() {
             continue;
         }
         match stream {
@@ -195,59 +212,91 @@ pub fn order(state: &State, api: Api, named: &[usize], stream: Option<usize>) {
     }
 }
 
-/// After work by `api` on `stream` (`None`: not known) that named `named`:
-/// each named tier block's event is recorded there, in the API of the
-/// work. With no stream, or if CUDA refuses, the block's uses are not
-/// known any more.
+/// After work by `api` on `stream` (`None`: not known) that may have
+/// touched `named`: each block's event is recorded there, in the API of
+/// the work, once that stream waits for a last use elsewhere not yet
+/// complete (so the event stands for both). With no stream, or if CUDA
+/// refuses, the next move drains the device instead.
 pub fn used(state: &State, api: Api, named: &[usize], stream: Option<usize>) {
     if named.is_empty() || !tracking(state) {
         return;
     }
+    let Some(stream) = stream else {
+        unread(state);
+        return;
+    };
     let runtime = Backend::of(api) == Backend::Runtime;
+    let (key, per_thread) = (stream_key(api, stream), per_thread(api));
     for ptr in named {
         let Some(mut backing) = state.tier.blocks.get_mut(ptr) else {
             continue;
         };
-        let held = Event::of(&backing).filter(|event| event.1 == runtime);
-        let event = stream.and_then(|_| held.or_else(|| new_event(state, runtime)));
-        let recorded = match (event, stream) {
-            (Some(event), Some(stream)) if event.record(stream, per_thread(api)) => {
-                Some((event, stream_key(api, stream)))
+        let held = Event::of(&backing);
+        if let Some(held) = held {
+            if (key == 0 || key != backing.used_on) && !held.complete() {
+                held.order(stream, per_thread);
             }
-            _ => None,
+        }
+        let own = held.filter(|event| event.1 == runtime);
+        let Some(event) = own.or_else(|| new_event(state, runtime)) else {
+            drop(backing);
+            unread(state);
+            continue;
         };
-        // The event it had, if another now stands for its uses, or none.
-        let replaced =
-            Event::of(&backing).filter(|old| recorded.is_none_or(|(new, _)| new.0 != old.0));
-        match recorded {
-            Some((event, on)) => {
-                backing.used = event.0;
-                backing.used_runtime = event.1;
-                backing.used_on = on;
+        if !event.record(stream, per_thread) {
+            drop(backing);
+            if own.is_none() {
+                give_back_event(state, event.0, event.1);
             }
-            None => backing.used = 0,
+            unread(state);
+            continue;
         }
+        backing.used = event.0;
+        backing.used_runtime = event.1;
+        backing.used_on = key;
+        backing.known = true;
         drop(backing);
-        if let Some(old) = replaced {
+        // One of the other API, now waited for by the new record.
+        if let Some(old) = held.filter(|old| old.0 != event.0) {
             give_back_event(state, old.0, old.1);
-        }
-        if let (Some(new), None) = (event, recorded) {
-            if held.is_none_or(|held| held.0 != new.0) {
-                give_back_event(state, new.0, new.1);
-            }
         }
     }
 }
 
-/// Whether the block at `ptr` has a use known, and so may move beside the
-/// job's kernels once that use has completed.
-pub fn known(state: &State, ptr: usize) -> bool {
-    event_of(state, ptr).is_some()
+/// A block handed out again from the kept ones (`kept`, its `backing`):
+/// where moves overlap, the free's event stands for the freed block's
+/// uses until work names the new one, whose uses are not known yet.
+pub fn handed_out(state: &State, backing: &mut Backing, kept: &Kept) {
+    forget(state, backing);
+    backing.known = false;
+    if overlapping() {
+        backing.used = kept.event;
+        backing.used_runtime = kept.runtime_event;
+        backing.used_on = kept.stream;
+    } else {
+        backing.used = 0;
+    }
 }
 
-/// Whether the block's last use known has completed (or it has none).
+/// Whether work has named the block at `ptr` since it was handed out, so
+/// that it may move out beside the job's kernels once its last use has
+/// completed.
+pub fn known(state: &State, ptr: usize) -> bool {
+    state
+        .tier
+        .blocks
+        .get(&ptr)
+        .is_some_and(|b| b.known && b.used != 0)
+}
+
+/// Whether the block's last use recorded has completed (or it has none).
 pub fn idle(state: &State, ptr: usize) -> bool {
     event_of(state, ptr).is_none_or(Event::complete)
+}
+
+/// Whether the last use recorded of the block of `backing` has completed.
+pub fn idle_backing(backing: &Backing) -> bool {
+    Event::of(backing).is_none_or(Event::complete)
 }
 
 /// Waits for the block's last use known to complete; false if CUDA said
