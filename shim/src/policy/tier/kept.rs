@@ -30,10 +30,8 @@ use crate::state::tier::Kept;
 use crate::state::{lock, State};
 
 use super::moves::timed;
+use super::uses::{new_event, Event};
 use super::{backing, spare};
-
-/// `cudaEventDisableTiming`, `CU_EVENT_DISABLE_TIMING`.
-const DISABLE_TIMING: u32 = 2;
 
 /// Whether `api` is a per-thread default stream form (`_ptsz`), whose
 /// stream 0 is the calling thread's own.
@@ -226,9 +224,6 @@ pub fn reuse(
     backing.failed_ns = 0;
     backing.born = state.tier.gate.entered();
     super::uses::handed_out(state, &mut backing, &kept);
-    if !super::uses::overlapping() {
-        give_back_event(state, kept.event, kept.runtime_event);
-    }
     state.tier.insert(kept.ptr, backing);
     if !on_device {
         state.tier.bytes_in_host.fetch_add(size, SeqCst);
@@ -358,34 +353,16 @@ fn release(state: &State, kept: Kept) {
 /// before, or a new one); (event, whether it is the runtime's). `None` if
 /// CUDA refused.
 fn record(state: &State, api: Api, stream: usize) -> Option<(usize, bool)> {
-    let per_thread = per_thread(api);
     let runtime = Backend::of(api) == Backend::Runtime;
-    let mut event = take_event(state, runtime).unwrap_or(0) as *mut c_void;
-    let stream = stream as *mut c_void;
-    // SAFETY: the event is ours (made here, or one of ours given back, whose
-    // earlier record a new one replaces), the stream the caller's free named.
-    let rc = unsafe {
-        let made = match (event.is_null(), runtime) {
-            (false, _) => cudaSuccess,
-            (true, true) => real::cudaEventCreateWithFlags(&mut event, DISABLE_TIMING),
-            (true, false) => real::cuEventCreate(&mut event, DISABLE_TIMING),
-        };
-        match (made, runtime) {
-            (rc, _) if rc != cudaSuccess => rc,
-            (_, true) if per_thread => real::cudaEventRecord_ptsz(event, stream),
-            (_, true) => real::cudaEventRecord(event, stream),
-            (_, false) if per_thread => real::cuEventRecord_ptsz(event, stream),
-            (_, false) => real::cuEventRecord(event, stream),
-        }
-    };
-    if rc != cudaSuccess {
-        debug!("recording an event for a stream-ordered free: CUDA error {rc}; the block is given back instead");
-        if !event.is_null() {
-            destroy(event as usize, runtime);
-        }
+    let event = new_event(state, runtime)?;
+    if !event.record(stream, per_thread(api)) {
+        debug!(
+            "recording an event for a stream-ordered free failed; the block is given back instead"
+        );
+        destroy(event.0, runtime);
         return None;
     }
-    Some((event as usize, runtime))
+    Some((event.0, runtime))
 }
 
 /// A spare event of the runtime's (`runtime`) or the driver's, if one is
@@ -422,33 +399,13 @@ pub(super) fn settled(kept: &Kept) -> bool {
 
 /// Whether the free that kept `kept` has been reached on its stream.
 pub(super) fn reached(kept: &Kept) -> bool {
-    let event = kept.event as *mut c_void;
-    // SAFETY: an event `record` made, not yet destroyed.
-    let rc = unsafe {
-        if kept.runtime_event {
-            real::cudaEventQuery(event)
-        } else {
-            real::cuEventQuery(event)
-        }
-    };
-    rc == cudaSuccess
+    Event(kept.event, kept.runtime_event).complete()
 }
 
 /// Makes `stream` (in the form `api` uses) wait for the free that kept
 /// `kept`; false if CUDA refused.
 fn wait_on_stream(api: Api, stream: usize, kept: &Kept) -> bool {
-    let (stream, event) = (stream as *mut c_void, kept.event as *mut c_void);
-    // SAFETY: the caller's stream and an event `record` made, not yet
-    // destroyed, of the same API.
-    let rc = unsafe {
-        match (kept.runtime_event, per_thread(api)) {
-            (true, false) => real::cudaStreamWaitEvent(stream, event, 0),
-            (true, true) => real::cudaStreamWaitEvent_ptsz(stream, event, 0),
-            (false, false) => real::cuStreamWaitEvent(stream, event, 0),
-            (false, true) => real::cuStreamWaitEvent_ptsz(stream, event, 0),
-        }
-    };
-    rc == cudaSuccess
+    Event(kept.event, kept.runtime_event).wait_on(stream, per_thread(api))
 }
 
 /// Destroys an event `record` made; CUDA releases it when its record

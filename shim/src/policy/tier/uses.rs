@@ -91,16 +91,17 @@ pub fn opaque(state: &State, api: Api) {
     }
 }
 
-/// A block's event: its handle, and whether it is the runtime's.
+/// One of the tier's events: its handle, and whether it is the runtime's
+/// (else the driver's). Asked through the API it was made by.
 #[derive(Clone, Copy)]
-struct Event(usize, bool);
+pub(super) struct Event(pub usize, pub bool);
 
 impl Event {
     fn of(backing: &Backing) -> Option<Event> {
         (backing.used != 0).then_some(Event(backing.used, backing.used_runtime))
     }
 
-    fn complete(self) -> bool {
+    pub fn complete(self) -> bool {
         let event = self.0 as *mut c_void;
         // SAFETY: an event of the tier's, not yet destroyed.
         let rc = unsafe {
@@ -127,8 +128,8 @@ impl Event {
     }
 
     /// Makes `stream` (of a call in its per-thread form, `per_thread`) wait
-    /// for it; waits here if CUDA refuses.
-    fn order(self, stream: usize, per_thread: bool) {
+    /// for it; false if CUDA refused.
+    pub fn wait_on(self, stream: usize, per_thread: bool) -> bool {
         let (event, at) = (self.0 as *mut c_void, stream as *mut c_void);
         // SAFETY: the caller's stream and an event of the tier's.
         let rc = unsafe {
@@ -139,13 +140,18 @@ impl Event {
                 (false, true) => real::cuStreamWaitEvent_ptsz(at, event, 0),
             }
         };
-        if rc != CUDA_SUCCESS {
+        rc == CUDA_SUCCESS
+    }
+
+    /// As [`Event::wait_on`]; waits here if CUDA refuses.
+    fn order(self, stream: usize, per_thread: bool) {
+        if !self.wait_on(stream, per_thread) {
             self.wait();
         }
     }
 
     /// Records it on `stream`; false if CUDA refused.
-    fn record(self, stream: usize, per_thread: bool) -> bool {
+    pub fn record(self, stream: usize, per_thread: bool) -> bool {
         let (event, at) = (self.0 as *mut c_void, stream as *mut c_void);
         // SAFETY: as above.
         let rc = unsafe {
@@ -160,19 +166,22 @@ impl Event {
     }
 }
 
+/// `cudaEventDisableTiming`, `CU_EVENT_DISABLE_TIMING`.
+const DISABLE_TIMING: u32 = 2;
+
 /// An event of the runtime's (`runtime`) or the driver's, without timing:
 /// a spare one, or a new one.
-fn new_event(state: &State, runtime: bool) -> Option<Event> {
+pub(super) fn new_event(state: &State, runtime: bool) -> Option<Event> {
     if let Some(event) = take_event(state, runtime) {
         return Some(Event(event, runtime));
     }
     let mut event = std::ptr::null_mut();
-    // SAFETY: writes the event we own. 2: without timing.
+    // SAFETY: writes the event we own.
     let rc = unsafe {
         if runtime {
-            real::cudaEventCreateWithFlags(&mut event, 2)
+            real::cudaEventCreateWithFlags(&mut event, DISABLE_TIMING)
         } else {
-            real::cuEventCreate(&mut event, 2)
+            real::cuEventCreate(&mut event, DISABLE_TIMING)
         }
     };
     (rc == CUDA_SUCCESS).then_some(Event(event as usize, runtime))
@@ -265,7 +274,8 @@ pub fn used(state: &State, api: Api, named: &[usize], stream: Option<usize>) {
 
 /// A block handed out again from the kept ones (`kept`, its `backing`):
 /// where moves overlap, the free's event stands for the freed block's
-/// uses until work names the new one, whose uses are not known yet.
+/// uses until work names the new one, whose uses are not known yet;
+/// elsewhere the free's event is given back.
 pub fn handed_out(state: &State, backing: &mut Backing, kept: &Kept) {
     forget(state, backing);
     backing.known = false;
@@ -275,6 +285,7 @@ pub fn handed_out(state: &State, backing: &mut Backing, kept: &Kept) {
         backing.used_on = kept.stream;
     } else {
         backing.used = 0;
+        give_back_event(state, kept.event, kept.runtime_event);
     }
 }
 
