@@ -228,6 +228,9 @@ named_enum! {
         cuMemcpy2DAsync_v2_ptsz = 139 => "cuMemcpy2DAsync_v2_ptsz",
         cuMemcpy3D_v2_ptds = 140 => "cuMemcpy3D_v2_ptds",
         cuMemcpy3DAsync_v2_ptsz = 141 => "cuMemcpy3DAsync_v2_ptsz",
+        // Where cuDNN is told a variant pack's pointers (it does not tell
+        // them back): recorded for the pack's execution.
+        cudnnBackendSetAttribute = 142 => "cudnnBackendSetAttribute",
     }
 }
 

@@ -334,16 +334,23 @@ static int run(char *step) {
         if (status) fclose(status);
         printf("rss kib=%ld\n", kib);
     } else if (!strcmp(op, "conv")) {
-        struct { long long count; void *pointers[8]; void *workspace; } pack = {
-            3, {lookup(fields[1]), lookup(fields[2]), lookup(fields[3])}, lookup(fields[4])};
+        /* The fake's variant pack; its pointers are set as a framework sets
+         * a real one's. */
+        struct { long long count; void *pointers[8]; void *workspace; } pack = {0};
+        void *data[3] = {lookup(fields[1]), lookup(fields[2]), lookup(fields[3])};
+        void *workspace = lookup(fields[4]);
         static int (*execute)(void *, void *, void *);
+        static int (*set)(void *, int, int, long long, const void *);
         if (!execute) {
             /* Global, as a framework loads it; the lookup then finds the
              * first definition, as a call through the PLT would. */
             if (!dlopen("libcudnn.so.9", RTLD_NOW | RTLD_GLOBAL)) { fprintf(stderr, "client: %s\n", dlerror()); return 3; }
             execute = (int (*)(void *, void *, void *))dlsym(RTLD_DEFAULT, "cudnnBackendExecute");
+            set = (int (*)(void *, int, int, long long, const void *))dlsym(RTLD_DEFAULT, "cudnnBackendSetAttribute");
         }
-        rc = execute(NULL, NULL, &pack);
+        rc = set(&pack, 1001, 6, 3, data);
+        if (!rc) rc = set(&pack, 1003, 6, 1, &workspace);
+        if (!rc) rc = execute(NULL, NULL, &pack);
         printf("conv rc=%d\n", rc);
     } else if (!strcmp(op, "bn")) {
         typedef int (*bn_fn)(void *, int, int, const void *, const void *, void *, const void *, void *, const void *,

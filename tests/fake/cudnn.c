@@ -3,9 +3,10 @@
  * libcudnn_graph.so.9, which does the work, and without as libcudnn.so.9,
  * whose functions look their namesakes up in the graph library (dlopen and
  * dlsym, as the real one does) and forward to them. A variant pack is a
- * struct of this file: its data pointers and workspace are read back with
- * cudnnBackendGetAttribute, and executing a plan launches one kernel without
- * parameter metadata.
+ * struct of this file, given its data pointers and workspace with
+ * cudnnBackendSetAttribute; as with cuDNN 9, cudnnBackendGetAttribute gives
+ * the workspace back but refuses the data pointers. Executing a plan
+ * launches one kernel without parameter metadata.
  */
 #include <dlfcn.h>
 #include <stddef.h>
@@ -24,15 +25,24 @@ typedef struct { unsigned x, y, z; } dim3;
 int cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shared, void *stream);
 static char conv_kernel;
 
+int cudnnBackendSetAttribute(void *descriptor, int name, int type, int64_t count, const void *elements) {
+    struct fake_pack *pack = descriptor;
+    if (type != CUDNN_TYPE_VOID_PTR || !pack || !elements) return CUDNN_STATUS_BAD_PARAM;
+    if (name == CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS && count >= 0 && count <= 8) {
+        memcpy(pack->pointers, elements, (size_t)count * sizeof(void *));
+        pack->count = count;
+        return 0;
+    }
+    if (name == CUDNN_ATTR_VARIANT_PACK_WORKSPACE && count == 1) {
+        pack->workspace = *(void *const *)elements;
+        return 0;
+    }
+    return CUDNN_STATUS_BAD_PARAM;
+}
+
 int cudnnBackendGetAttribute(void *descriptor, int name, int type, int64_t requested, int64_t *count, void *elements) {
     struct fake_pack *pack = descriptor;
     if (type != CUDNN_TYPE_VOID_PTR || !pack) return CUDNN_STATUS_BAD_PARAM;
-    if (name == CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS) {
-        int64_t n = pack->count < requested ? pack->count : requested;
-        memcpy(elements, pack->pointers, (size_t)n * sizeof(void *));
-        *count = pack->count;
-        return 0;
-    }
     if (name == CUDNN_ATTR_VARIANT_PACK_WORKSPACE && requested >= 1) {
         *(void **)elements = pack->workspace;
         *count = 1;
@@ -64,6 +74,11 @@ int cudnnBackendExecute(void *handle, void *plan, void *pack) {
 static void *part(const char *name) {
     void *graph = dlopen("libcudnn_graph.so.9", RTLD_NOW | RTLD_LOCAL);
     return graph ? dlsym(graph, name) : NULL;
+}
+
+int cudnnBackendSetAttribute(void *descriptor, int name, int type, int64_t count, const void *elements) {
+    int (*real)(void *, int, int, int64_t, const void *) = part("cudnnBackendSetAttribute");
+    return real ? real(descriptor, name, type, count, elements) : CUDNN_STATUS_BAD_PARAM;
 }
 
 int cudnnBackendGetAttribute(void *descriptor, int name, int type, int64_t requested, int64_t *count, void *elements) {

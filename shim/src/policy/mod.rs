@@ -13,6 +13,7 @@ pub mod pool_stats;
 mod quota;
 pub mod stream_pools;
 mod tier;
+mod variant_packs;
 mod vmm;
 
 pub use adapters::{free, malloc, malloc_3d, malloc_managed, malloc_pitch, malloc_pooled};

@@ -76,6 +76,16 @@ pub struct State {
     pub access: Access,
     /// The spill tier's blocks and its gate.
     pub tier: tier::Tier,
+    /// The pointers set on each cuDNN variant pack, by its handle.
+    pub variant_packs: std::sync::Mutex<std::collections::HashMap<usize, VariantPack>>,
+}
+
+/// The pointers a cuDNN variant pack was given (`cudnnBackendSetAttribute`):
+/// its data pointers and its workspace.
+#[derive(Clone, Debug, Default)]
+pub struct VariantPack {
+    pub data: Vec<usize>,
+    pub workspace: usize,
 }
 
 /// What the shim counted for a stream-ordered pool at its last reading.
@@ -244,6 +254,7 @@ impl State {
             use_totals,
             access: Access::default(),
             tier: tier::Tier::default(),
+            variant_packs: Default::default(),
         }
     }
 

@@ -9,7 +9,8 @@ use cudart_sys::*;
 use vramshare_common::event::Api;
 
 use crate::cuda::real;
-use crate::policy::launches::variant_pack_pointers;
+use crate::policy::variant_packs;
+use crate::state::state;
 
 pub unsafe fn cublasLtMatmul(
     handle: LibraryHandle,
@@ -202,11 +203,24 @@ pub unsafe fn cudnnBackendExecute(
     plan: LibraryHandle,
     pack: LibraryHandle,
 ) -> cudaError_t {
-    let operands = variant_pack_pointers(pack);
+    let operands = variant_packs::pointers(state(), pack);
     super::super::library_call(Api::cudnnBackendExecute, &operands, None, || {
         // SAFETY: the caller's arguments, as cuDNN would receive them.
         unsafe { real::cudnnBackendExecute(handle, plan, pack) }
     })
+}
+
+pub unsafe fn cudnnBackendSetAttribute(
+    descriptor: LibraryHandle,
+    name: c_int,
+    kind: c_int,
+    count: i64,
+    elements: *const c_void,
+) -> cudaError_t {
+    // SAFETY: the caller's arguments, as cuDNN requires them.
+    unsafe { variant_packs::set(state(), descriptor, name, kind, count, elements) };
+    // SAFETY: as above.
+    unsafe { real::cudnnBackendSetAttribute(descriptor, name, kind, count, elements) }
 }
 
 pub unsafe fn cudnnBatchNormalizationForwardTrainingEx(
