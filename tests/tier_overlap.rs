@@ -200,3 +200,82 @@ fn a_kernel_given_a_pointer_into_a_block_keeps_it_from_moving_until_it_is_done()
         );
     }
 }
+
+/// Eight blocks fill a 32 MiB quota (a move budget of 4 MiB) and have
+/// finished their kernels; a ninth, in host memory, is filled: it comes in
+/// in place of one, and another goes out ahead of need, on the mover thread.
+fn ninth_comes_in() -> Vec<String> {
+    let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
+    let mut steps: Vec<String> = names.iter().map(|n| format!("malloc:{n}:4M")).collect();
+    for (byte, name) in names[..8].iter().enumerate() {
+        steps.push(format!("fill:{name}:{}:1", byte + 1));
+    }
+    steps.extend(["sync".into(), "fill:i:9:1".into()]);
+    steps
+}
+
+fn peeks_hold(run: &Run, expected: &[(&str, &str)]) {
+    for (name, byte) in expected {
+        let line = run.line(&format!("peekvia {name}"));
+        assert_eq!(log_field(line, "first"), *byte, "{line}");
+        assert_eq!(log_field(line, "last"), *byte, "{line}");
+    }
+}
+
+#[test]
+fn a_block_goes_out_ahead_of_need_on_the_mover_thread_with_its_bytes() {
+    let mut steps = ninth_comes_in();
+    steps.push("sync".into());
+    for name in ["a", "b", "c", "i"] {
+        steps.push(format!("peekvia:{name}:1"));
+    }
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let run = client(Runtime::Fake13, &overlapping("32MiB", &[]), &steps);
+    run.assert_ok();
+    let moves = moves(&run);
+    assert!(moves["mover_moves"].as_u64().unwrap() >= 1, "{moves:#}");
+    assert!(moves["mover_seconds"].as_f64().unwrap() > 0.0, "{moves:#}");
+    // Its calls cannot end a capture made by the job's threads.
+    assert!(
+        !run.calls_with(&["cuThreadExchangeStreamCaptureMode", "mode=2"])
+            .is_empty(),
+        "{:#?}",
+        run.calls
+    );
+    assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
+    peeks_hold(&run, &[("a", "1"), ("b", "2"), ("c", "3"), ("i", "9")]);
+}
+
+#[test]
+fn work_that_names_a_block_handed_to_the_mover_keeps_it_or_waits_for_its_move() {
+    // b, the least recently used left on the device, is handed to the
+    // mover as i comes in; a kernel writes it at once.
+    let mut steps = ninth_comes_in();
+    steps.extend(["fill:b:7:1".into(), "sync".into()]);
+    for name in ["b", "c", "i"] {
+        steps.push(format!("peekvia:{name}:1"));
+    }
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let run = client(Runtime::Fake13, &overlapping("32MiB", &[]), &steps);
+    run.assert_ok();
+    let moves = moves(&run);
+    let handed = moves["mover_moves"].as_u64().unwrap() + moves["mover_claimed"].as_u64().unwrap();
+    assert!(handed >= 1, "{moves:#}");
+    assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
+    peeks_hold(&run, &[("b", "7"), ("c", "3"), ("i", "9")]);
+}
+
+#[test]
+fn a_job_that_exits_with_moves_handed_to_the_mover_exits_at_once_with_its_trace() {
+    // i comes in and a block is handed to the mover; the job exits at once.
+    let steps = ninth_comes_in();
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let began = std::time::Instant::now();
+    let run = client(Runtime::Fake13, &overlapping("32MiB", &[]), &steps);
+    run.assert_ok();
+    // Its streams' 20 ms delays aside, nothing waits long at exit.
+    assert!(began.elapsed() < std::time::Duration::from_secs(5));
+    // The trace, written at exit, has the moves.
+    let moves = moves(&run);
+    assert!(moves["to_device"].as_u64().unwrap() >= 1, "{moves:#}");
+}

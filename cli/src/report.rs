@@ -224,7 +224,7 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
 /// What the spill tier moved, in one line.
 fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
     format!(
-        "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making memory), {:.2} s waiting for the device first, {} times; {} of new host memory pinned in {:.2} s, {} given back while live blocks remained\n",
+        "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making memory), {:.2} s waiting for the device first, {} times; {} of new host memory pinned in {:.2} s, {} given back while live blocks remained{}\n",
         moves.to_device,
         human_bytes(moves.bytes_to_device),
         moves.to_host,
@@ -238,7 +238,15 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
         moves.fetches,
         human_bytes(moves.pinned_bytes),
         moves.pinning_seconds,
-        human_bytes(moves.unpinned_bytes)
+        human_bytes(moves.unpinned_bytes),
+        if moves.mover_moves + moves.mover_claimed > 0 {
+            format!(
+                "; {} of the moves to the host made on the mover thread, in {:.2} s, {} claimed back by work before they began",
+                moves.mover_moves, moves.mover_seconds, moves.mover_claimed
+            )
+        } else {
+            String::new()
+        }
     )
 }
 
@@ -268,6 +276,9 @@ mod tests {
                 unpinned_bytes: 1 << 20,
                 fresh_bytes_to_device: 0,
                 fetches: 6,
+                mover_moves: 0,
+                mover_seconds: 0.0,
+                mover_claimed: 0,
                 steps: 9,
                 samples: Vec::new(),
             }),
@@ -276,6 +287,16 @@ mod tests {
         let report = process_report(&process, &[]);
         assert!(
             report.contains("  moves: 3 onto the device (3.00 MiB), 2 to the host (2.00 MiB); 4 uses left in place; 1.50 s copying and remapping (1.00 s waiting for copies, 0.25 s remapping, 0.50 s making memory), 0.25 s waiting for the device first, 6 times; 4.00 MiB of new host memory pinned in 0.75 s, 1.00 MiB given back while live blocks remained\n"),
+            "{report}"
+        );
+        // Moves beside the kernels say what the mover thread made.
+        let mut beside = process.clone();
+        if let Some(moves) = beside.moves.as_mut() {
+            (moves.mover_moves, moves.mover_seconds, moves.mover_claimed) = (2, 0.5, 1);
+        }
+        let report = process_report(&beside, &[]);
+        assert!(
+            report.contains("given back while live blocks remained; 2 of the moves to the host made on the mover thread, in 0.50 s, 1 claimed back by work before they began\n"),
             "{report}"
         );
         let quiet = process_report(&ProcessJson::default(), &[]);

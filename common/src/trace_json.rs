@@ -188,6 +188,13 @@ pub struct MovesJson {
     /// Times the job's launches were held back and the device drained for
     /// moves (before a launch, or for a quota or budget cut).
     pub fetches: u64,
+    /// Where moves overlap the job's kernels: moves to the host made on the
+    /// shim's mover thread (not a part of `to_host`'s time above, which is
+    /// the job's threads'), the time it spent on them, and moves claimed
+    /// back before they began, by work that named their block.
+    pub mover_moves: u64,
+    pub mover_seconds: f64,
+    pub mover_claimed: u64,
     /// Steps begun while the process ran (0: none found).
     pub steps: u64,
     /// The counters over time, so that a part of the run (its timed steps,
@@ -233,6 +240,8 @@ pub struct MovesSample {
     pub hand_out_ns: u64,
     pub pinning_ns: u64,
     pub fetches: u64,
+    /// The mover thread's time making moves (not a part of `move_ns`).
+    pub mover_ns: u64,
 }
 
 /// Launches of one call by what their operands named.

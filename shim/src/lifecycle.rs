@@ -124,6 +124,10 @@ extern "C" fn at_exit() {
             panic!("a panic in the exit handler, as the tests ask");
         }
         if let Some(state) = state::started() {
+            // The mover thread begins no move from now on, and finishes
+            // those under way before CUDA is torn down.
+            let moves = std::time::Duration::from_secs(1);
+            state.tier.outgoing.close(&state.ledger, moves);
             report::write_trace_at_exit(state);
             state.give_back();
         }

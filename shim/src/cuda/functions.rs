@@ -240,6 +240,11 @@ macro_rules! cuda_functions {
                 fn cuStreamWaitEvent_ptsz(stream: CUstream, event: *mut c_void, flags: c_uint);
                 fn cuEventDestroy_v2(event: *mut c_void);
                 fn cudnnBackendGetAttribute(descriptor: LibraryHandle, name: c_int, kind: c_int, requested: i64, count: *mut i64, elements: *mut c_void);
+                // The mover thread works in the job's context, and may call
+                // CUDA while another thread captures a graph.
+                fn cuCtxGetCurrent(context: *mut *mut c_void);
+                fn cuCtxSetCurrent(context: *mut c_void);
+                fn cuThreadExchangeStreamCaptureMode(mode: *mut c_int);
             }
         }
     };

@@ -231,6 +231,8 @@ pub unsafe fn free(
         return real_free(ptr);
     }
     let state = state();
+    // A block the mover thread was to move out is freed where it is.
+    super::tier::mover::claim(state, &[ptr as usize]);
     // A tier block freed in stream order is kept, its device bytes still
     // counted.
     let kept = stream.filter(|_| super::tier::kept::keeps(state, ptr as usize));
@@ -242,7 +244,12 @@ pub unsafe fn free(
         };
         match taken {
             Taken::Block(block) => break block,
-            Taken::Moving => std::thread::yield_now(),
+            Taken::Moving => {
+                // Handed to the mover thread meanwhile: not begun, it is
+                // dropped; under way, it is waited for.
+                super::tier::mover::claim(state, &[ptr as usize]);
+                std::thread::yield_now()
+            }
             Taken::Unknown => {
                 let rc = real_free(ptr);
                 state.record(Op::Free, api, -1, ptr as usize, 0, Placement::Unknown, rc);

@@ -114,6 +114,15 @@ where
     if !fits {
         fits = tier::kept::room_for(state, device, size, limit, true);
     }
+    // And the tier's blocks that the mover thread is moving out: their
+    // room is coming, and a block made in host memory would be read in
+    // place or moved in again.
+    for _ in 0..MOVER_WAITS {
+        if fits || tiered.is_none() || !tier::mover::wait_for_one(state) {
+            break;
+        }
+        fits = state.ledger.try_reserve(device, size, limit);
+    }
     if !fits && config().priority == Priority::High {
         fits = wait_for_room(state, device, size, limit);
     }
@@ -191,6 +200,10 @@ where
     }
     spill(state, api, device, size, quota, managed_flags, on_host)
 }
+
+/// The mover thread's batches an allocation that finds no room waits for
+/// at most (its other threads may keep handing moves over).
+const MOVER_WAITS: usize = 4;
 
 /// Granularity of a split block's device part: the GPU's large page.
 const SPLIT_GRAIN: u64 = 2 << 20;

@@ -407,7 +407,7 @@ pub fn library_call(
 
 /// Before a library call: its operands in host memory come onto the
 /// device, as a launch's do (the call's use is made after it returns).
-fn fetch_operands(state: &State, api: Api, operands: &[*const c_void]) {
+fn fetch_operands(state: &'static State, api: Api, operands: &[*const c_void]) {
     if state
         .tier
         .bytes_in_host

@@ -23,6 +23,7 @@ use crate::config::{Config, Device, MAX_DEVICES};
 pub mod access;
 mod launch_counts;
 pub mod ledger;
+pub mod outgoing;
 pub mod report;
 mod shared;
 pub mod tier;

@@ -245,6 +245,9 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
         unpinned_bytes: tier.unpinned.load(Relaxed),
         fresh_bytes_to_device: tier.moved_in_fresh.load(Relaxed),
         fetches: tier.fetches.load(Relaxed),
+        mover_moves: tier.outgoing.made.load(Relaxed),
+        mover_seconds: tier.outgoing.busy_ns.load(Relaxed) as f64 / 1e9,
+        mover_claimed: tier.outgoing.claimed.load(Relaxed),
         steps: state.access.steps.current(),
         // The last sample is now: the run's end.
         samples: {

@@ -181,6 +181,8 @@ pub struct Tier {
     pub host_bytes: Mutex<HashMap<u64, u64>>,
     /// The moves' counters over time, for the trace ([`Tier::sample`]).
     pub samples: Mutex<Samples>,
+    /// Moves to the host made on the shim's mover thread.
+    pub outgoing: super::outgoing::Outgoing,
 }
 
 /// Samples of the moves' counters, taken at every `stride`-th chance.
@@ -293,6 +295,7 @@ impl Tier {
             memory_ns: self.memory_ns.load(Relaxed),
             pinning_ns: self.pinning_ns.load(Relaxed),
             fetches: self.fetches.load(Relaxed),
+            mover_ns: self.outgoing.busy_ns.load(Relaxed),
         }
     }
 }

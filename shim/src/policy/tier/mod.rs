@@ -26,6 +26,7 @@
 
 pub mod backing;
 pub mod kept;
+pub mod mover;
 mod moves;
 mod room;
 mod spare;
@@ -278,7 +279,9 @@ pub fn enter(state: &State) -> Option<Inside<'_>> {
 /// launches' index may lag behind a move) onto the device where they fit,
 /// making room as the module says, and moving none of `named` out. A block
 /// that cannot come is read in place.
-pub fn fetch(state: &State, api: Api, named: &[usize]) {
+pub fn fetch(state: &'static State, api: Api, named: &[usize]) {
+    // A named block the mover thread was to move out stays.
+    mover::claim(state, named);
     if named.is_empty() || state.tier.bytes_in_host.load(Relaxed) == 0 {
         return;
     }
@@ -465,7 +468,8 @@ fn could_fit(state: &State, block: Block, quota: Option<u64>, keep: &[usize]) ->
     // A pool's budget holds the members' device bytes together: moving
     // this process's blocks out frees that much of it, no more.
     let pool_room = super::moves::pool_room(state, block.device);
-    let movable =
-        room::movable_all(state, block.device, keep) + kept::on_device(state, block.device);
+    let movable = room::movable_all(state, block.device, keep)
+        + kept::on_device(state, block.device)
+        + mover::leaving(state, block.device);
     room.saturating_add(movable) >= block.size && pool_room.saturating_add(movable) >= block.size
 }

@@ -20,6 +20,7 @@
 //! again: the driver writes a page table entry for each host page) as soon
 //! as its copy has landed, while the copies queued after it still run.
 
+use std::cell::Cell;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::time::Instant;
@@ -55,9 +56,9 @@ pub struct Staged {
     ordered: bool,
 }
 
-/// Waits, when dropped, for the copies queued to the host on its device,
-/// and onto it too unless those are ordered before the work that needs
-/// them (`ordered_in`).
+/// Waits, when dropped, for the copies queued on its device, unless moves
+/// overlap the job's kernels (`ordered_in`): there, those onto the device
+/// are ordered before the work that needs them.
 pub struct WaitOnDrop {
     pub device: Device,
     pub ordered_in: bool,
@@ -65,16 +66,34 @@ pub struct WaitOnDrop {
 
 impl Drop for WaitOnDrop {
     fn drop(&mut self) {
-        for direction in [Direction::ToDevice, Direction::ToHost] {
-            if direction == Direction::ToHost || !self.ordered_in {
+        // Beside the kernels, moves to the host still copying (the mover
+        // thread's) change nothing the job sees until they are finished:
+        // no wait for them either.
+        if !self.ordered_in {
+            for direction in [Direction::ToDevice, Direction::ToHost] {
                 let _ = backing::wait(self.device, direction);
             }
         }
     }
 }
 
-/// Runs `f`, adding the time it took to `counter`.
+thread_local! {
+    /// Set on the mover thread ([`super::mover`]), whose time holds no job
+    /// back and is counted apart.
+    static ON_MOVER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the calling thread as the mover.
+pub(super) fn on_mover_thread() {
+    let _ = ON_MOVER.try_with(|on| on.set(true));
+}
+
+/// Runs `f`, adding the time it took to `counter` unless on the mover
+/// thread.
 pub(super) fn timed<T>(counter: &AtomicU64, f: impl FnOnce() -> T) -> T {
+    if ON_MOVER.try_with(Cell::get).unwrap_or(false) {
+        return f();
+    }
     let began = Instant::now();
     let result = f();
     counter.fetch_add(began.elapsed().as_nanos() as u64, Relaxed);
@@ -157,7 +176,17 @@ pub fn stage_in(state: &State, ptr: usize, block: Block, overlap: bool) -> Optio
 /// mapped at the staging half, on its first move out): its bytes copied
 /// there. `None` if it cannot move.
 pub fn stage_out(state: &State, ptr: usize, size: u64) -> Option<Staged> {
-    let block = state.ledger.begin_tier_move(ptr, Placement::Device, size)?;
+    state.ledger.begin_tier_move(ptr, Placement::Device, size)?;
+    stage_begun_out(state, ptr, size)
+}
+
+/// As [`stage_out`], for a block whose move the ledger has begun; `None`
+/// (and the ledger's move ended) if it cannot move.
+pub fn stage_begun_out(state: &State, ptr: usize, size: u64) -> Option<Staged> {
+    let Some(block) = state.ledger.block_at(ptr) else {
+        state.ledger.end_tier_move(ptr, Placement::Device);
+        return None;
+    };
     let device = block.device;
     let tier = &state.tier;
     let staging = ptr as CUdeviceptr + size;

@@ -2,7 +2,8 @@
 //! (that moves nothing), then the tier's live blocks whose next use is
 //! furthest moved to the host. Where moves overlap the job's kernels (not
 //! `strict`: the device was not drained), only blocks whose uses are known
-//! may go, each once its last use has completed ([`super::uses`]).
+//! may go, each once its last use has completed ([`super::uses`]), and
+//! those that go ahead of need move on the mover thread ([`super::mover`]).
 
 use std::sync::atomic::Ordering::SeqCst;
 
@@ -10,7 +11,7 @@ use crate::config::Device;
 use crate::state::State;
 
 use super::moves::{self, move_out, timed, Staged};
-use super::{backing, drained, kept, uses, Timed};
+use super::{backing, drained, kept, mover, uses, Timed};
 
 /// The share of the quota kept free for blocks coming in (1/8), so that a
 /// block's copy onto the device can start at once and the copies of the
@@ -22,7 +23,7 @@ const MOVE_BUDGET_DIVISOR: u64 = 8;
 /// `limit` (the quota, or the pool's budget if lower) on `device` would be
 /// the move budget; `keep` stays.
 pub(super) fn evict_ahead(
-    state: &State,
+    state: &'static State,
     device: Device,
     limit: u64,
     keep: &[usize],
@@ -30,9 +31,11 @@ pub(super) fn evict_ahead(
 ) -> Vec<Staged> {
     let budget = limit / MOVE_BUDGET_DIVISOR;
     let used = state.ledger.device(device).device_bytes.load(SeqCst);
+    // The moves the mover thread is making free their room as they land.
     let mut room = limit
         .saturating_sub(used)
-        .min(crate::policy::moves::pool_room(state, device));
+        .min(crate::policy::moves::pool_room(state, device))
+        .saturating_add(mover::leaving(state, device));
     let mut staged = Vec::new();
     if room >= budget {
         return staged;
@@ -54,6 +57,12 @@ pub(super) fn evict_ahead(
             break;
         }
         if size > budget {
+            continue;
+        }
+        // Beside the kernels, the mover thread makes the move, while the
+        // job's work goes on.
+        if !strict && mover::send(state, ptr, size) {
+            room += size;
             continue;
         }
         if let Some(out) = moves::stage_out(state, ptr, size) {
@@ -165,6 +174,13 @@ pub(super) fn make_room(
     // Kept blocks go first: giving them back moves nothing.
     if kept::room_for(state, device, size, quota, false) {
         return true;
+    }
+    // Then the moves the mover thread is making, chosen before as the
+    // least needed: each frees its room as it lands.
+    while mover::wait_for_one(state) {
+        if state.ledger.try_reserve(device, size, quota) {
+            return true;
+        }
     }
     let candidates = movable_blocks(state, device, keep, strict);
     let used = state.ledger.device(device).device_bytes.load(SeqCst);

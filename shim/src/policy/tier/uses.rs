@@ -8,7 +8,8 @@
 //! the device (its event recorded after its copy, on the tier's stream) is
 //! there before any kernel that names it runs. Each event is of the API
 //! of the work that recorded it (the runtime's or the driver's), and asked
-//! through that API.
+//! through that API. Work that names a block the mover thread is to move
+//! out claims it back first ([`super::mover`]).
 //!
 //! What this trusts: that a kernel touches only the blocks its parameters
 //! (or its library call's operands) point into. A block handed out again
@@ -72,20 +73,26 @@ pub fn touched(state: &State, words: &[u64], overflowed: bool) -> Vec<usize> {
         unread(state);
     }
     if state.access.graphs.capturing_any() {
+        // Not recorded, so not claimed one by one either.
+        if !words.is_empty() {
+            super::mover::claim_all(state);
+        }
         return Vec::new();
     }
     state.tier.holding(words)
 }
 
 /// Before a launch whose uses are not all known (its parameters unread,
-/// more words than were kept, an executable graph's): it waits here for
-/// the copies onto the device still landing on `api`'s current device,
-/// and the next move waits for the device.
+/// more words than were kept, an executable graph's): every move the
+/// mover thread was to make is claimed back, it waits here for the copies
+/// onto the device still landing on `api`'s current device, and the next
+/// move waits for the device.
 pub fn opaque(state: &State, api: Api) {
     if !tracking(state) {
         return;
     }
     unread(state);
+    super::mover::claim_all(state);
     if let Ok(device) = Backend::of(api).current_device() {
         let _ = backing::wait(device, Direction::ToDevice);
     }
@@ -199,6 +206,9 @@ pub fn order(state: &State, api: Api, named: &[usize], stream: Option<usize>) {
     if named.is_empty() || !tracking(state) {
         return;
     }
+    // A block the mover thread was to move out stays; one it is moving is
+    // waited for.
+    super::mover::claim(state, named);
     let key = stream.map(|stream| stream_key(api, stream));
     for ptr in named {
         // Held while the work is ordered: another thread's record cannot

@@ -1,0 +1,272 @@
+//! The shim's mover thread, where moves overlap the job's kernels: a block
+//! chosen to go out ahead of need (its last use finished, its uses known)
+//! is handed to it, and the thread makes the whole move (host memory made
+//! or taken, the copy out, the wait for it, the remap, the device memory
+//! given back) while the job's threads go on giving work. Pinning host
+//! memory and remapping a range to it are the costliest parts of a move;
+//! made here, they no longer hold the job back.
+//!
+//! Until the move ends, the block is on the device for everyone: its
+//! device memory stays mapped, with its bytes, and counts under the quota.
+//! Work that names the block claims it back first ([`claim`]): a move not
+//! begun is dropped, one under way is waited for (the block is then read
+//! where it went). Work whose uses are not known claims every move
+//! ([`claim_all`]). So the range is remapped only while no work the shim
+//! let through may touch it.
+
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::{MutexGuard, PoisonError};
+
+use cudart_sys::*;
+use vramshare_common::event::Placement;
+
+use crate::config::Device;
+use crate::cuda::real;
+use crate::state::outgoing::{Leaving, Outgoing, Queue};
+use crate::state::{lock, State};
+
+use super::moves;
+
+/// `CU_STREAM_CAPTURE_MODE_RELAXED`: the thread's calls never end a
+/// capture another thread is making.
+const CAPTURE_MODE_RELAXED: i32 = 2;
+
+/// Hands the move of the block at `ptr` (`size` bytes, on the device, not
+/// moving) to the mover thread. False if it was not handed over (no
+/// thread, the process exiting, no current context, or the block is not
+/// where it was): the caller may make the move itself.
+pub fn send(state: &'static State, ptr: usize, size: u64) -> bool {
+    let outgoing = &state.tier.outgoing;
+    if outgoing.exiting.load(SeqCst) || !*outgoing.thread.get_or_init(|| start(state)) {
+        return false;
+    }
+    let Some(context) = current_context() else {
+        return false;
+    };
+    let Some(block) = state.ledger.begin_tier_move(ptr, Placement::Device, size) else {
+        return false;
+    };
+    let leaving = Leaving {
+        ptr,
+        size,
+        device: block.device,
+        context,
+    };
+    let mut queue = lock(&outgoing.queue);
+    queue.waiting.push_back(leaving);
+    outgoing.pending.fetch_add(1, SeqCst);
+    drop(queue);
+    outgoing.changed.notify_all();
+    true
+}
+
+/// Before work that may touch `ptrs` (blocks by start): their moves not
+/// begun are dropped (the blocks stay on the device), and one under way is
+/// waited for.
+pub fn claim(state: &State, ptrs: &[usize]) {
+    let outgoing = &state.tier.outgoing;
+    if ptrs.is_empty() || outgoing.pending.load(SeqCst) == 0 {
+        return;
+    }
+    settle(state, outgoing, |leaving| ptrs.contains(&leaving.ptr));
+}
+
+/// Before work whose uses are not known: every move is claimed back.
+pub fn claim_all(state: &State) {
+    let outgoing = &state.tier.outgoing;
+    if outgoing.pending.load(SeqCst) == 0 {
+        return;
+    }
+    settle(state, outgoing, |_| true);
+}
+
+/// Drops the moves not begun that `claimed` picks, then waits while one it
+/// picks is under way.
+fn settle(state: &State, outgoing: &Outgoing, claimed: impl Fn(&Leaving) -> bool) {
+    let mut queue = lock(&outgoing.queue);
+    let before = queue.waiting.len();
+    queue.waiting.retain(|leaving| {
+        let drop = claimed(leaving);
+        if drop {
+            state.ledger.end_tier_move(leaving.ptr, Placement::Device);
+        }
+        !drop
+    });
+    let dropped = (before - queue.waiting.len()) as u64;
+    if dropped > 0 {
+        outgoing.pending.fetch_sub(dropped, SeqCst);
+        outgoing.claimed.fetch_add(dropped, Relaxed);
+        queue.ended += dropped;
+        outgoing.changed.notify_all();
+    }
+    while queue.busy.iter().any(&claimed) {
+        queue = wait(outgoing, queue);
+    }
+}
+
+/// The bytes on `device` of the moves waiting or under way: room that is
+/// being made.
+pub fn leaving(state: &State, device: Device) -> u64 {
+    let outgoing = &state.tier.outgoing;
+    if outgoing.pending.load(SeqCst) == 0 {
+        return 0;
+    }
+    let queue = lock(&outgoing.queue);
+    // A move the thread has made is off the device already, though its
+    // batch is not over.
+    let still = |leaving: &&Leaving| {
+        state
+            .ledger
+            .block_at(leaving.ptr)
+            .is_some_and(|block| block.moving && block.placement == Placement::Device)
+    };
+    queue
+        .waiting
+        .iter()
+        .chain(queue.busy.iter())
+        .filter(|leaving| leaving.device == device)
+        .filter(still)
+        .map(|leaving| leaving.size)
+        .sum()
+}
+
+/// Waits until one more move has ended; false (at once) if none is waiting
+/// or under way.
+pub fn wait_for_one(state: &State) -> bool {
+    let outgoing = &state.tier.outgoing;
+    if outgoing.pending.load(SeqCst) == 0 {
+        return false;
+    }
+    let mut queue = lock(&outgoing.queue);
+    let ended = queue.ended;
+    let mut waited = false;
+    while queue.ended == ended && (!queue.busy.is_empty() || !queue.waiting.is_empty()) {
+        waited = true;
+        queue = wait(outgoing, queue);
+    }
+    waited || queue.ended != ended
+}
+
+fn wait<'a>(outgoing: &Outgoing, queue: MutexGuard<'a, Queue>) -> MutexGuard<'a, Queue> {
+    outgoing
+        .changed
+        .wait(queue)
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The calling thread's current context, if it has one.
+fn current_context() -> Option<usize> {
+    let mut context = std::ptr::null_mut();
+    // SAFETY: writes the pointer we own.
+    let rc = unsafe { real::cuCtxGetCurrent(&mut context) };
+    (rc == CUDA_SUCCESS && !context.is_null()).then_some(context as usize)
+}
+
+/// Starts the mover thread; whether it runs.
+fn start(state: &'static State) -> bool {
+    let started = std::thread::Builder::new()
+        .name("vramshare-mover".into())
+        .spawn(move || run(state));
+    if let Err(error) = started {
+        warn!("the spill tier could not start its mover thread ({error}); blocks move out on the job's threads");
+        return false;
+    }
+    true
+}
+
+/// The most moves the thread begins before it finishes them: their copies
+/// are queued together, and each is remapped as soon as its own copy has
+/// landed, while the later ones still copy.
+const BATCH: usize = 32;
+
+/// The thread: makes the moves handed over, the oldest first.
+fn run(state: &'static State) {
+    let outgoing = &state.tier.outgoing;
+    moves::on_mover_thread();
+    let mut mode = CAPTURE_MODE_RELAXED;
+    // SAFETY: writes the mode we own. Refused only by a driver without
+    // graphs, where no capture can be under way either.
+    let _ = unsafe { real::cuThreadExchangeStreamCaptureMode(&mut mode) };
+    let mut context = 0;
+    loop {
+        {
+            let mut queue = lock(&outgoing.queue);
+            while queue.waiting.is_empty() || outgoing.exiting.load(SeqCst) {
+                queue = wait(outgoing, queue);
+            }
+        }
+        let began = std::time::Instant::now();
+        let mut taken = Vec::new();
+        let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            make(state, &mut taken, &mut context)
+        }));
+        if made.is_err() {
+            error!(
+                "the spill tier's mover thread failed moving {} blocks; they stay where they are",
+                taken.len()
+            );
+            for leaving in &taken {
+                // Where the ledger was not told (the likeliest): a free of
+                // the block would wait for the move for ever.
+                if state.ledger.block_at(leaving.ptr).is_some_and(|b| b.moving) {
+                    state.ledger.end_tier_move(leaving.ptr, Placement::Device);
+                }
+            }
+        }
+        outgoing
+            .busy_ns
+            .fetch_add(began.elapsed().as_nanos() as u64, Relaxed);
+        let mut queue = lock(&outgoing.queue);
+        queue.busy.retain(|leaving| !taken.contains(leaving));
+        queue.ended += taken.len() as u64;
+        outgoing.pending.fetch_sub(taken.len() as u64, SeqCst);
+        drop(queue);
+        outgoing.changed.notify_all();
+    }
+}
+
+/// Begins up to [`BATCH`] of the moves waiting, each taken out of the queue
+/// as it begins (`taken`: those begun; until then work may still claim a
+/// move back), each in its block's context (`current`: the one made
+/// current last), then finishes them. Every move taken ends the ledger's
+/// move, made or failed.
+fn make(state: &State, taken: &mut Vec<Leaving>, current: &mut usize) {
+    let outgoing = &state.tier.outgoing;
+    let mut staged = Vec::new();
+    while taken.len() < BATCH {
+        let next = {
+            let mut queue = lock(&outgoing.queue);
+            if outgoing.exiting.load(SeqCst) {
+                break;
+            }
+            let Some(next) = queue.waiting.pop_front() else {
+                break;
+            };
+            queue.busy.push(next);
+            next
+        };
+        taken.push(next);
+        if *current != next.context {
+            if !staged.is_empty() {
+                // Finished in the context they were queued in.
+                count_made(state, moves::finish(state, std::mem::take(&mut staged)));
+            }
+            // SAFETY: a context the job's thread had current when it handed
+            // the move over; the job's own.
+            let rc = unsafe { real::cuCtxSetCurrent(next.context as *mut std::ffi::c_void) };
+            if rc != CUDA_SUCCESS {
+                state.ledger.end_tier_move(next.ptr, Placement::Device);
+                continue;
+            }
+            *current = next.context;
+        }
+        // Ends the ledger's move if it cannot be staged.
+        staged.extend(moves::stage_begun_out(state, next.ptr, next.size));
+    }
+    count_made(state, moves::finish(state, staged));
+}
+
+fn count_made(state: &State, moved: Vec<bool>) {
+    let made = moved.iter().filter(|moved| **moved).count() as u64;
+    state.tier.outgoing.made.fetch_add(made, Relaxed);
+}

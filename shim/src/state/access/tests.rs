@@ -1,0 +1,166 @@
+//! The access profile's unit tests.
+
+use super::*;
+use crate::state::ledger::Block;
+use vramshare_common::event::{Api, Placement};
+
+fn ledger_with(blocks: &[(usize, u64)]) -> Ledger {
+    let ledger = Ledger::new(
+        Vec::leak(vramshare_common::registry::local_counters()),
+        None,
+        false,
+    );
+    for (ptr, size) in blocks {
+        let block = Block {
+            size: *size,
+            device: crate::config::Device::new(0).unwrap(),
+            placement: Placement::Device,
+            device_part: 0,
+            api: Api::cudaMalloc,
+            pool: 0,
+            managed: false,
+            moving: false,
+            tiered: false,
+        };
+        ledger.insert(*ptr, block);
+    }
+    ledger
+}
+
+#[test]
+fn a_stale_snapshot_leaves_the_ledger_to_find_a_tier_block_made_since() {
+    let ledger = ledger_with(&[]);
+    let block = Block {
+        size: 4 << 20,
+        device: crate::config::Device::new(0).unwrap(),
+        placement: Placement::Host,
+        device_part: 0,
+        api: Api::cudaMallocAsync,
+        pool: 0,
+        managed: false,
+        moving: false,
+        tiered: true,
+    };
+    let start = 0x7f00_0000_0000usize;
+    ledger.insert(start, block);
+    ledger.insert(
+        start + (16 << 20),
+        Block {
+            tiered: false,
+            ..block
+        },
+    );
+    let (older, _) = index::rebuild(&Snapshot::empty(), 1, Vec::new(), 0);
+    let mut naming = Naming::new(&older, 2);
+    for word in [start as u64 + 8, start as u64, start as u64 + (16 << 20), 7] {
+        naming.word(word);
+    }
+    // The start of a tier block, only: not a pointer into it, not
+    // another kind of block, not a word that is no address.
+    assert_eq!(naming.unfound_blocks(&ledger).collect::<Vec<_>>(), [start]);
+    // A snapshot as new as the ledger is not second-guessed.
+    let mut current = Naming::new(&older, 1);
+    current.word(start as u64);
+    assert_eq!(current.unfound_blocks(&ledger).count(), 0);
+}
+
+#[test]
+fn a_launch_names_each_block_once_and_places_its_use() {
+    let access = Access::default();
+    let ledger = ledger_with(&[(0x10000, 0x1000), (0x20000, 0x1000)]);
+    let mut recurrence = Recurrence::ZERO;
+    let params: [u64; 5] = [7, 0x10008, 0x10010, 0x20fff, 0x30000];
+    let kernel = (0x99, Launch::Kernel);
+    let named = access.launch(
+        &ledger,
+        kernel,
+        Some(&mut recurrence),
+        5,
+        |n| {
+            // SAFETY: the array is 40 readable bytes.
+            unsafe { n.words(params.as_ptr().cast(), 40) }
+        },
+        &mut Named::default(),
+    );
+    assert_eq!(named, 2, "two pointers into the first block count once");
+    let profiles = access.index.profiles();
+    assert!(profiles.iter().all(|p| p.uses() == 1 && p.stream() == 5));
+    // A pointer at an offset that is not a multiple of 8 from its
+    // parameter's start is not read (CUDA aligns pointers to 8).
+    let bytes: [u8; 12] = {
+        let mut b = [0u8; 12];
+        b[4..12].copy_from_slice(&0x10000u64.to_le_bytes());
+        b
+    };
+    let named = access.launch(
+        &ledger,
+        kernel,
+        Some(&mut recurrence),
+        5,
+        |n| {
+            // SAFETY: 12 readable bytes.
+            unsafe { n.words(bytes.as_ptr(), 12) }
+        },
+        &mut Named::default(),
+    );
+    assert_eq!(named, 0);
+    // A block freed is no longer named, once the index is rebuilt: 100
+    // µs after the last rebuild, or ten times that rebuild's cost if
+    // longer (on a loaded machine, a rebuild can take tens of µs).
+    let _ = ledger.take(0x20000);
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    let named = access.launch(
+        &ledger,
+        kernel,
+        None,
+        5,
+        |n| n.word(0x20008),
+        &mut Named::default(),
+    );
+    assert_eq!(named, 0);
+}
+
+#[test]
+fn the_step_before_predicts_the_next_use_and_the_least_recent_ranks_last() {
+    use profile::BlockProfile;
+    use steps::Place;
+    let at = |step, position| Place { step, position };
+    let touch = |profile: &BlockProfile, step, positions: &[u64]| {
+        for p in positions {
+            profile.touch(at(step, *p), 0, profile::VIA_KERNEL, false);
+        }
+    };
+    // Used at 10 and 90 in step 1, not yet in step 2.
+    let late = BlockProfile::new(0x1000, 4096, 0, 0);
+    touch(&late, 1, &[10, 90]);
+    // Used at 20, 30, 40 in step 1, and at 20 in step 2.
+    let busy = BlockProfile::new(0x2000, 4096, 0, 0);
+    touch(&busy, 1, &[20, 30, 40]);
+    touch(&busy, 2, &[20]);
+    // Step 2, now at 25, steps of 100 launches.
+    assert_eq!(
+        next_use(&late, at(2, 25), 100),
+        40,
+        "its mean gap: (90 - 10) / 2"
+    );
+    assert_eq!(
+        next_use(&late, at(2, 5), 100),
+        5,
+        "its first use, still ahead"
+    );
+    assert_eq!(
+        next_use(&busy, at(2, 25), 100),
+        6,
+        "in its busy span: (40 - 20) / 3"
+    );
+    assert_eq!(
+        next_use(&busy, at(2, 50), 100),
+        70,
+        "all its uses behind: its first of the next step"
+    );
+    let never = BlockProfile::new(0x3000, 4096, 0, 0);
+    assert_eq!(next_use(&never, at(2, 25), 100), u64::MAX);
+    // Without marked steps: the least recently used ranks greatest.
+    assert!(least_recent_first(&late) > least_recent_first(&busy));
+    assert_eq!(least_recent_first(&never), u64::MAX);
+}

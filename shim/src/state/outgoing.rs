@@ -1,0 +1,79 @@
+//! Moves to the host handed to the shim's mover thread, where moves overlap
+//! the job's kernels ([`crate::policy::tier::mover`]): each block stays
+//! marked as moving in the ledger, on the device and counted there, until
+//! the thread has copied it out and remapped its range, or work that names
+//! it has claimed it back.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::config::Device;
+
+/// One block to move out: where, and the context its device's work is
+/// given in (the thread makes it current).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Leaving {
+    pub ptr: usize,
+    pub size: u64,
+    pub device: Device,
+    pub context: usize,
+}
+
+#[derive(Default)]
+pub struct Queue {
+    /// Handed over, not begun, the oldest first.
+    pub waiting: VecDeque<Leaving>,
+    /// The moves the thread has begun and not yet finished.
+    pub busy: Vec<Leaving>,
+    /// Moves over (made, failed or claimed back), so that a waiter sees
+    /// progress.
+    pub ended: u64,
+}
+
+#[derive(Default)]
+pub struct Outgoing {
+    pub queue: Mutex<Queue>,
+    /// Signalled when a move is handed over and when one ends.
+    pub changed: Condvar,
+    /// Moves waiting or under way: while 0, work names blocks without
+    /// taking the lock.
+    pub pending: AtomicU64,
+    /// Whether the thread runs (asked once, at the first move handed over).
+    pub thread: OnceLock<bool>,
+    /// Time the thread spent making moves, and the moves it made.
+    pub busy_ns: AtomicU64,
+    pub made: AtomicU64,
+    /// Moves claimed back by work that named their block.
+    pub claimed: AtomicU64,
+    /// Set by the process's exit handler: no move begins after it.
+    pub exiting: AtomicBool,
+}
+
+impl Outgoing {
+    /// At the process's exit: no move begins from now on, and the moves
+    /// under way are waited for, up to `timeout` (CUDA is torn down after
+    /// the exit handlers; the job's calls then pass straight through and
+    /// claim nothing). The moves not begun leave their blocks where they
+    /// are, as `ledger` is told.
+    pub fn close(&self, ledger: &super::ledger::Ledger, timeout: Duration) {
+        self.exiting.store(true, SeqCst);
+        let began = Instant::now();
+        let mut queue = super::lock(&self.queue);
+        for leaving in std::mem::take(&mut queue.waiting) {
+            ledger.end_tier_move(leaving.ptr, vramshare_common::event::Placement::Device);
+            self.pending.fetch_sub(1, SeqCst);
+            queue.ended += 1;
+        }
+        while !queue.busy.is_empty() {
+            let Some(left) = timeout.checked_sub(began.elapsed()) else {
+                break;
+            };
+            queue = match self.changed.wait_timeout(queue, left) {
+                Ok((queue, _)) => queue,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+    }
+}
