@@ -6,12 +6,15 @@
 //! copy stale bytes and the checks here would see them.
 
 mod common;
+#[path = "common/sampler.rs"]
+mod sampler;
 
 use std::time::{Duration, Instant};
 
 use common::*;
+use sampler::{run_sampled, Sampled};
 use serde_json::Value;
-use vramshare_common::files::{open_existing, open_existing_mut};
+use vramshare_common::files::open_existing_mut;
 use vramshare_common::registry::{Registry, RegistryFile};
 
 /// The blocks moved out right before each move of `block` in.
@@ -162,41 +165,8 @@ fn device_bytes_never_exceed_the_quota_over_thousands_of_moves() {
     let trace = work.path().join("trace.json");
     let mut steps = vec!["malloc:a:2M", "malloc:b:2M", "malloc:c:2M", "repeat:1000:6"];
     steps.extend(STEP);
-    let mut child = client_command(
-        &shm,
-        &moving("4MiB", &[("VRAMSHARE_TRACE", trace.to_str().unwrap())]),
-        &steps,
-    )
-    // A line a step: unread, a pipe would fill and stop the client.
-    .stdout(std::process::Stdio::null())
-    .spawn()
-    .unwrap();
-    let pid = child.id();
-    let (mut samples, mut highest) = (0u64, 0u64);
-    let began = Instant::now();
-    let mut registry = None;
-    while child.try_wait().unwrap().is_none() && began.elapsed() < Duration::from_secs(120) {
-        if registry.is_none() {
-            registry = open_existing::<RegistryFile>(&shm)
-                .ok()
-                .and_then(|map| Registry::new(map).ok());
-        }
-        if let Some(slot) = registry.as_ref().and_then(|r| r.live_slot(pid)) {
-            let bytes = slot.devices()[0]
-                .device_bytes
-                .load(std::sync::atomic::Ordering::Relaxed);
-            highest = highest.max(bytes);
-            samples += 1;
-        }
-        // Leaves the client most of CI's two cores.
-        std::thread::sleep(Duration::from_micros(500));
-    }
-    let output = child.wait_with_output().unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let vars = moving("4MiB", &[("VRAMSHARE_TRACE", trace.to_str().unwrap())]);
+    let Sampled { samples, highest } = run_sampled(client_command(&shm, &vars, &steps), &shm);
     let trace: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
     let moved = trace["events"]
         .as_array()

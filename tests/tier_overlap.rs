@@ -8,8 +8,11 @@
 //! run.
 
 mod common;
+#[path = "common/sampler.rs"]
+mod sampler;
 
 use common::*;
+use sampler::{run_sampled, Sampled};
 
 fn overlapping<'a>(quota: &'a str, more: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
     let mut vars = vec![
@@ -278,4 +281,38 @@ fn a_job_that_exits_with_moves_handed_to_the_mover_exits_at_once_with_its_trace(
     // The trace, written at exit, has the moves.
     let moves = moves(&run);
     assert!(moves["to_device"].as_u64().unwrap() >= 1, "{moves:#}");
+}
+
+#[test]
+fn the_mover_threads_moves_never_take_device_bytes_above_the_quota() {
+    // Nine 2 MiB blocks under 16 MiB (a move budget of one block), filled
+    // in turn 300 times: every fill moves, and the moves out go to the
+    // mover thread while the registry is sampled.
+    let work = tempfile::tempdir().unwrap();
+    let shm = work.path().join("shm");
+    let trace = work.path().join("trace.json");
+    let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
+    let mut steps: Vec<String> = names.iter().map(|n| format!("malloc:{n}:2M")).collect();
+    steps.push(format!("repeat:300:{}", names.len()));
+    steps.extend(names.iter().map(|n| format!("fill:{n}:1:1")));
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let vars = overlapping(
+        "16MiB",
+        &[
+            ("FAKE_CUDA_STREAM_DELAY_US", "0"),
+            ("VRAMSHARE_TRACE", trace.to_str().unwrap()),
+        ],
+    );
+    let Sampled { samples, highest } = run_sampled(client_command(&shm, &vars, &steps), &shm);
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let moves = &trace["processes"][0]["moves"];
+    assert!(moves["to_host"].as_u64().unwrap() >= 1000, "{moves:#}");
+    assert!(moves["mover_moves"].as_u64().unwrap() >= 100, "{moves:#}");
+    assert!(samples >= 100, "{samples} samples");
+    assert!(highest <= 16 * MIB, "device bytes reached {highest}");
+    assert!(
+        trace["processes"][0]["peak_device"]["0"].as_u64().unwrap() <= 16 * MIB,
+        "the process's own peak"
+    );
 }
