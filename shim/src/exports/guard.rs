@@ -61,6 +61,8 @@ pub fn wall<R>(
             Some(result) => result,
             None => {
                 error!("internal error in the {name} hook; the call goes to CUDA unchanged");
+                // Unread by the shim, the call may touch any block.
+                let _ = catch_unwind(crate::policy::unknown_call);
                 passthrough()
             }
         },

@@ -82,6 +82,16 @@ pub fn touched(state: &State, words: &[u64], overflowed: bool) -> Vec<usize> {
     state.tier.holding(words)
 }
 
+/// Before a call the shim passes to CUDA unread (its hook failed): no move
+/// the mover thread was to make goes on under it, and the next move waits
+/// for the device.
+pub fn unknown_call() {
+    if let Some(state) = crate::state::started() {
+        unread(state);
+        super::mover::claim_all(state);
+    }
+}
+
 /// Before a launch whose uses are not all known (its parameters unread,
 /// more words than were kept, an executable graph's): every move the
 /// mover thread was to make is claimed back, it waits here for the copies
