@@ -2,49 +2,17 @@
 //! blocks they fall in (a pointer inside a block names it), library calls'
 //! operands read where their kernels hide them, steps found from the
 //! repeating launch sequence or marked by the job, and the profile bounded
-//! over a long run.
+//! over a long run. Graphs' launches: `access_graphs.rs`.
 
+#[path = "common/access.rs"]
+mod access_of;
 #[path = "common/command.rs"]
 mod command;
 mod common;
 
+use access_of::*;
 use command::*;
 use common::*;
-use serde_json::Value;
-
-/// The exit trace's `access` of the only process.
-fn access(run: &Run) -> &Value {
-    &run.trace()["processes"][0]["access"]
-}
-
-/// A block's profile, by the address the client printed for it.
-fn block<'a>(run: &'a Run, name: &str, step: &str) -> &'a Value {
-    let ptr = run.field(step, "ptr");
-    access(run)["blocks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|b| b["ptr"] == ptr.as_str())
-        .unwrap_or_else(|| panic!("no profile of {name} ({ptr}): {}", access(run)))
-}
-
-fn uses(run: &Run, name: &str) -> u64 {
-    block(run, name, &format!("malloc {name}"))["uses"]
-        .as_u64()
-        .unwrap()
-}
-
-fn coverage(run: &Run, api: &str) -> [u64; 4] {
-    let c = &run.trace()["processes"][0]["coverage"][api];
-    ["named", "unnamed", "undecoded", "in_library"].map(|k| c[k].as_u64().unwrap_or(0))
-}
-
-const BLOCKS: [&str; 4] = [
-    "malloc:src:1M",
-    "malloc:dst:1M",
-    "malloc:extra:64K",
-    "malloc:idle:1M",
-];
 
 #[test]
 fn every_runtime_launch_path_names_the_blocks_its_parameters_point_into() {
@@ -265,120 +233,6 @@ fn a_batch_norm_call_passes_its_doubles_through_and_names_its_tensors() {
     for name in ["x", "y", "scale"] {
         assert_eq!(uses(&run, name), 1, "{name}");
     }
-}
-
-#[test]
-fn a_graphs_launches_name_what_its_kernels_named_when_it_was_captured() {
-    let run = client(
-        Runtime::Fake13,
-        &[("VRAMSHARE_QUOTA", "32MiB")],
-        &[
-            "malloc:src:1M",
-            "malloc:dst:1M",
-            "malloc:idle:1M",
-            // Captured on stream 0x51: the kernel does not run now.
-            "capture",
-            "kernel:rt:src:dst:-",
-            "endcapture",
-            "instantiate",
-            "replay",
-            "replay",
-            "replay",
-            "destroy",
-            "replay",
-        ],
-    );
-    run.assert_ok();
-    for step in ["capture", "endcapture", "instantiate", "replay", "destroy"] {
-        assert_eq!(run.rc(step), 0, "{step}");
-    }
-    // Captured, not run: no use then; each of the three replays is one.
-    assert_eq!(uses(&run, "src"), 3);
-    assert_eq!(uses(&run, "dst"), 3);
-    assert_eq!(uses(&run, "idle"), 0);
-    assert_eq!(
-        coverage(&run, "cudaLaunchKernel"),
-        [1, 0, 0, 0],
-        "the captured launch named its blocks"
-    );
-    // The launch after the executable graph was destroyed names nothing.
-    assert_eq!(coverage(&run, "cudaGraphLaunch"), [3, 0, 1, 0]);
-}
-
-#[test]
-fn a_graph_captured_through_the_driver_names_its_blocks_also_when_begun_by_a_lookup() {
-    for how in ["link", "fetched"] {
-        let capture = format!("capture:{how}");
-        let mut steps: Vec<&str> = BLOCKS.to_vec();
-        steps.extend([
-            capture.as_str(),
-            "kernel:cu:src:dst:-",
-            "endcapture",
-            "instantiate",
-        ]);
-        steps.extend(["replay", "replay", "destroy", "replay"]);
-        let run = driver_client(&[("VRAMSHARE_QUOTA", "32MiB")], &steps);
-        run.assert_ok();
-        assert_eq!(run.rc("capture"), 0, "{how}");
-        assert_eq!(
-            uses(&run, "src"),
-            2,
-            "{how}: the two replays, not the capture"
-        );
-        assert_eq!(uses(&run, "dst"), 2, "{how}");
-        assert_eq!(uses(&run, "idle"), 0, "{how}");
-        assert_eq!(coverage(&run, "cuGraphLaunch"), [2, 0, 1, 0], "{how}");
-    }
-}
-
-#[test]
-fn a_graph_built_node_by_node_names_what_its_kernel_nodes_and_child_graphs_name() {
-    let mut steps: Vec<&str> = BLOCKS.to_vec();
-    steps.extend([
-        "nodes:src:dst:extra",
-        "instantiate",
-        "replay",
-        "replay",
-        // The graph destroyed: its executable graph still names its blocks.
-        "graphdestroy",
-        "replay",
-        "destroy",
-        "replay",
-    ]);
-    let run = driver_client(&[("VRAMSHARE_QUOTA", "32MiB")], &steps);
-    run.assert_ok();
-    for step in ["nodes", "instantiate", "graphdestroy", "destroy"] {
-        assert_eq!(run.rc(step), 0, "{step}");
-    }
-    // Read from the driver's copies of the arguments (the client's own were
-    // gone once the nodes were added), the child graph's included.
-    assert_eq!(uses(&run, "src"), 3);
-    assert_eq!(uses(&run, "dst"), 3);
-    assert_eq!(uses(&run, "extra"), 3, "named by the child graph's node");
-    assert_eq!(uses(&run, "idle"), 0);
-    assert_eq!(coverage(&run, "cuGraphLaunch"), [3, 0, 1, 0]);
-}
-
-#[test]
-fn a_graph_changed_after_an_instantiation_is_read_again_at_the_next() {
-    let mut steps: Vec<&str> = BLOCKS.to_vec();
-    steps.extend([
-        "nodes:src:-:-",
-        "instantiate",
-        "replay",
-        "addnode:dst",
-        "instantiate",
-        "replay",
-    ]);
-    let run = driver_client(&[("VRAMSHARE_QUOTA", "32MiB")], &steps);
-    run.assert_ok();
-    assert_eq!(run.rc("addnode"), 0);
-    assert_eq!(uses(&run, "src"), 2);
-    assert_eq!(
-        uses(&run, "dst"),
-        1,
-        "named by the node added before the second"
-    );
 }
 
 fn via(run: &Run, name: &str) -> Vec<String> {
