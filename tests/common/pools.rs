@@ -147,3 +147,14 @@ pub fn moves(trace: &Value) -> Vec<(String, String, u64, String)> {
         })
         .collect()
 }
+
+/// The tests here time what other processes do (within a second, within
+/// 250 ms): they run one at a time, so that a loaded machine (CI has two
+/// cores) does not starve one of them.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
