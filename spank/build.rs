@@ -11,9 +11,9 @@ fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/usr/include/slurm"));
     let header = dir.join("slurm_version.h");
-    if header.exists() {
-        println!("cargo:rerun-if-changed={}", header.display());
-    }
+    // Also while it is missing (Cargo then runs this again at each build):
+    // a plugin built before libslurm-dev was installed says version 0.
+    println!("cargo:rerun-if-changed={}", header.display());
     let number = std::fs::read_to_string(&header).ok().and_then(|text| {
         text.lines().find_map(|line| {
             let rest = line.trim().strip_prefix("#define SLURM_VERSION_NUMBER")?;
