@@ -231,8 +231,6 @@ pub unsafe fn free(
         return real_free(ptr);
     }
     let state = state();
-    // A block the mover thread was to move out is freed where it is.
-    super::tier::mover::claim(state, &[ptr as usize]);
     // A tier block freed in stream order is kept, its device bytes still
     // counted.
     let kept = stream.filter(|_| super::tier::kept::keeps(state, ptr as usize));
@@ -245,8 +243,9 @@ pub unsafe fn free(
         match taken {
             Taken::Block(block) => break block,
             Taken::Moving => {
-                // Handed to the mover thread meanwhile: not begun, it is
-                // dropped; under way, it is waited for.
+                // Handed to the mover thread: a move not begun is dropped,
+                // and the block freed where it is; one under way is waited
+                // for.
                 super::tier::mover::claim(state, &[ptr as usize]);
                 std::thread::yield_now()
             }

@@ -117,11 +117,8 @@ where
     // And the tier's blocks that the mover thread is moving out: their
     // room is coming, and a block made in host memory would be read in
     // place or moved in again.
-    for _ in 0..MOVER_WAITS {
-        if fits || tiered.is_none() || !tier::mover::wait_for_one(state) {
-            break;
-        }
-        fits = state.ledger.try_reserve(device, size, limit);
+    if !fits && tiered.is_some() {
+        fits = tier::mover::reserve_as_moves_land(state, device, size, limit, MOVER_WAITS);
     }
     if !fits && config().priority == Priority::High {
         fits = wait_for_room(state, device, size, limit);

@@ -52,6 +52,29 @@ pub struct Outgoing {
 }
 
 impl Outgoing {
+    /// Drops the moves not begun that `pick` picks from `queue` (this
+    /// one's, locked), their blocks left where they are, as `ledger` is
+    /// told; how many.
+    pub fn drop_waiting(
+        &self,
+        queue: &mut Queue,
+        ledger: &super::ledger::Ledger,
+        pick: impl Fn(&Leaving) -> bool,
+    ) -> u64 {
+        let before = queue.waiting.len();
+        queue.waiting.retain(|leaving| {
+            let drop = pick(leaving);
+            if drop {
+                ledger.end_tier_move(leaving.ptr, vramshare_common::event::Placement::Device);
+            }
+            !drop
+        });
+        let dropped = (before - queue.waiting.len()) as u64;
+        self.pending.fetch_sub(dropped, SeqCst);
+        queue.ended += dropped;
+        dropped
+    }
+
     /// At the process's exit: no move begins from now on, and the moves
     /// under way are waited for, up to `timeout` (CUDA is torn down after
     /// the exit handlers; the job's calls then pass straight through and
@@ -61,11 +84,7 @@ impl Outgoing {
         self.exiting.store(true, SeqCst);
         let began = Instant::now();
         let mut queue = super::lock(&self.queue);
-        for leaving in std::mem::take(&mut queue.waiting) {
-            ledger.end_tier_move(leaving.ptr, vramshare_common::event::Placement::Device);
-            self.pending.fetch_sub(1, SeqCst);
-            queue.ended += 1;
-        }
+        self.drop_waiting(&mut queue, ledger, |_| true);
         while !queue.busy.is_empty() {
             let Some(left) = timeout.checked_sub(began.elapsed()) else {
                 break;

@@ -84,19 +84,9 @@ pub fn claim_all(state: &State) {
 /// picks is under way.
 fn settle(state: &State, outgoing: &Outgoing, claimed: impl Fn(&Leaving) -> bool) {
     let mut queue = lock(&outgoing.queue);
-    let before = queue.waiting.len();
-    queue.waiting.retain(|leaving| {
-        let drop = claimed(leaving);
-        if drop {
-            state.ledger.end_tier_move(leaving.ptr, Placement::Device);
-        }
-        !drop
-    });
-    let dropped = (before - queue.waiting.len()) as u64;
+    let dropped = outgoing.drop_waiting(&mut queue, &state.ledger, &claimed);
     if dropped > 0 {
-        outgoing.pending.fetch_sub(dropped, SeqCst);
         outgoing.claimed.fetch_add(dropped, Relaxed);
-        queue.ended += dropped;
         outgoing.changed.notify_all();
     }
     while queue.busy.iter().any(&claimed) {
@@ -132,7 +122,7 @@ pub fn leaving(state: &State, device: Device) -> u64 {
 
 /// Waits until one more move has ended; false (at once) if none is waiting
 /// or under way.
-pub fn wait_for_one(state: &State) -> bool {
+fn wait_for_one(state: &State) -> bool {
     let outgoing = &state.tier.outgoing;
     if outgoing.pending.load(SeqCst) == 0 {
         return false;
@@ -145,6 +135,26 @@ pub fn wait_for_one(state: &State) -> bool {
         queue = wait(outgoing, queue);
     }
     waited || queue.ended != ended
+}
+
+/// Reserves `size` bytes on `device` under `limit` as the thread's moves
+/// free their room, waiting for at most `batches` of them; whether it did.
+pub fn reserve_as_moves_land(
+    state: &State,
+    device: Device,
+    size: u64,
+    limit: u64,
+    batches: usize,
+) -> bool {
+    for _ in 0..batches {
+        if !wait_for_one(state) {
+            return false;
+        }
+        if state.ledger.try_reserve(device, size, limit) {
+            return true;
+        }
+    }
+    false
 }
 
 fn wait<'a>(outgoing: &Outgoing, queue: MutexGuard<'a, Queue>) -> MutexGuard<'a, Queue> {
@@ -261,7 +271,12 @@ fn make(state: &State, taken: &mut Vec<Leaving>, current: &mut usize) {
             *current = next.context;
         }
         // Ends the ledger's move if it cannot be staged.
-        staged.extend(moves::stage_begun_out(state, next.ptr, next.size));
+        staged.extend(moves::stage_begun_out(
+            state,
+            next.ptr,
+            next.size,
+            next.device,
+        ));
     }
     count_made(state, moves::finish(state, staged));
 }

@@ -176,18 +176,13 @@ pub fn stage_in(state: &State, ptr: usize, block: Block, overlap: bool) -> Optio
 /// mapped at the staging half, on its first move out): its bytes copied
 /// there. `None` if it cannot move.
 pub fn stage_out(state: &State, ptr: usize, size: u64) -> Option<Staged> {
-    state.ledger.begin_tier_move(ptr, Placement::Device, size)?;
-    stage_begun_out(state, ptr, size)
+    let block = state.ledger.begin_tier_move(ptr, Placement::Device, size)?;
+    stage_begun_out(state, ptr, size, block.device)
 }
 
-/// As [`stage_out`], for a block whose move the ledger has begun; `None`
-/// (and the ledger's move ended) if it cannot move.
-pub fn stage_begun_out(state: &State, ptr: usize, size: u64) -> Option<Staged> {
-    let Some(block) = state.ledger.block_at(ptr) else {
-        state.ledger.end_tier_move(ptr, Placement::Device);
-        return None;
-    };
-    let device = block.device;
+/// As [`stage_out`], for a block on `device` whose move the ledger has
+/// begun; `None` (and the ledger's move ended) if it cannot move.
+pub fn stage_begun_out(state: &State, ptr: usize, size: u64, device: Device) -> Option<Staged> {
     let tier = &state.tier;
     let staging = ptr as CUdeviceptr + size;
     let backing = state.tier.blocks.get(&ptr).map(|b| *b);

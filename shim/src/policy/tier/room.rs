@@ -176,11 +176,10 @@ pub(super) fn make_room(
         return true;
     }
     // Then the moves the mover thread is making, chosen before as the
-    // least needed: each frees its room as it lands.
-    while mover::wait_for_one(state) {
-        if state.ledger.try_reserve(device, size, quota) {
-            return true;
-        }
+    // least needed: each frees its room as it lands. Behind the closed
+    // gate no more are handed over, so waiting for all of them ends.
+    if mover::reserve_as_moves_land(state, device, size, quota, usize::MAX) {
+        return true;
     }
     let candidates = movable_blocks(state, device, keep, strict);
     let used = state.ledger.device(device).device_bytes.load(SeqCst);
