@@ -223,8 +223,19 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
 
 /// What the spill tier moved, in one line.
 fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
+    let foretold = moves.replay_matched + moves.replay_missed;
+    let ahead = if foretold > 0 {
+        format!(
+            "; {} of the moves onto the device ({}) ahead of need, the step before having named first what {:.0}% of the uses did",
+            moves.ahead_moves,
+            human_bytes(moves.ahead_bytes),
+            100.0 * moves.replay_matched as f64 / foretold as f64
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making memory), {:.2} s waiting for the device first, {} times; {} of new host memory pinned in {:.2} s, {} given back while live blocks remained{}\n",
+        "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making memory), {:.2} s waiting for the device first, {} times; {} of new host memory pinned in {:.2} s, {} given back while live blocks remained{}{ahead}\n",
         moves.to_device,
         human_bytes(moves.bytes_to_device),
         moves.to_host,
@@ -280,7 +291,7 @@ mod tests {
                 mover_seconds: 0.0,
                 mover_claimed: 0,
                 steps: 9,
-                samples: Vec::new(),
+                ..MovesJson::default()
             }),
             ..ProcessJson::default()
         };
@@ -301,5 +312,16 @@ mod tests {
         );
         let quiet = process_report(&ProcessJson::default(), &[]);
         assert!(!quiet.contains("moves:"), "{quiet}");
+        // Steps replayed say what came ahead and how well they were foretold.
+        let mut replayed = beside.clone();
+        if let Some(moves) = replayed.moves.as_mut() {
+            (moves.ahead_moves, moves.ahead_bytes) = (1, 1 << 20);
+            (moves.replay_matched, moves.replay_missed) = (3, 1);
+        }
+        let report = process_report(&replayed, &[]);
+        assert!(
+            report.contains("claimed back by work before they began; 1 of the moves onto the device (1.00 MiB) ahead of need, the step before having named first what 75% of the uses did\n"),
+            "{report}"
+        );
     }
 }

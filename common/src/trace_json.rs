@@ -195,6 +195,16 @@ pub struct MovesJson {
     pub mover_moves: u64,
     pub mover_seconds: f64,
     pub mover_claimed: u64,
+    /// Where the job marks its steps and moves overlap: moves onto the
+    /// device ahead of need, as the step before's record named the block
+    /// among the next uses (a part of `to_device`), and their bytes; and
+    /// the uses that named first the block the record had its use at that
+    /// place name first, and those that did not (how well the step before
+    /// foretold this one).
+    pub ahead_moves: u64,
+    pub ahead_bytes: u64,
+    pub replay_matched: u64,
+    pub replay_missed: u64,
     /// Steps begun while the process ran (0: none found).
     pub steps: u64,
     /// The counters over time, so that a part of the run (its timed steps,
@@ -242,6 +252,8 @@ pub struct MovesSample {
     pub fetches: u64,
     /// The mover thread's time making moves (not a part of `move_ns`).
     pub mover_ns: u64,
+    /// Of `bytes_to_device`: brought ahead of need.
+    pub ahead_bytes: u64,
 }
 
 /// Launches of one call by what their operands named.

@@ -102,7 +102,7 @@ crate::cuda::functions::cuda_functions!(exports);
 pub extern "C" fn vramshare_step() {
     guard::wall(
         "vramshare_step",
-        || crate::state::state().access.steps.mark(),
+        || crate::state::state().access.mark_step(),
         || None,
         || (),
     );

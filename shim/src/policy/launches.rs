@@ -408,12 +408,13 @@ pub fn library_call(
 /// Before a library call: its operands in host memory come onto the
 /// device, as a launch's do (the call's use is made after it returns).
 fn fetch_operands(state: &'static State, api: Api, operands: &[*const c_void]) {
-    if state
+    // Where uses are recorded, every use counts, moves or not.
+    let idle = state
         .tier
         .bytes_in_host
         .load(std::sync::atomic::Ordering::Relaxed)
-        == 0
-    {
+        == 0;
+    if idle && !tier::ahead::recording(state) {
         return;
     }
     let read = |naming: &mut Naming| {

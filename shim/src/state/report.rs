@@ -248,6 +248,10 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
         mover_moves: tier.outgoing.made.load(Relaxed),
         mover_seconds: tier.outgoing.busy_ns.load(Relaxed) as f64 / 1e9,
         mover_claimed: tier.outgoing.claimed.load(Relaxed),
+        ahead_moves: tier.ahead_moves.load(Relaxed),
+        ahead_bytes: tier.ahead_bytes.load(Relaxed),
+        replay_matched: state.access.replay.agreement().0,
+        replay_missed: state.access.replay.agreement().1,
         steps: state.access.steps.current(),
         // The last sample is now: the run's end.
         samples: {

@@ -152,6 +152,11 @@ pub struct Tier {
     /// Bytes moved onto the device of blocks no work had entered since
     /// they were handed out: their bytes are not the job's yet.
     pub moved_in_fresh: AtomicU64,
+    /// Moves onto the device ahead of need (the step before's record named
+    /// the block among the next uses), and their bytes: a part of
+    /// `moves_in` and `moved_in`.
+    pub ahead_moves: AtomicU64,
+    pub ahead_bytes: AtomicU64,
     /// By device: the tier's blocks that serve stream-ordered allocations
     /// of the device's default pool.
     pub ordered: [Ordered; MAX_DEVICES],
@@ -296,6 +301,7 @@ impl Tier {
             pinning_ns: self.pinning_ns.load(Relaxed),
             fetches: self.fetches.load(Relaxed),
             mover_ns: self.outgoing.busy_ns.load(Relaxed),
+            ahead_bytes: self.ahead_bytes.load(Relaxed),
         }
     }
 }

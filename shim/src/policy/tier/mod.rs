@@ -24,6 +24,7 @@
 //! device memory is reserved before it is made, and a block moving out
 //! counts on the device until its device memory is released.
 
+pub mod ahead;
 pub mod backing;
 pub mod kept;
 pub mod mover;
@@ -278,8 +279,22 @@ pub fn enter(state: &State) -> Option<Inside<'_>> {
 /// among them that are in host memory (as the ledger says now: the
 /// launches' index may lag behind a move) onto the device where they fit,
 /// making room as the module says, and moving none of `named` out. A block
-/// that cannot come is read in place.
+/// that cannot come is read in place. Then, where steps are recorded, the
+/// use goes into the record and the blocks of the uses to come are brought
+/// ahead ([`ahead`]).
 pub fn fetch(state: &'static State, api: Api, named: &[usize]) {
+    let recording = ahead::recording(state);
+    if recording {
+        state.access.replay.record(named);
+    }
+    fetch_named(state, api, named);
+    if recording {
+        ahead::bring(state, api, named);
+    }
+}
+
+/// [`fetch`]'s moves for the use itself.
+fn fetch_named(state: &'static State, api: Api, named: &[usize]) {
     // A named block the mover thread was to move out stays.
     mover::claim(state, named);
     if named.is_empty() || state.tier.bytes_in_host.load(Relaxed) == 0 {

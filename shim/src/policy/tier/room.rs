@@ -50,10 +50,17 @@ pub(super) fn evict_ahead(
         .into_iter()
         .filter(|(ptr, _)| strict || uses::idle(state, *ptr))
         .collect();
+    // Where blocks come ahead of need, those within what was looked at
+    // stay: they were found on the device or brought there for their use.
+    let horizon = if super::ahead::recording(state) {
+        state.access.replay.looked_ahead()
+    } else {
+        0
+    };
     // Blocks larger than the budget stay: moving one out would leave more
     // free than the budget is for.
-    for (_, size, ptr) in by_next_use(state, candidates) {
-        if room >= budget {
+    for (next, size, ptr) in by_next_use(state, candidates) {
+        if room >= budget || (horizon > 0 && next <= horizon) {
             break;
         }
         if size > budget {

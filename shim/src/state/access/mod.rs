@@ -9,6 +9,7 @@ pub mod functions;
 pub mod graphs;
 pub mod index;
 pub mod profile;
+pub mod replay;
 pub mod report;
 pub mod steps;
 
@@ -31,6 +32,7 @@ pub struct Access {
     pub index: BlockIndex,
     pub steps: Steps,
     pub graphs: graphs::Graphs,
+    pub replay: replay::Replay,
 }
 
 /// What made a use: a kernel's launch, an executable graph's (a step's worth
@@ -219,6 +221,13 @@ impl<'a> Naming<'a> {
 }
 
 impl Access {
+    /// The job says a step begins now ([`Steps::mark`]): the step that
+    /// ended is the one the next goes by ([`replay`]).
+    pub fn mark_step(&self) {
+        self.steps.mark();
+        self.replay.step();
+    }
+
     /// One launch of function `key` (`recurrence`: how it recurs on this
     /// thread; `None` for a library call) on `stream`: `read` feeds its
     /// parameters to the naming; each block named gets the use, and is
@@ -289,9 +298,10 @@ impl Access {
     }
 
     /// For each block (by start), how soon it is needed again, as a rank:
-    /// the greater, the later. Where the job marks its steps, the launches
-    /// until its next use, as its uses in this step and the one before
-    /// predict ([`next_use`]). Where steps are only guessed from the launch
+    /// the greater, the later. Where the job marks its steps, the uses
+    /// until its next use in the step before's record ([`replay`]); for a
+    /// block the record does not name, the launches until its next use, as
+    /// its uses in this step and the one before predict ([`next_use`]). Where steps are only guessed from the launch
     /// sequence, a guess that is off (a step found inside the real one, or
     /// positions of two launching threads interleaved) would predict badly:
     /// the least recently used block ranks last, as the forward and
@@ -304,14 +314,24 @@ impl Access {
         place.position = place.position.saturating_sub(1);
         let length = self.steps.length();
         let marked = self.steps.marked();
+        let replayed = if marked {
+            self.replay.next_uses(starts)
+        } else {
+            vec![None; starts.len()]
+        };
         self.index
             .with(ledger.generation(), live, place.step, |snapshot| {
                 starts
                     .iter()
-                    .map(|start| match snapshot.find(*start as u64) {
-                        Some(index) if marked => next_use(&snapshot.profiles[index], place, length),
-                        Some(index) => least_recent_first(&snapshot.profiles[index]),
-                        None => u64::MAX,
+                    .zip(replayed)
+                    .map(|(start, replayed)| {
+                        replayed.unwrap_or_else(|| match snapshot.find(*start as u64) {
+                            Some(index) if marked => {
+                                next_use(&snapshot.profiles[index], place, length)
+                            }
+                            Some(index) => least_recent_first(&snapshot.profiles[index]),
+                            None => u64::MAX,
+                        })
                     })
                     .collect()
             })
