@@ -40,11 +40,12 @@ pub fn recording(state: &State) -> bool {
     uses::overlapping() && state.access.steps.marked() && state.tier.active.load(Relaxed)
 }
 
-/// After the moves for a use that named `named`: brings the blocks the
-/// next uses will name onto the device, where there is room.
+/// After the moves for a use that named `named`, where uses are recorded
+/// ([`recording`]): brings the blocks the next uses will name onto the
+/// device, where there is room.
 pub(super) fn bring(state: &'static State, api: Api, named: &[usize]) {
     let replay = &state.access.replay;
-    if !recording(state) || state.tier.bytes_in_host.load(Relaxed) == 0 {
+    if state.tier.bytes_in_host.load(Relaxed) == 0 {
         return;
     }
     // After a launch the shim could not read, the next move drains the
@@ -80,7 +81,8 @@ pub(super) fn bring(state: &'static State, api: Api, named: &[usize]) {
             && block.placement == Placement::Host
             && block.device == device
             && block.size <= bound / 2;
-        // A block still read in place by work queued stays this time.
+        // A block still read in place by work queued is left to come when
+        // work names it: what was looked at is not looked at again.
         if !comes || !uses::idle(state, start) {
             continue;
         }

@@ -301,12 +301,13 @@ impl Access {
     /// the greater, the later. Where the job marks its steps, the uses
     /// until its next use in the step before's record ([`replay`]); for a
     /// block the record does not name, the launches until its next use, as
-    /// its uses in this step and the one before predict ([`next_use`]). Where steps are only guessed from the launch
-    /// sequence, a guess that is off (a step found inside the real one, or
-    /// positions of two launching threads interleaved) would predict badly:
-    /// the least recently used block ranks last, as the forward and
-    /// backward passes of training use their activations (in the order
-    /// made, then in the reverse order).
+    /// its uses in this step and the one before predict ([`next_use`]).
+    /// Where steps are only guessed from the launch sequence, a guess that
+    /// is off (a step found inside the real one, or positions of two
+    /// launching threads interleaved) would predict badly: the least
+    /// recently used block ranks last, as the forward and backward passes
+    /// of training use their activations (in the order made, then in the
+    /// reverse order).
     pub fn next_uses(&self, ledger: &Ledger, starts: &[usize]) -> Vec<u64> {
         let live = || ledger.ranges();
         // The launch being made has taken its number: it is now.

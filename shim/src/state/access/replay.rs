@@ -156,8 +156,9 @@ impl Replay {
         let mut inner = self.lock();
         let ended = std::mem::take(&mut inner.now);
         let length = inner.before.as_ref().map_or(0, Recorded::uses);
-        // What was looked at past the step's end is this step's start.
-        inner.looked = inner.looked.saturating_sub(length.max(inner.at()));
+        // What was looked at past the step's end is this step's start, as
+        // [`Replay::upcoming`] wrapped it.
+        inner.looked = inner.looked.saturating_sub(length);
         inner.shift = 0;
         inner.before = Recorded::of(ended);
     }
