@@ -226,10 +226,11 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
     let foretold = moves.replay_matched + moves.replay_missed;
     let ahead = if foretold > 0 {
         format!(
-            "; {} of the moves onto the device ({}) ahead of need, the step before having named first what {:.0}% of the uses did",
+            "; {} of the moves onto the device ({}) ahead of need, the step before having named first what {:.0}% of the uses did ({:.0}% named first a block it never named)",
             moves.ahead_moves,
             human_bytes(moves.ahead_bytes),
-            100.0 * moves.replay_matched as f64 / foretold as f64
+            100.0 * moves.replay_matched as f64 / foretold as f64,
+            100.0 * moves.replay_unseen as f64 / foretold as f64
         )
     } else {
         String::new()
@@ -316,11 +317,15 @@ mod tests {
         let mut replayed = beside.clone();
         if let Some(moves) = replayed.moves.as_mut() {
             (moves.ahead_moves, moves.ahead_bytes) = (1, 1 << 20);
-            (moves.replay_matched, moves.replay_missed) = (3, 1);
+            (
+                moves.replay_matched,
+                moves.replay_missed,
+                moves.replay_unseen,
+            ) = (3, 1, 1);
         }
         let report = process_report(&replayed, &[]);
         assert!(
-            report.contains("claimed back by work before they began; 1 of the moves onto the device (1.00 MiB) ahead of need, the step before having named first what 75% of the uses did\n"),
+            report.contains("claimed back by work before they began; 1 of the moves onto the device (1.00 MiB) ahead of need, the step before having named first what 75% of the uses did (25% named first a block it never named)\n"),
             "{report}"
         );
     }

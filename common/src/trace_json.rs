@@ -200,11 +200,13 @@ pub struct MovesJson {
     /// among the next uses (a part of `to_device`), and their bytes; and
     /// the uses that named first the block the record had its use at that
     /// place name first, and those that did not (how well the step before
-    /// foretold this one).
+    /// foretold this one); of those that did not, the uses whose first
+    /// block the step before never named.
     pub ahead_moves: u64,
     pub ahead_bytes: u64,
     pub replay_matched: u64,
     pub replay_missed: u64,
+    pub replay_unseen: u64,
     /// Steps begun while the process ran (0: none found).
     pub steps: u64,
     /// The counters over time, so that a part of the run (its timed steps,

@@ -382,6 +382,11 @@ pub(super) fn record_rejection(
 /// Records a block the runtime handed out, and its event.
 pub(super) fn record_allocation(state: &State, ptr: *mut c_void, block: Block) {
     let stale = state.ledger.insert(ptr as usize, block);
+    // Where uses are recorded, a block is known in the next step's record
+    // by when it was handed out.
+    if tier::ahead::recording(state) {
+        state.access.replay.handed_out(ptr as usize);
+    }
     state
         .ledger
         .device(block.device)

@@ -252,6 +252,7 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
         ahead_bytes: tier.ahead_bytes.load(Relaxed),
         replay_matched: state.access.replay.agreement().0,
         replay_missed: state.access.replay.agreement().1,
+        replay_unseen: state.access.replay.agreement().2,
         steps: state.access.steps.current(),
         // The last sample is now: the run's end.
         samples: {

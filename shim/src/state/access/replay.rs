@@ -6,13 +6,18 @@
 //! and how many uses away each block's next use is (the tier moves out the
 //! one needed last).
 //!
-//! A block is known by its start: the job's tensors are handed out again at
-//! the starts of those freed a step before, as the tier keeps freed blocks
-//! for reuse, so the same tensor of the next step is mostly at the same
-//! start. Nothing here is trusted for correctness: a prediction that is
-//! wrong moves a block early or late, and costs speed only. How often the
-//! step before agreed with the step under way is counted, and the record
-//! follows the step under way where a use came early or late.
+//! A block is known by when it was handed out, not by its start: the same
+//! tensor of the next step is often at another start (blocks freed in
+//! stream order come back in the order their frees complete, which timing
+//! decides), while the job's allocations come in the same order each step.
+//! A block handed out in the step under way is known as the so-manieth
+//! allocation of its step, one from the step before as the so-manieth of
+//! that step, and an older one (weights, optimizer state: they stay where
+//! they are) by its start. Nothing here is trusted for correctness: a
+//! prediction that is wrong moves a block early or late, and costs speed
+//! only. How often the step before agreed with the step under way is
+//! counted, and the record follows the step under way where a use came
+//! early or late.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -25,7 +30,72 @@ const MAX_RECORDED: usize = 1 << 20;
 /// not find it where the step before had it.
 const RESYNC: usize = 16;
 
-/// One step's uses: the starts each named, use `i`'s at
+/// Tags of a block's name ([`Births::name`]): handed out in the step under
+/// way, or in the step before, with its number among that step's
+/// allocations in the low bits. An older block's name is its start, which
+/// is below both (addresses have at most 57 bits).
+const BORN_NOW: usize = 1 << 62;
+const BORN_BEFORE: usize = 1 << 63;
+
+/// When the blocks of the last two steps were handed out.
+#[derive(Default)]
+struct Births {
+    /// Steps marked so far.
+    step: u64,
+    /// Each start handed out in the step under way or the one before: the
+    /// step and its number among the step's allocations.
+    born: HashMap<usize, (u64, u32)>,
+    /// The starts of the step under way's allocations, and of the step
+    /// before's, in the order handed out.
+    now: Vec<usize>,
+    before: Vec<usize>,
+}
+
+impl Births {
+    fn handed_out(&mut self, start: usize) {
+        if self.now.len() >= MAX_RECORDED {
+            // Past the most kept: an allocation not counted is known by
+            // its start, as an old block is.
+            self.born.remove(&start);
+            return;
+        }
+        self.born.insert(start, (self.step, self.now.len() as u32));
+        self.now.push(start);
+    }
+
+    fn step(&mut self) {
+        self.step += 1;
+        self.before = std::mem::take(&mut self.now);
+        let oldest = self.step - 1;
+        self.born.retain(|_, (step, _)| *step >= oldest);
+    }
+
+    /// The name a block at `start` goes by in the step under way.
+    fn name(&self, start: usize) -> usize {
+        match self.born.get(&start) {
+            Some(&(step, number)) if step == self.step => BORN_NOW | number as usize,
+            Some(&(step, number)) if step + 1 == self.step => BORN_BEFORE | number as usize,
+            _ => start,
+        }
+    }
+
+    /// The start of the live block named `name`, if there is one.
+    fn start(&self, name: usize) -> Option<usize> {
+        let (list, step, number) = if name & BORN_BEFORE != 0 {
+            (&self.before, self.step.checked_sub(1)?, name & !BORN_BEFORE)
+        } else if name & BORN_NOW != 0 {
+            (&self.now, self.step, name & !BORN_NOW)
+        } else {
+            return Some(name);
+        };
+        let start = *list.get(number)?;
+        // Handed out again since (a later allocation at the same start):
+        // not the block the name was given.
+        (self.born.get(&start) == Some(&(step, number as u32))).then_some(start)
+    }
+}
+
+/// One step's uses: the names of the blocks each named, use `i`'s at
 /// `starts[ends[i - 1]..ends[i]]`.
 #[derive(Default)]
 struct Recording {
@@ -97,6 +167,9 @@ struct Inner {
     looked: usize,
     matched: u64,
     missed: u64,
+    /// Of those missed, uses whose first block the step before never named.
+    unseen: u64,
+    births: Births,
 }
 
 impl Inner {
@@ -117,6 +190,11 @@ impl Replay {
         crate::state::lock(&self.inner)
     }
 
+    /// A block was handed out at `start`, in the step under way.
+    pub fn handed_out(&self, start: usize) {
+        self.lock().births.handed_out(start);
+    }
+
     /// A use that named `named` (blocks by start, none empty), in the
     /// step under way.
     pub fn record(&self, named: &[usize]) {
@@ -124,6 +202,7 @@ impl Replay {
             return;
         }
         let mut inner = self.lock();
+        let named: Vec<usize> = named.iter().map(|s| inner.births.name(*s)).collect();
         let at = inner.at();
         let found = inner.before.as_ref().map(|before| {
             let uses = before.uses();
@@ -145,10 +224,16 @@ impl Replay {
                 inner.missed += 1;
                 inner.shift += d;
             }
-            Some(None) => inner.missed += 1,
+            Some(None) => {
+                inner.missed += 1;
+                let first = named[0];
+                if (inner.before.as_ref()).is_some_and(|b| !b.positions.contains_key(&first)) {
+                    inner.unseen += 1;
+                }
+            }
             None => {}
         }
-        inner.now.push(named);
+        inner.now.push(&named);
     }
 
     /// The job began a step: the one that ended is the step before.
@@ -161,6 +246,7 @@ impl Replay {
         inner.looked = inner.looked.saturating_sub(length);
         inner.shift = 0;
         inner.before = Recorded::of(ended);
+        inner.births.step();
     }
 
     /// For each block (by start), how many uses from now the step before
@@ -175,7 +261,7 @@ impl Replay {
         starts
             .iter()
             .map(|start| {
-                let positions = before.positions.get(start)?;
+                let positions = before.positions.get(&inner.births.name(*start))?;
                 let later = positions.partition_point(|p| (*p as u64) < now);
                 Some(match positions.get(later) {
                     Some(next) => *next as u64 - now,
@@ -202,9 +288,12 @@ impl Replay {
             if found.len() >= most {
                 break;
             }
-            // Past the step's end, its start again: the next step's.
-            for start in before.recording.named(position % length) {
-                found.push((position - now, *start));
+            // Past the step's end, its start again: the next step's. A
+            // block not handed out yet has no start to bring.
+            for name in before.recording.named(position % length) {
+                if let Some(start) = inner.births.start(*name) {
+                    found.push((position - now, start));
+                }
             }
         }
         found
@@ -231,10 +320,11 @@ impl Replay {
     }
 
     /// Uses that named first what the step before had them name first, at
-    /// their place, and uses that did not.
-    pub fn agreement(&self) -> (u64, u64) {
+    /// their place; uses that did not; and of those, uses whose first
+    /// block the step before never named.
+    pub fn agreement(&self) -> (u64, u64, u64) {
         let inner = self.lock();
-        (inner.matched, inner.missed)
+        (inner.matched, inner.missed, inner.unseen)
     }
 }
 
@@ -262,7 +352,7 @@ mod tests {
         replay.record(&[3]);
         // 1's next is position 2; 2's is in the next step (position 0).
         assert_eq!(replay.next_uses(&[1, 2]), vec![Some(0), Some(2)]);
-        assert_eq!(replay.agreement(), (2, 0));
+        assert_eq!(replay.agreement(), (2, 0, 0));
     }
 
     #[test]
@@ -290,10 +380,58 @@ mod tests {
         step_of(&replay, &[&[7], &[1], &[2], &[3]]);
         // This step left out the first use: found one position on.
         replay.record(&[1]);
-        assert_eq!(replay.agreement(), (0, 1));
+        assert_eq!(replay.agreement(), (0, 1, 0));
         replay.record(&[2]);
-        assert_eq!(replay.agreement(), (1, 1));
+        assert_eq!(replay.agreement(), (1, 1, 0));
         assert_eq!(replay.next_uses(&[3]), vec![Some(0)]);
+    }
+
+    #[test]
+    fn a_block_is_known_by_when_it_was_handed_out_not_by_its_start() {
+        let replay = Replay::default();
+        // A weight, handed out before the steps and named by its start.
+        replay.handed_out(900);
+        replay.step();
+        replay.step();
+        // Two tensors a step, the second freed before the step ends.
+        replay.handed_out(100);
+        replay.handed_out(200);
+        step_of(&replay, &[&[100, 900], &[200], &[100]]);
+        // The next step hands them out at each other's starts: the first
+        // allocation now at 200, the second not handed out yet.
+        replay.handed_out(200);
+        replay.record(&[200, 900]);
+        assert_eq!(replay.agreement(), (1, 0, 0));
+        // What comes: the step's second allocation (none yet), then its
+        // first, which is at 200.
+        assert_eq!(replay.upcoming(2, 10), vec![(1, 200)]);
+        replay.handed_out(100);
+        assert_eq!(replay.upcoming(2, 10), vec![(0, 100), (1, 200)]);
+        // 100 is the second allocation, needed next; 200 one use after;
+        // the weight at the next step's first use.
+        assert_eq!(
+            replay.next_uses(&[100, 200, 900]),
+            vec![Some(0), Some(1), Some(2)]
+        );
+        // A block the step before never named, first in a use: unseen.
+        replay.record(&[300]);
+        assert_eq!(replay.agreement(), (1, 1, 1));
+    }
+
+    #[test]
+    fn a_start_handed_out_again_is_no_longer_the_block_its_old_name_meant() {
+        let replay = Replay::default();
+        replay.handed_out(100);
+        replay.step();
+        // A block of the step before, used: the next step will use the
+        // block handed out first in this one, at 200.
+        replay.handed_out(200);
+        step_of(&replay, &[&[100]]);
+        assert_eq!(replay.upcoming(1, 10), vec![(0, 200)]);
+        // 200 freed and handed out again: that is this step's own block.
+        replay.handed_out(200);
+        assert_eq!(replay.upcoming(1, 10), vec![]);
+        assert_eq!(replay.next_uses(&[200]), vec![None]);
     }
 
     #[test]
