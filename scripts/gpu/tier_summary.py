@@ -152,3 +152,19 @@ for run in runs:
     else:
         cells = " | ".join(["-"] * 16)
     print(f"| {run['name']} | {median_step(result):.1f} | {cells} | {rebuilds} |")
+
+timelines = [(r["name"], r["result"]["timeline"]) for r in runs if r["result"] and "timeline" in r["result"]]
+if timelines:
+    print()
+    print("One step more under PyTorch's profiler (ms; streams as busy ms of kernels + copies, the busiest first):")
+    print()
+    print("| run | step on the host | device span | kernels | copies | kernels and copies at once | device idle | kernels | streams |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, t in timelines:
+        if "error" in t:
+            print(f"| {name} | {t['error']} | | | | | | | |")
+            continue
+        streams = sorted(t["streams"].items(), key=lambda kv: -(kv[1]["kernels_ms"] + kv[1]["copies_ms"]))
+        listed = "; ".join(f"{key}: {v['kernels_ms']:.0f} + {v['copies_ms']:.0f}" for key, v in streams[:5])
+        print(f"| {name} | {t['span_ms']:.0f} | {t['device_span_ms']:.0f} | {t['kernels_ms']:.0f} | {t['copies_ms']:.0f} | "
+              f"{t['both_ms']:.0f} | {t['idle_ms']:.0f} | {t['kernel_count']} | {listed} |")

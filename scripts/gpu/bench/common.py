@@ -25,6 +25,8 @@ def options(description, steps):
                         help="mark each step for the shim (vramshare_step) instead of letting it find them")
     parser.add_argument("--strict", action="store_true",
                         help="deterministic algorithms only (an op without one raises), for comparing losses bit for bit")
+    parser.add_argument("--timeline", action="store_true",
+                        help="after the timed steps, one more under PyTorch's profiler: what the device did in it")
     parser.add_argument("--touched", metavar="FILE",
                         help="after the timed steps, one more, with PyTorch's account of the memory it uses in FILE")
     args = parser.parse_args()
@@ -132,6 +134,87 @@ def record_touched(step, path, marker):
         json.dump({"segments": [{"address": a, "size": s, "touched": t} for a, (s, t) in live.items()]}, out)
 
 
+def union(intervals):
+    """The merged (begin, end) spans that `intervals` cover, in order."""
+    merged = []
+    for begin, end in sorted(intervals):
+        if merged and begin <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([begin, end])
+    return merged
+
+
+def covered(spans):
+    return sum(end - begin for begin, end in spans)
+
+
+def intersection(a, b):
+    """The time two merged span lists cover together."""
+    total, i, j = 0, 0, 0
+    while i < len(a) and j < len(b):
+        total += max(0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def device_timeline(step, marker):
+    """One more step under PyTorch's profiler (CUPTI sees every stream of
+    the process, the shim's copies too). What the device did in it, in ms:
+    the step's span on the host, the time kernels ran, copies ran, both at
+    once, and neither; and each stream's busy time, kernels and copies
+    apart (a stream that ran only copies is the job's or the shim's)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        if marker:
+            marker()
+        begin = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        span = time.perf_counter() - begin
+    kernels, copies, streams = [], [], {}
+    for event in prof.events():
+        kind = str(getattr(event, "device_type", ""))
+        if "CUDA" not in kind:
+            continue
+        start = event.time_range.start / 1e3
+        end = event.time_range.end / 1e3
+        name = event.name
+        is_copy = name.startswith("Memcpy") or name.startswith("Memset")
+        (copies if is_copy else kernels).append((start, end))
+        key = f"{event.device_resource_id}"
+        entry = streams.setdefault(key, {"kernels": [], "copies": [], "copy_names": {}})
+        entry["copies" if is_copy else "kernels"].append((start, end))
+        if is_copy:
+            entry["copy_names"][name] = entry["copy_names"].get(name, 0) + 1
+    k, c = union(kernels), union(copies)
+    everything = union(kernels + copies)
+    first = everything[0][0] if everything else 0
+    last = everything[-1][1] if everything else 0
+    return {
+        "span_ms": 1e3 * span,
+        "device_span_ms": last - first,
+        "kernels_ms": covered(k),
+        "copies_ms": covered(c),
+        "both_ms": intersection(k, c),
+        "idle_ms": (last - first) - covered(everything),
+        "kernel_count": len(kernels),
+        "streams": {
+            key: {
+                "kernels_ms": covered(union(v["kernels"])),
+                "copies_ms": covered(union(v["copies"])),
+                "copy_names": v["copy_names"],
+            }
+            for key, v in streams.items()
+        },
+    }
+
+
 def run(job, args, step, extra=None):
     """Runs 2 warm-up and `args.steps` timed steps of `step()` (which returns a
     float to compare between runs) and prints the job's JSON line. With
@@ -162,8 +245,15 @@ def run(job, args, step, extra=None):
     except torch.cuda.OutOfMemoryError as error:
         report_oom(job, args, error)
     link = traffic.stop() if traffic else None
+    plain = unmarked if marker else step
+    timeline = None
+    if args.timeline:
+        try:
+            timeline = device_timeline(plain, marker)
+        except Exception as error:  # the profiler is a diagnostic: the job's line still prints
+            timeline = {"error": repr(error)[:200]}
     if args.touched:
-        record_touched(unmarked if marker else step, args.touched, marker)
+        record_touched(plain, args.touched, marker)
     if args.expect_oom:
         print(json.dumps({"job": job, "oom": False}), flush=True)
         sys.exit(1)
@@ -190,5 +280,7 @@ def run(job, args, step, extra=None):
         line["link_rx_bytes_per_step"] = link["rx_Bps"] * seconds
         line["link_tx_bytes_per_step"] = link["tx_Bps"] * seconds
         line["link_samples"] = link["samples"]
+    if timeline:
+        line["timeline"] = timeline
     line.update(extra or {})
     print(json.dumps(line), flush=True)
