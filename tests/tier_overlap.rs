@@ -319,12 +319,14 @@ fn the_mover_threads_moves_never_take_device_bytes_above_the_quota() {
 
 #[test]
 fn blocks_the_step_before_named_come_onto_the_device_ahead_of_the_launches_that_name_them() {
-    // Twelve 4 MiB blocks under 32 MiB, filled in turn each marked step,
-    // each fill waited for: from the second step on, the step before says
-    // which blocks the next fills name, and those in host memory come
-    // ahead, beside the kernels, while the fill before runs.
-    let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"];
-    let mut steps: Vec<String> = names.iter().map(|n| format!("malloc:{n}:4M")).collect();
+    // Twenty-four 2 MiB blocks under 32 MiB, filled in turn each marked
+    // step, each fill waited for: from the second step on, the step before
+    // says which blocks the next fills name, and those in host memory come
+    // ahead, beside the kernels, while the fill before runs, into the room
+    // free beyond an eighth of the quota (4 MiB), the mover thread keeping
+    // a quarter (8 MiB) free.
+    let names: Vec<String> = (0..24).map(|i| format!("b{i}")).collect();
+    let mut steps: Vec<String> = names.iter().map(|n| format!("malloc:{n}:2M")).collect();
     steps.push(format!("repeat:4:{}", 2 * names.len() + 1));
     steps.push("step".into());
     for (byte, name) in names.iter().enumerate() {
@@ -338,16 +340,17 @@ fn blocks_the_step_before_named_come_onto_the_device_ahead_of_the_launches_that_
     let run = client(Runtime::Fake13, &vars, &steps);
     run.assert_ok();
     let moves = moves(&run);
-    // At least the four blocks a step holds in host memory, each step.
-    assert!(moves["ahead_moves"].as_u64().unwrap() >= 3 * 4, "{moves:#}");
+    // In each step after the first, at least one block came ahead into
+    // the room to spare.
+    assert!(moves["ahead_moves"].as_u64().unwrap() >= 3, "{moves:#}");
     assert!(
-        moves["ahead_bytes"].as_u64().unwrap() >= 3 * 16 * MIB,
+        moves["ahead_bytes"].as_u64().unwrap() >= 3 * 2 * MIB,
         "{moves:#}"
     );
     // Every use of the steps after the first was where the step before
     // had it.
     assert!(
-        moves["replay_matched"].as_u64().unwrap() >= 3 * 12,
+        moves["replay_matched"].as_u64().unwrap() >= 3 * 24,
         "{moves:#}"
     );
     assert_eq!(moves["replay_missed"].as_u64().unwrap(), 0, "{moves:#}");
@@ -355,7 +358,7 @@ fn blocks_the_step_before_named_come_onto_the_device_ahead_of_the_launches_that_
     let expected: Vec<(&str, String)> = names
         .iter()
         .enumerate()
-        .map(|(byte, n)| (*n, (byte + 1).to_string()))
+        .map(|(byte, n)| (n.as_str(), (byte + 1).to_string()))
         .collect();
     let expected: Vec<(&str, &str)> = expected.iter().map(|(n, b)| (*n, b.as_str())).collect();
     peeks_hold(&run, &expected);

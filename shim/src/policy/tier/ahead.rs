@@ -6,10 +6,12 @@
 //! the tier's stream, and the work that names it waits for that copy on the
 //! device ([`super::uses`]), so the job's thread waits for nothing.
 //!
-//! Nothing is moved out for them here. The room they take is made again as
-//! after any move in ([`super::room::evict_ahead`]), by the mover thread,
-//! from blocks whose next use lies past what was looked at: a block brought
-//! ahead is not pushed out for one needed later than it.
+//! Nothing is moved out for them: they take only room that is free beyond
+//! the move budget ([`super::room::spare_beyond_budget`]), of the room the
+//! mover thread keeps free (twice the budget while they come), so that a
+//! block a use names still finds room at once. Pushing blocks out for them
+//! was measured to cost more than it saved: those blocks had to be pinned
+//! and copied out in the same chain as the moves they made room for.
 //!
 //! A prediction that is wrong costs link traffic and room, never
 //! correctness: a block is brought only once its last use has completed,
@@ -40,10 +42,10 @@ pub fn recording(state: &State) -> bool {
     uses::overlapping() && state.access.steps.marked() && state.tier.active.load(Relaxed)
 }
 
-/// After the moves for a use that named `named`, where uses are recorded
-/// ([`recording`]): brings the blocks the next uses will name onto the
-/// device, where there is room.
-pub(super) fn bring(state: &'static State, api: Api, named: &[usize]) {
+/// After the moves for a use, where uses are recorded ([`recording`]):
+/// brings the blocks the next uses will name onto the device, where there
+/// is room to spare.
+pub(super) fn bring(state: &'static State, api: Api) {
     let replay = &state.access.replay;
     if state.tier.bytes_in_host.load(Relaxed) == 0 {
         return;
@@ -71,6 +73,7 @@ pub(super) fn bring(state: &'static State, api: Api, named: &[usize]) {
     };
     let _timed = Timed(state, std::time::Instant::now());
     let mut staged: Vec<Staged> = Vec::new();
+    let mut spare = room::spare_beyond_budget(state, device, bound);
     let mut looked = last + 1;
     for (distance, start) in upcoming {
         let Some(block) = state.ledger.block_at(start) else {
@@ -86,11 +89,12 @@ pub(super) fn bring(state: &'static State, api: Api, named: &[usize]) {
         if !comes || !uses::idle(state, start) {
             continue;
         }
-        if !state.ledger.try_reserve(device, block.size, quota) {
+        if block.size > spare || !state.ledger.try_reserve(device, block.size, quota) {
             // No room yet: looked at again once blocks have moved out.
             looked = distance;
             break;
         }
+        spare -= block.size;
         if let Some(move_in) = moves::stage_in(state, start, block, true) {
             state.tier.ahead_moves.fetch_add(1, Relaxed);
             state.tier.ahead_bytes.fetch_add(block.size, Relaxed);
@@ -98,14 +102,9 @@ pub(super) fn bring(state: &'static State, api: Api, named: &[usize]) {
         }
     }
     replay.looked_to(looked);
-    let (came, short) = (!staged.is_empty(), looked <= last);
+    let came = !staged.is_empty();
     moves::finish(state, staged);
     if came {
         state.tier.fetches.fetch_add(1, Relaxed);
-    }
-    if came || short {
-        // The room they took is made again, from blocks needed later.
-        let out = room::evict_ahead(state, device, bound, named, false);
-        moves::finish(state, out);
     }
 }

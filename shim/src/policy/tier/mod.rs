@@ -289,7 +289,7 @@ pub fn fetch(state: &'static State, api: Api, named: &[usize]) {
     }
     fetch_named(state, api, named);
     if recording {
-        ahead::bring(state, api, named);
+        ahead::bring(state, api);
     }
 }
 
