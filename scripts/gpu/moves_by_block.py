@@ -21,15 +21,18 @@ def main():
     if dropped:
         sys.exit(f"{sys.argv[1]}: {dropped} events were dropped; the counts would be short")
     live, made, moves = {}, {}, collections.defaultdict(list)
-    for event in trace["events"]:
-        op, ptr = event["op"], event["ptr"]
-        if op == "alloc":
-            live[ptr] = event["seq"]
-            made[event["seq"]] = event["placement"]
+    # In time order, a block known by its process and start; a move whose
+    # copy failed moved nothing (as `vramshare replay` counts them).
+    for event in sorted(trace["events"], key=lambda e: (e["t_ns"], e["seq"])):
+        op, key = event["op"], (event["pid"], event["ptr"])
+        if op == "alloc" and event.get("rc", 0) == 0:
+            live[key] = (event["pid"], event["seq"])
+            made[live[key]] = event.get("placement") or "unknown"
         elif op == "free":
-            live.pop(ptr, None)
-        elif op in ("promote", "demote") and ptr in live:
-            moves[live[ptr]].append(event)
+            live.pop(key, None)
+        elif op in ("promote", "demote") and key in live:
+            if event.get("rc", 0) == 0 or event.get("api") != "cuMemcpyAsync":
+                moves[live[key]].append(event)
     times_in = collections.Counter()
     bytes_in = collections.Counter()
     for block, events in moves.items():
@@ -40,8 +43,8 @@ def main():
     for times, blocks in sorted(times_in.items()):
         print(f"  came onto the device {times} times: {blocks} blocks")
     for where, total in sorted(bytes_in.items()):
-        print(f"  bytes onto the device of blocks made {'in host memory' if where == 'host' else 'on the ' + where}: "
-              f"{total / steps / 1e9:.2f} GB a step")
+        place = "in host memory" if where == "host" else f"on the {where}"
+        print(f"  bytes onto the device of blocks made {place}: {total / steps / 1e9:.2f} GB a step")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ cudaError_t cudaSetDevice(int d) {
 }
 /* As NVIDIA's runtime does when it starts, the driver beside it is loaded
  * (the shim finds the driver's functions only in a loaded driver). */
+static void (*land_driver_copies)(void);
 __attribute__((constructor)) static void load_driver(void) {
     Dl_info self;
     if (!dladdr((void *)load_driver, &self) || !self.dli_fname) return;
@@ -50,7 +51,9 @@ __attribute__((constructor)) static void load_driver(void) {
     char *slash = strrchr(path, '/');
     if (!slash) return;
     snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "libcuda.so.1");
-    (void)dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    void *driver = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    /* Loaded locally: its own symbols are found through its handle. */
+    if (driver) land_driver_copies = (void (*)(void))dlsym(driver, "cudaFakeLandCopies");
 }
 
 /* As CUDA's legacy IPC: only memory cudaMalloc made can be exported. */
@@ -68,9 +71,7 @@ cudaError_t cudaDeviceSynchronize(void) {
     if (no_device()) return NO_DEVICE;
     drain_all();
     /* The driver's copies held back (FAKE_CUDA_DEFER_COPIES) land too. */
-    static void (*land)(void);
-    if (!land) land = (void (*)(void))dlsym(RTLD_DEFAULT, "cudaFakeLandCopies");
-    if (land) land();
+    if (land_driver_copies) land_driver_copies();
     return OK;
 }
 

@@ -7,9 +7,9 @@
 //! device ([`super::uses`]), so the job's thread waits for nothing.
 //!
 //! Nothing is moved out for them: they take only room that is free beyond
-//! the move budget ([`super::room::spare_beyond_budget`]), of the room the
-//! mover thread keeps free (twice the budget while they come), so that a
-//! block a use names still finds room at once. Pushing blocks out for them
+//! the move budget ([`super::room::spare_beyond_budget`]), of the room
+//! made free whenever a block a use names comes in (twice the budget while
+//! they come), so that a block a use names still finds room at once. Pushing blocks out for them
 //! was measured to cost more than it saved: those blocks had to be pinned
 //! and copied out in the same chain as the moves they made room for.
 //!
@@ -90,7 +90,8 @@ pub(super) fn bring(state: &'static State, api: Api) {
             continue;
         }
         if block.size > spare || !state.ledger.try_reserve(device, block.size, quota) {
-            // No room yet: looked at again once blocks have moved out.
+            // No room to spare: looked at again after a later use, once
+            // room has been made for a block a use names.
             looked = distance;
             break;
         }

@@ -393,9 +393,10 @@ fn fetch_named(state: &'static State, api: Api, named: &[usize]) {
             backing.failed_ns = vramshare_common::process::monotonic_ns();
         }
     }
-    // While those copies run, blocks move out until the move budget is
-    // free again, for the next block to come at once: the link carries
-    // both directions together.
+    // While those copies run, blocks move out until the room kept free
+    // (the move budget, or twice it beside moves ahead) is free again, for
+    // the next block to come at once: the link carries both directions
+    // together.
     if let Some((device, quota)) = made_room_on {
         staged.extend(room::evict_ahead(state, device, quota, named, strict));
     }

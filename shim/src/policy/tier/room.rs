@@ -16,14 +16,16 @@ use super::{backing, drained, kept, mover, uses, Timed};
 /// The share of the quota kept free for blocks coming in (1/8), so that a
 /// block's copy onto the device can start at once and the copies of the
 /// blocks making room overlap it. The tier keeps that much less on the
-/// device: a block that comes later waits for room to be made first.
+/// device (twice that where blocks come ahead of need, [`kept_free`]): a
+/// block that comes later waits for room to be made first.
 const MOVE_BUDGET_DIVISOR: u64 = 8;
 
-/// The room kept free under `limit`: the move budget, twice it where
-/// blocks come ahead of need ([`super::ahead::recording`]), since those
-/// take what is free beyond the budget ([`spare_beyond_budget`]) and a
-/// block a use names must still find room at once. On the GPU, with marked
-/// steps, a quarter of the quota kept free beat an eighth and a third.
+/// The room made free under `limit` whenever room is made (after a block a
+/// use names came in): the move budget, twice it where blocks come ahead
+/// of need ([`super::ahead::recording`]), since those take what is free
+/// beyond the budget ([`spare_beyond_budget`]) and a block a use names
+/// must still find room at once. On the GPU, with marked steps, a quarter
+/// of the quota beat an eighth; a third was no better.
 fn kept_free(state: &State, limit: u64) -> u64 {
     let budget = limit / MOVE_BUDGET_DIVISOR;
     if super::ahead::recording(state) {
