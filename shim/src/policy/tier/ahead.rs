@@ -9,9 +9,10 @@
 //! Nothing is moved out for them: they take only room that is free beyond
 //! the move budget ([`super::room::spare_beyond_budget`]), of the room
 //! made free whenever a block a use names comes in (twice the budget while
-//! they come), so that a block a use names still finds room at once. Pushing blocks out for them
-//! was measured to cost more than it saved: those blocks had to be pinned
-//! and copied out in the same chain as the moves they made room for.
+//! they come), so that a block a use names still finds room at once.
+//! Pushing blocks out for them was measured to cost more than it saved:
+//! those blocks had to be pinned and copied out in the same chain as the
+//! moves they made room for.
 //!
 //! A prediction that is wrong costs link traffic and room, never
 //! correctness: a block is brought only once its last use has completed,

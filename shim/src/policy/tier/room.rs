@@ -35,14 +35,18 @@ fn kept_free(state: &State, limit: u64) -> u64 {
     }
 }
 
-/// The room free under `limit` on `device` beyond the move budget: what
-/// blocks brought ahead of need may take.
-pub(super) fn spare_beyond_budget(state: &State, device: Device, limit: u64) -> u64 {
+/// The room free on `device` under `limit` and under its pool's budget.
+fn free_under(state: &State, device: Device, limit: u64) -> u64 {
     let used = state.ledger.device(device).device_bytes.load(SeqCst);
     limit
         .saturating_sub(used)
         .min(crate::policy::moves::pool_room(state, device))
-        .saturating_sub(limit / MOVE_BUDGET_DIVISOR)
+}
+
+/// The room free under `limit` on `device` beyond the move budget: what
+/// blocks brought ahead of need may take.
+pub(super) fn spare_beyond_budget(state: &State, device: Device, limit: u64) -> u64 {
+    free_under(state, device, limit).saturating_sub(limit / MOVE_BUDGET_DIVISOR)
 }
 
 /// Stages moves to the host, least needed first, until the room under
@@ -56,12 +60,8 @@ pub(super) fn evict_ahead(
     strict: bool,
 ) -> Vec<Staged> {
     let budget = kept_free(state, limit);
-    let used = state.ledger.device(device).device_bytes.load(SeqCst);
     // The moves the mover thread is making free their room as they land.
-    let mut room = limit
-        .saturating_sub(used)
-        .min(crate::policy::moves::pool_room(state, device))
-        .saturating_add(mover::leaving(state, device));
+    let mut room = free_under(state, device, limit).saturating_add(mover::leaving(state, device));
     let mut staged = Vec::new();
     if room >= budget {
         return staged;
