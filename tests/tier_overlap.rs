@@ -87,6 +87,52 @@ fn a_block_goes_out_beside_other_kernels_only_once_its_own_have_finished() {
 }
 
 #[test]
+fn a_new_block_that_finds_no_room_is_made_on_the_device_by_moving_out_a_finished_one() {
+    // a and b fill the quota, their kernels still queued when c is made.
+    let steps = [
+        "malloc:a:4M",
+        "malloc:b:4M",
+        "fill:a:1:1",
+        "fill:b:2:1",
+        "malloc:c:4M",
+        "fill:c:3:1",
+        "copyout:c:1",
+        "sync",
+        "hostbytes",
+        "peekvia:a:1",
+        "peekvia:b:1",
+    ];
+    let run = client(Runtime::Fake13, &overlapping("8MiB", &[]), &steps);
+    run.assert_ok();
+    // c is made on the device: no host memory is made for it, and nothing
+    // copies its unwritten bytes in.
+    assert_eq!(placements(&run), ["device", "device", "device"]);
+    let c = hex(&run.field("malloc c", "ptr"));
+    let moved = tier_moves(&run);
+    assert!(!moved.contains(&("promote".to_string(), c)), "{moved:?}");
+    assert!(moved.iter().any(|(op, _)| op == "demote"), "{moved:?}");
+    assert_eq!(
+        moves(&run)["made_with_room_bytes"],
+        4 * MIB,
+        "{:#}",
+        moves(&run)
+    );
+    // The block that went out did so once its kernel had finished.
+    let busy = busy_unmaps(&run);
+    assert!(busy.is_empty(), "unmapped under a kernel: {busy:#?}");
+    let line = run.line("hostbytes");
+    assert_eq!(
+        (log_field(line, "first"), log_field(line, "last")),
+        ("3".into(), "3".into())
+    );
+    for (name, byte) in [("a", "1"), ("b", "2")] {
+        let line = run.line(&format!("peekvia {name}"));
+        assert_eq!(log_field(line, "first"), byte, "{line}");
+        assert_eq!(log_field(line, "last"), byte, "{line}");
+    }
+}
+
+#[test]
 fn a_block_comes_in_before_the_kernel_that_names_it_runs() {
     // The tier's copies are held back until something waits for them, as
     // a copy engine may still be busy when the kernel is reached.

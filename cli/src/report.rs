@@ -235,6 +235,14 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
     } else {
         String::new()
     };
+    let born = if moves.made_with_room_bytes > 0 {
+        format!(
+            "  new blocks made on the device by moving others out: {}\n",
+            human_bytes(moves.made_with_room_bytes)
+        )
+    } else {
+        String::new()
+    };
     format!(
         "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making memory), {:.2} s waiting for the device first, {} times; {} of new host memory pinned in {:.2} s, {} given back while live blocks remained{}{ahead}\n",
         moves.to_device,
@@ -259,7 +267,7 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
         } else {
             String::new()
         }
-    )
+    ) + &born
 }
 
 #[cfg(test)]
@@ -287,6 +295,7 @@ mod tests {
                 pinned_bytes: 4 << 20,
                 unpinned_bytes: 1 << 20,
                 fresh_bytes_to_device: 0,
+                made_with_room_bytes: 0,
                 fetches: 6,
                 mover_moves: 0,
                 mover_seconds: 0.0,

@@ -185,6 +185,10 @@ pub struct MovesJson {
     /// Of `bytes_to_device`: blocks no work had touched since they were
     /// handed out, whose bytes were not yet the job's.
     pub fresh_bytes_to_device: u64,
+    /// Where moves overlap the job's kernels: new blocks made on the device
+    /// by moving others out, where they would have been made in host
+    /// memory (not a part of `bytes_to_device`: nothing was copied).
+    pub made_with_room_bytes: u64,
     /// Times the job's launches were held back and the device drained for
     /// moves (before a launch, or for a quota or budget cut).
     pub fetches: u64,
@@ -256,6 +260,8 @@ pub struct MovesSample {
     pub mover_ns: u64,
     /// Of `bytes_to_device`: brought ahead of need.
     pub ahead_bytes: u64,
+    /// New blocks made on the device by moving others out.
+    pub made_with_room_bytes: u64,
 }
 
 /// Launches of one call by what their operands named.

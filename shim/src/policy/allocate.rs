@@ -120,6 +120,12 @@ where
     if !fits && tiered.is_some() {
         fits = tier::mover::reserve_as_moves_land(state, device, size, limit, MOVER_WAITS);
     }
+    // Then, beside the job's kernels, room made for it as its first use
+    // would make it, so that it is not made in host memory only to be
+    // copied onto the device, bytes and all, by that use.
+    if !fits && tiered.is_some() {
+        fits = tier::room_for_new(state, api, device, size, limit);
+    }
     if !fits && config().priority == Priority::High {
         fits = wait_for_room(state, device, size, limit);
     }

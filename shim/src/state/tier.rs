@@ -152,6 +152,9 @@ pub struct Tier {
     /// Bytes moved onto the device of blocks no work had entered since
     /// they were handed out: their bytes are not the job's yet.
     pub moved_in_fresh: AtomicU64,
+    /// Bytes of new blocks made on the device by moving others out (where
+    /// moves overlap the job's kernels), instead of in host memory.
+    pub room_at_birth: AtomicU64,
     /// Moves onto the device ahead of need (the step before's record named
     /// the block among the next uses), and their bytes: a part of
     /// `moves_in` and `moved_in`.
@@ -302,6 +305,7 @@ impl Tier {
             fetches: self.fetches.load(Relaxed),
             mover_ns: self.outgoing.busy_ns.load(Relaxed),
             ahead_bytes: self.ahead_bytes.load(Relaxed),
+            made_with_room_bytes: self.room_at_birth.load(Relaxed),
         }
     }
 }

@@ -403,6 +403,49 @@ fn fetch_named(state: &'static State, api: Api, named: &[usize]) {
     moves::finish(state, staged);
 }
 
+/// Where moves overlap the job's kernels: reserves room on `device` under
+/// `quota` for a new tier block of `size` bytes that finds none, by moving
+/// out the tier's blocks whose next use is furthest and whose last use has
+/// completed, as the block's first use would (its work comes next). Made in
+/// host memory instead, the block would be pinned host memory that its
+/// first use copies onto the device, bytes no work has written. False
+/// (nothing reserved) if no such room can be made.
+pub fn room_for_new(
+    state: &'static State,
+    api: Api,
+    device: Device,
+    size: u64,
+    quota: u64,
+) -> bool {
+    let bound = limit(state, device, Some(quota)).unwrap_or(quota);
+    // After a launch the shim could not read, only a drained device could
+    // make room: the block is made in host memory, as without this.
+    if !uses::overlapping()
+        || size > bound / 2
+        || state.tier.unread_since_drain.load(Relaxed)
+        || state.access.graphs.capturing_any()
+        || backing::ready(api).is_err()
+    {
+        return false;
+    }
+    let Some(_closed) = state.tier.gate.close() else {
+        return false;
+    };
+    let _copies = moves::WaitOnDrop {
+        device,
+        ordered_in: true,
+    };
+    let _timed = Timed(state, std::time::Instant::now());
+    if !room::make_room(state, device, size, quota, &[], false) {
+        return false;
+    }
+    state.tier.room_at_birth.fetch_add(size, Relaxed);
+    // The room kept free is made again beside the job's kernels, as after
+    // a block a use names.
+    moves::finish(state, room::evict_ahead(state, device, bound, &[], false));
+    true
+}
+
 /// Readies the device for moves behind the closed gate: with `strict`,
 /// waits for it to finish the job's work ([`drained`]); beside the job's
 /// kernels, only counts the moves. False if the wait failed.
