@@ -17,6 +17,8 @@ def options(description, steps):
     parser.add_argument("--steps", type=int, default=steps, help="timed steps (after 2 warm-up steps)")
     parser.add_argument("--managed", metavar="UM_ALLOC_SO",
                         help="every allocation through PyTorch's pluggable allocator in this library (the anchor)")
+    parser.add_argument("--save-on-cpu", action="store_true",
+                        help="PyTorch's own activation offload: tensors saved for the backward pass kept in pinned host memory (an anchor)")
     parser.add_argument("--fraction", type=float, help="torch.cuda.set_per_process_memory_fraction (the other anchor)")
     parser.add_argument("--expect-oom", action="store_true", help="succeed only on torch.cuda.OutOfMemoryError")
     parser.add_argument("--traffic", action="store_true",
@@ -35,6 +37,9 @@ def options(description, steps):
         torch.cuda.memory.change_current_allocator(allocator)
     if args.fraction:
         torch.cuda.set_per_process_memory_fraction(args.fraction)
+    if args.save_on_cpu:
+        # Entered for the whole run: every step's saved tensors go to the host.
+        torch.autograd.graph.save_on_cpu(pin_memory=True).__enter__()
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = False
     # An out-of-memory error while the job is built (a large table, say)
