@@ -111,12 +111,12 @@ fn a_new_block_that_finds_no_room_is_made_on_the_device_by_moving_out_a_finished
     let moved = tier_moves(&run);
     assert!(!moved.contains(&("promote".to_string(), c)), "{moved:?}");
     assert!(moved.iter().any(|(op, _)| op == "demote"), "{moved:?}");
-    assert_eq!(
-        moves(&run)["made_with_room_bytes"],
-        4 * MIB,
-        "{:#}",
-        moves(&run)
-    );
+    let moves = moves(&run);
+    assert_eq!(moves["made_with_room_bytes"], 4 * MIB, "{moves:#}");
+    // Under the quota throughout, and beside the kernels: no drain.
+    let peak = run.trace()["processes"][0]["peak_device"]["0"].as_u64();
+    assert!(peak.unwrap() <= 8 * MIB, "{peak:?}");
+    assert_eq!(moves["drain_seconds"].as_f64(), Some(0.0), "{moves:#}");
     // The block that went out did so once its kernel had finished.
     let busy = busy_unmaps(&run);
     assert!(busy.is_empty(), "unmapped under a kernel: {busy:#?}");
@@ -130,6 +130,30 @@ fn a_new_block_that_finds_no_room_is_made_on_the_device_by_moving_out_a_finished
         assert_eq!(log_field(line, "first"), byte, "{line}");
         assert_eq!(log_field(line, "last"), byte, "{line}");
     }
+}
+
+#[test]
+fn after_a_launch_the_shim_could_not_read_a_new_block_that_finds_no_room_goes_to_host_memory() {
+    // As above, but a kernel the shim cannot read may still run: no block
+    // may move beside it, so c is made in host memory.
+    let steps = [
+        "malloc:a:4M",
+        "malloc:b:4M",
+        "fill:a:1:1",
+        "fill:b:2:1",
+        "opaque:rt:a",
+        "malloc:c:4M",
+        "fill:c:3:1",
+        "copyout:c:1",
+        "sync",
+        "hostbytes",
+    ];
+    let run = client(Runtime::Fake13, &overlapping("8MiB", &[]), &steps);
+    run.assert_ok();
+    assert_eq!(placements(&run), ["device", "device", "host"]);
+    assert_eq!(moves(&run)["made_with_room_bytes"], 0, "{:#}", moves(&run));
+    assert_eq!(log_field(run.line("hostbytes"), "first"), "3");
+    assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
 }
 
 #[test]

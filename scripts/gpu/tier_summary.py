@@ -120,6 +120,9 @@ for run in runs:
     same = result["values"] == base["result"]["values"]
     seen = run.get("sampled_max_device_bytes", 0)
     held = f"{seen / 2**30:.2f} / {quota / 2**30:.2f} GiB" if quota else "-"
+    if not quota and result.get("max_allocated") and run is not base:
+        # An anchor: no quota, what PyTorch held at most on the device.
+        held = f"{result['max_allocated'] / 2**30:.2f} GiB (PyTorch's peak)"
     link = "-"
     if "link_rx_bytes_per_step" in result:
         link = f"{(result['link_rx_bytes_per_step'] + result['link_tx_bytes_per_step']) / 1e9:.1f}"

@@ -122,10 +122,19 @@ where
     }
     // Then, beside the job's kernels, room made for it as its first use
     // would make it, so that it is not made in host memory only to be
-    // copied onto the device, bytes and all, by that use.
+    // copied onto the device, bytes and all, by that use. (A kept block in
+    // host memory is then not handed out for it: its host memory goes to
+    // a block that moves out.)
+    let mut made_room = false;
     if !fits && tiered.is_some() {
-        fits = tier::room_for_new(state, api, device, size, limit);
+        made_room = tier::room_for_new(state, api, device, size, limit);
+        fits = made_room;
     }
+    let count_made_room = || {
+        if made_room {
+            state.tier.room_at_birth.fetch_add(size, Ordering::Relaxed);
+        }
+    };
     if !fits && config().priority == Priority::High {
         fits = wait_for_room(state, device, size, limit);
     }
@@ -142,11 +151,13 @@ where
             Serve::Anywhere
         };
         if let Some(ptr) = tier::kept::reuse(state, api, device, size, stream, serve) {
+            count_made_room();
             on_host(ptr);
             return cudaSuccess;
         }
     }
     if let Some(ptr) = tiered.and_then(|_| tier::place(state, api, device, size, fits)) {
+        count_made_room();
         on_host(ptr);
         return cudaSuccess;
     }

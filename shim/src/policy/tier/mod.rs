@@ -425,21 +425,19 @@ pub fn room_for_new(
         || state.tier.unread_since_drain.load(Relaxed)
         || state.access.graphs.capturing_any()
         || backing::ready(api).is_err()
+        || !room::could_make_room(state, device, size, quota)
     {
         return false;
     }
     let Some(_closed) = state.tier.gate.close() else {
         return false;
     };
-    let _copies = moves::WaitOnDrop {
-        device,
-        ordered_in: true,
-    };
+    // Counted as the moves for a use are, whether or not any block moves.
+    state.tier.fetches.fetch_add(1, Relaxed);
     let _timed = Timed(state, std::time::Instant::now());
     if !room::make_room(state, device, size, quota, &[], false) {
         return false;
     }
-    state.tier.room_at_birth.fetch_add(size, Relaxed);
     // The room kept free is made again beside the job's kernels, as after
     // a block a use names.
     moves::finish(state, room::evict_ahead(state, device, bound, &[], false));
