@@ -388,6 +388,44 @@ fn the_mover_threads_moves_never_take_device_bytes_above_the_quota() {
 }
 
 #[test]
+fn new_blocks_made_on_the_device_by_moving_others_out_never_take_device_bytes_above_the_quota() {
+    // Nine 2 MiB blocks under 16 MiB filled in turn, and between the fills
+    // a 4 MiB block made, filled and freed, 200 times over: each new block
+    // finds no room and is made on the device by moving others out, while
+    // the registry is sampled.
+    let work = tempfile::tempdir().unwrap();
+    let shm = work.path().join("shm");
+    let trace = work.path().join("trace.json");
+    let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
+    let mut steps: Vec<String> = names.iter().map(|n| format!("malloc:{n}:2M")).collect();
+    steps.push(format!("repeat:200:{}", names.len() + 3));
+    steps.extend(names.iter().map(|n| format!("fill:{n}:1:1")));
+    steps.extend(["malloc:t:4M".into(), "fill:t:7:1".into(), "free:t".into()]);
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let vars = overlapping(
+        "16MiB",
+        &[
+            ("FAKE_CUDA_STREAM_DELAY_US", "0"),
+            ("VRAMSHARE_TRACE", trace.to_str().unwrap()),
+        ],
+    );
+    let Sampled { samples, highest } = run_sampled(client_command(&shm, &vars, &steps), &shm);
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let moves = &trace["processes"][0]["moves"];
+    assert!(
+        moves["made_with_room_bytes"].as_u64().unwrap() >= 100 * 4 * MIB,
+        "{moves:#}"
+    );
+    assert!(samples >= 20, "{samples} samples");
+    assert!(highest <= 16 * MIB, "device bytes reached {highest}");
+    assert!(
+        trace["processes"][0]["peak_device"]["0"].as_u64().unwrap() <= 16 * MIB,
+        "the process's own peak"
+    );
+}
+
+#[test]
 fn blocks_the_step_before_named_come_onto_the_device_ahead_of_the_launches_that_name_them() {
     // Twenty-four 2 MiB blocks under 32 MiB, filled in turn each marked
     // step, each fill waited for: from the second step on, the step before
