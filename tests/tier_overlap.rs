@@ -353,18 +353,20 @@ fn a_job_that_exits_with_moves_handed_to_the_mover_exits_at_once_with_its_trace(
     assert!(moves["to_device"].as_u64().unwrap() >= 1, "{moves:#}");
 }
 
-#[test]
-fn the_mover_threads_moves_never_take_device_bytes_above_the_quota() {
-    // Nine 2 MiB blocks under 16 MiB (a move budget of one block), filled
-    // in turn 300 times: every fill moves, and the moves out go to the
-    // mover thread while the registry is sampled.
+/// Nine 2 MiB blocks under 16 MiB (a move budget of one block), filled in
+/// turn `times` times over, with `more` after each round of fills, while
+/// the registry is sampled: checks that neither the sampler nor the
+/// process's own peak saw device bytes above the quota, and gives the
+/// samples taken and the trace's moves.
+fn nine_blocks_sampled(times: u32, more: &[&str]) -> (u64, serde_json::Value) {
     let work = tempfile::tempdir().unwrap();
     let shm = work.path().join("shm");
     let trace = work.path().join("trace.json");
     let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
     let mut steps: Vec<String> = names.iter().map(|n| format!("malloc:{n}:2M")).collect();
-    steps.push(format!("repeat:300:{}", names.len()));
+    steps.push(format!("repeat:{times}:{}", names.len() + more.len()));
     steps.extend(names.iter().map(|n| format!("fill:{n}:1:1")));
+    steps.extend(more.iter().map(|step| step.to_string()));
     let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
     let vars = overlapping(
         "16MiB",
@@ -376,53 +378,33 @@ fn the_mover_threads_moves_never_take_device_bytes_above_the_quota() {
     let Sampled { samples, highest } = run_sampled(client_command(&shm, &vars, &steps), &shm);
     let trace: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
-    let moves = &trace["processes"][0]["moves"];
-    assert!(moves["to_host"].as_u64().unwrap() >= 1000, "{moves:#}");
-    assert!(moves["mover_moves"].as_u64().unwrap() >= 100, "{moves:#}");
-    assert!(samples >= 100, "{samples} samples");
     assert!(highest <= 16 * MIB, "device bytes reached {highest}");
     assert!(
         trace["processes"][0]["peak_device"]["0"].as_u64().unwrap() <= 16 * MIB,
         "the process's own peak"
     );
+    (samples, trace["processes"][0]["moves"].clone())
+}
+
+#[test]
+fn the_mover_threads_moves_never_take_device_bytes_above_the_quota() {
+    // Every fill moves, and the moves out go to the mover thread.
+    let (samples, moves) = nine_blocks_sampled(300, &[]);
+    assert!(moves["to_host"].as_u64().unwrap() >= 1000, "{moves:#}");
+    assert!(moves["mover_moves"].as_u64().unwrap() >= 100, "{moves:#}");
+    assert!(samples >= 100, "{samples} samples");
 }
 
 #[test]
 fn new_blocks_made_on_the_device_by_moving_others_out_never_take_device_bytes_above_the_quota() {
-    // Nine 2 MiB blocks under 16 MiB filled in turn, and between the fills
-    // a 4 MiB block made, filled and freed, 200 times over: each new block
-    // finds no room and is made on the device by moving others out, while
-    // the registry is sampled.
-    let work = tempfile::tempdir().unwrap();
-    let shm = work.path().join("shm");
-    let trace = work.path().join("trace.json");
-    let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
-    let mut steps: Vec<String> = names.iter().map(|n| format!("malloc:{n}:2M")).collect();
-    steps.push(format!("repeat:200:{}", names.len() + 3));
-    steps.extend(names.iter().map(|n| format!("fill:{n}:1:1")));
-    steps.extend(["malloc:t:4M".into(), "fill:t:7:1".into(), "free:t".into()]);
-    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
-    let vars = overlapping(
-        "16MiB",
-        &[
-            ("FAKE_CUDA_STREAM_DELAY_US", "0"),
-            ("VRAMSHARE_TRACE", trace.to_str().unwrap()),
-        ],
-    );
-    let Sampled { samples, highest } = run_sampled(client_command(&shm, &vars, &steps), &shm);
-    let trace: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
-    let moves = &trace["processes"][0]["moves"];
+    // Between the rounds of fills a 4 MiB block is made, filled and freed:
+    // each finds no room and is made on the device by moving others out.
+    let (samples, moves) = nine_blocks_sampled(200, &["malloc:t:4M", "fill:t:7:1", "free:t"]);
     assert!(
         moves["made_with_room_bytes"].as_u64().unwrap() >= 100 * 4 * MIB,
         "{moves:#}"
     );
     assert!(samples >= 20, "{samples} samples");
-    assert!(highest <= 16 * MIB, "device bytes reached {highest}");
-    assert!(
-        trace["processes"][0]["peak_device"]["0"].as_u64().unwrap() <= 16 * MIB,
-        "the process's own peak"
-    );
 }
 
 #[test]
