@@ -425,7 +425,7 @@ pub fn room_for_new(
         || state.tier.unread_since_drain.load(Relaxed)
         || state.access.graphs.capturing_any()
         || backing::ready(api).is_err()
-        || !room::could_make_room(state, device, size, quota)
+        || !room::could_make_room(state, device, size, quota, &[], false)
     {
         return false;
     }
@@ -516,17 +516,13 @@ fn held_back(state: &State, ptr: usize, step: u64) -> bool {
 /// under each, plus the tier's blocks there that the work does not name
 /// (`keep`), would hold it.
 fn could_fit(state: &State, block: Block, quota: Option<u64>, keep: &[usize]) -> bool {
-    if block.size > limit(state, block.device, quota).unwrap_or(u64::MAX) / 2 {
-        return false;
-    }
-    let quota = quota.unwrap_or(u64::MAX);
-    let used = state.ledger.device(block.device).device_bytes.load(Relaxed);
-    let room = quota.saturating_sub(used);
-    // A pool's budget holds the members' device bytes together: moving
-    // this process's blocks out frees that much of it, no more.
-    let pool_room = super::moves::pool_room(state, block.device);
-    let movable = room::movable_all(state, block.device, keep)
-        + kept::on_device(state, block.device)
-        + mover::leaving(state, block.device);
-    room.saturating_add(movable) >= block.size && pool_room.saturating_add(movable) >= block.size
+    block.size <= limit(state, block.device, quota).unwrap_or(u64::MAX) / 2
+        && room::could_make_room(
+            state,
+            block.device,
+            block.size,
+            quota.unwrap_or(u64::MAX),
+            keep,
+            true,
+        )
 }

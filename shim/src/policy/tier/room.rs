@@ -126,28 +126,29 @@ fn movable_blocks(
 }
 
 /// Whether room for `size` bytes under `quota` and the pool's budget could
-/// be made on `device` beside the job's kernels: the room free, with the
-/// kept blocks there given back, the mover thread's moves landed and the
-/// tier's blocks whose uses are known moved out.
-pub(super) fn could_make_room(state: &State, device: Device, size: u64, quota: u64) -> bool {
-    let known: u64 = movable_blocks(state, device, &[], false)
+/// be made on `device`: the room free, with the kept blocks there given
+/// back, the mover thread's moves landed and the tier's blocks that `keep`
+/// does not name moved out (unless `strict`, only those whose uses are
+/// known: what may move beside the job's kernels).
+pub(super) fn could_make_room(
+    state: &State,
+    device: Device,
+    size: u64,
+    quota: u64,
+    keep: &[usize],
+    strict: bool,
+) -> bool {
+    let blocks: u64 = movable_blocks(state, device, keep, strict)
         .iter()
         .map(|(_, size)| size)
         .sum();
-    let movable = known + kept::on_device(state, device) + mover::leaving(state, device);
+    let movable = blocks + kept::on_device(state, device) + mover::leaving(state, device);
     let used = state.ledger.device(device).device_bytes.load(SeqCst);
+    // A pool's budget holds the members' device bytes together: moving
+    // this process's blocks out frees that much of it, no more.
     let pool_room = crate::policy::moves::pool_room(state, device);
     quota.saturating_sub(used).saturating_add(movable) >= size
         && pool_room.saturating_add(movable) >= size
-}
-
-/// The bytes of all of them, whose uses are known or not: what a move
-/// could free with the device drained.
-pub(super) fn movable_all(state: &State, device: Device, keep: &[usize]) -> u64 {
-    movable_blocks(state, device, keep, true)
-        .iter()
-        .map(|(_, size)| size)
-        .sum()
 }
 
 /// Gives back the kept blocks on `device`, then moves the tier's blocks
