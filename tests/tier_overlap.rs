@@ -478,3 +478,120 @@ fn blocks_the_step_before_named_come_onto_the_device_ahead_of_the_launches_that_
         .collect();
     assert_eq!(read, expected);
 }
+
+#[test]
+fn a_block_the_step_before_needed_late_goes_out_as_the_next_step_begins() {
+    // Sixteen 2 MiB activations and two 4 MiB blocks of optimizer state
+    // (filled only at each step's end) under 32 MiB, over marked steps,
+    // each fill waited for. At each step's end the state comes in and, of
+    // it, the block not named last goes out again to keep room free; the
+    // other stays until room is made during the next step. Allocations of
+    // 4 KiB mark where a step's work ends and where the next one's begins,
+    // the moves of the step's end having landed before: between the two,
+    // only a move begun as the step was marked can end.
+    let acts: Vec<String> = (0..16).map(|i| format!("a{i}")).collect();
+    let mut steps: Vec<String> = acts.iter().map(|n| format!("malloc:{n}:2M")).collect();
+    steps.extend(["malloc:o0:4M".into(), "malloc:o1:4M".into()]);
+    let mut body: Vec<String> = vec![
+        "step".into(),
+        "sleep:40".into(),
+        "malloc:begun:4K".into(),
+        "free:begun".into(),
+    ];
+    for (byte, name) in acts.iter().enumerate() {
+        body.extend([format!("fill:{name}:{}:1", byte + 1), "sync".into()]);
+    }
+    body.extend([
+        "fill:o0:101:1".into(),
+        "fill:o1:102:1".into(),
+        "sync".into(),
+        "sleep:40".into(),
+        "malloc:ended:8K".into(),
+        "free:ended".into(),
+    ]);
+    steps.push(format!("repeat:5:{}", body.len()));
+    steps.extend(body);
+    for name in acts.iter().chain(&["o0".to_string(), "o1".to_string()]) {
+        steps.extend([
+            format!("copyout:{name}:1"),
+            "sync".into(),
+            "hostbytes".into(),
+        ]);
+    }
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let vars = overlapping("32MiB", &[("FAKE_CUDA_STREAM_DELAY_US", "2000")]);
+    let run = client(Runtime::Fake13, &vars, &steps);
+    run.assert_ok();
+    // The events in order: each step's two marks, and the state's moves out.
+    let events = run.trace()["events"].as_array().unwrap().clone();
+    let mut since_ended: Option<u64> = None;
+    let mut early = Vec::new();
+    for event in &events {
+        let (op, size) = (event["op"].as_str().unwrap(), event["size"].as_u64());
+        match (op, size) {
+            ("alloc", Some(8192)) => since_ended = Some(0),
+            ("alloc", Some(4096)) => early.extend(since_ended.take()),
+            ("demote", Some(size)) if size == 4 * MIB => {
+                since_ended = since_ended.map(|n| n + 1);
+            }
+            _ => {}
+        }
+    }
+    // Four steps follow one that ended; from the third step on, the step
+    // before moved blocks out and named the state last, so it goes out as
+    // the step begins.
+    assert_eq!(early.len(), 4, "{early:?}");
+    assert!(early[1..].iter().all(|n| *n >= 1), "{early:?}");
+    let moves = moves(&run);
+    assert!(
+        moves["early_out_bytes"].as_u64().unwrap() >= 3 * 4 * MIB,
+        "{moves:#}"
+    );
+    assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
+    let peak = run.trace()["processes"][0]["peak_device"]["0"].as_u64();
+    assert!(peak.unwrap() <= 32 * MIB, "{peak:?}");
+    // Every block holds what its last fill wrote.
+    let read: Vec<String> = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("hostbytes "))
+        .map(|l| format!("{}/{}", log_field(l, "first"), log_field(l, "last")))
+        .collect();
+    let expected: Vec<String> = (1..=16)
+        .chain([101, 102])
+        .map(|byte| format!("{byte}/{byte}"))
+        .collect();
+    assert_eq!(read, expected);
+}
+
+#[test]
+fn a_block_still_in_use_when_the_step_is_marked_stays_for_its_kernel() {
+    // As above, but the next step is marked while the state's last fill
+    // is still queued: that block may go out only once the fill has run.
+    let acts: Vec<String> = (0..6).map(|i| format!("a{i}")).collect();
+    let mut steps: Vec<String> = acts.iter().map(|n| format!("malloc:{n}:2M")).collect();
+    steps.extend(["malloc:o0:4M".into(), "malloc:o1:4M".into()]);
+    let mut body: Vec<String> = vec!["step".into()];
+    for (byte, name) in acts.iter().enumerate() {
+        body.extend([format!("fill:{name}:{}:1", byte + 1), "sync".into()]);
+    }
+    body.extend([
+        "fill:o0:101:1".into(),
+        "sync".into(),
+        "fill:o1:102:1".into(),
+    ]);
+    steps.push(format!("repeat:4:{}", body.len()));
+    steps.extend(body);
+    steps.extend([
+        "sync".into(),
+        "copyout:o1:1".into(),
+        "sync".into(),
+        "hostbytes".into(),
+    ]);
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let run = client(Runtime::Fake13, &overlapping("16MiB", &[]), &steps);
+    run.assert_ok();
+    assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
+    let line = run.line("hostbytes");
+    assert_eq!(log_field(line, "first"), "102", "{line}");
+}
