@@ -243,15 +243,6 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
     } else {
         String::new()
     };
-    let early = if moves.early_out_moves > 0 {
-        format!(
-            "  moved out as steps began, of blocks the step before first needed late: {} ({} moves)\n",
-            human_bytes(moves.early_out_bytes),
-            moves.early_out_moves
-        )
-    } else {
-        String::new()
-    };
     format!(
         "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making memory), {:.2} s waiting for the device first, {} times; {} of new host memory pinned in {:.2} s, {} given back while live blocks remained{}{ahead}\n",
         moves.to_device,
@@ -277,7 +268,6 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
             String::new()
         }
     ) + &born
-        + &early
 }
 
 #[cfg(test)]
@@ -345,15 +335,6 @@ mod tests {
         let report = process_report(&replayed, &[]);
         assert!(
             report.contains("claimed back by work before they began; 1 of the moves onto the device (1.00 MiB) ahead of need, the step before having named first what 75% of the uses did (25% named first a block it never named)\n"),
-            "{report}"
-        );
-        assert!(!report.contains("as steps began"), "{report}");
-        if let Some(moves) = replayed.moves.as_mut() {
-            (moves.early_out_moves, moves.early_out_bytes) = (2, 6 << 20);
-        }
-        let report = process_report(&replayed, &[]);
-        assert!(
-            report.contains("  moved out as steps began, of blocks the step before first needed late: 6.00 MiB (2 moves)\n"),
             "{report}"
         );
     }

@@ -208,12 +208,6 @@ pub struct MovesJson {
     /// block the step before never named.
     pub ahead_moves: u64,
     pub ahead_bytes: u64,
-    /// Where the job marks its steps and moves overlap: moves to the host
-    /// begun as a step began, of blocks the step before first needed late
-    /// in it, while the link is otherwise idle (a part of `to_host` once
-    /// made), and their bytes.
-    pub early_out_moves: u64,
-    pub early_out_bytes: u64,
     pub replay_matched: u64,
     pub replay_missed: u64,
     pub replay_unseen: u64,
@@ -268,8 +262,6 @@ pub struct MovesSample {
     pub ahead_bytes: u64,
     /// New blocks made on the device by moving others out.
     pub made_with_room_bytes: u64,
-    /// Handed to the mover thread as a marked step began.
-    pub early_out_bytes: u64,
 }
 
 /// Launches of one call by what their operands named.

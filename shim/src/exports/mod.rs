@@ -96,19 +96,13 @@ crate::cuda::functions::cuda_functions!(exports);
 /// Marks the beginning of a step of the job's loop, for the access profile
 /// (`ctypes.CDLL(None).vramshare_step()` from Python, before each step):
 /// from the first mark on, steps are the job's marks rather than found from
-/// the repeating launch sequence, and where moves overlap the job's
-/// kernels, blocks the step before needed late go out as the step begins.
-/// Without the shim loaded the name is
+/// the repeating launch sequence. Without the shim loaded the name is
 /// simply absent, so a job looks it up rather than links to it.
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn vramshare_step() {
     guard::wall(
         "vramshare_step",
-        || {
-            let state = crate::state::state();
-            state.access.mark_step();
-            crate::policy::at_step(state);
-        },
+        || crate::state::state().access.mark_step(),
         || None,
         || (),
     );

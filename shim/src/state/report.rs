@@ -251,8 +251,6 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
         mover_claimed: tier.outgoing.claimed.load(Relaxed),
         ahead_moves: tier.ahead_moves.load(Relaxed),
         ahead_bytes: tier.ahead_bytes.load(Relaxed),
-        early_out_moves: tier.early_out_moves.load(Relaxed),
-        early_out_bytes: tier.early_out_bytes.load(Relaxed),
         replay_matched: state.access.replay.agreement().0,
         replay_missed: state.access.replay.agreement().1,
         replay_unseen: state.access.replay.agreement().2,

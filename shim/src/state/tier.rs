@@ -160,14 +160,6 @@ pub struct Tier {
     /// `moves_in` and `moved_in`.
     pub ahead_moves: AtomicU64,
     pub ahead_bytes: AtomicU64,
-    /// Moves to the host handed to the mover thread as a marked step began
-    /// ([`crate::policy::tier::early_out`]), and their bytes: a part of
-    /// `moves_out` and `moved_out` once made.
-    pub early_out_moves: AtomicU64,
-    pub early_out_bytes: AtomicU64,
-    /// `moved_out` when the step under way was marked: what the step before
-    /// moved out is the difference at the next mark.
-    pub moved_out_at_step: AtomicU64,
     /// By device: the tier's blocks that serve stream-ordered allocations
     /// of the device's default pool.
     pub ordered: [Ordered; MAX_DEVICES],
@@ -314,7 +306,6 @@ impl Tier {
             mover_ns: self.outgoing.busy_ns.load(Relaxed),
             ahead_bytes: self.ahead_bytes.load(Relaxed),
             made_with_room_bytes: self.room_at_birth.load(Relaxed),
-            early_out_bytes: self.early_out_bytes.load(Relaxed),
         }
     }
 }

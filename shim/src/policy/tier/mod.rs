@@ -26,7 +26,6 @@
 
 pub mod ahead;
 pub mod backing;
-pub mod early_out;
 pub mod kept;
 pub mod mover;
 mod moves;
