@@ -14,7 +14,6 @@
 //! ([`claim_all`]). So the range is remapped only while no work the shim
 //! let through may touch it.
 
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::{MutexGuard, PoisonError};
 
@@ -26,7 +25,7 @@ use crate::cuda::real;
 use crate::state::outgoing::{Leaving, Outgoing, Queue};
 use crate::state::{lock, State};
 
-use super::moves::{self, Staged};
+use super::moves;
 
 /// `CU_STREAM_CAPTURE_MODE_RELAXED`: the thread's calls never end a
 /// capture another thread is making.
@@ -185,19 +184,10 @@ fn start(state: &'static State) -> bool {
     true
 }
 
-/// The most moves begun and not yet finished. Their copies are queued
-/// together and each is remapped once its own copy has landed, while the
-/// later ones still copy; each one finished makes way for the next one
-/// waiting, so that the link carries copies while ranges are remapped
-/// (remapping a range to host memory costs about half its copy's time
-/// again). Begun and finished in batches instead, a move handed over alone
-/// copied and then remapped with the link idle: the moves out of a GPT-2
-/// step ran at 30 to 35 GB/s against the link's 51.
-const IN_FLIGHT: usize = 32;
-
-/// A move begun: its block, and its copy out once staged (`None` before,
-/// or if it could not be: the ledger's move was then ended).
-type Begun = (Leaving, Option<Staged>);
+/// The most moves the thread begins before it finishes them: their copies
+/// are queued together, and each is remapped as soon as its own copy has
+/// landed, while the later ones still copy.
+const BATCH: usize = 32;
 
 /// The thread: makes the moves handed over, the oldest first.
 fn run(state: &'static State) {
@@ -208,7 +198,6 @@ fn run(state: &'static State) {
     // graphs, where no capture can be under way either.
     let _ = unsafe { real::cuThreadExchangeStreamCaptureMode(&mut mode) };
     let mut context = 0;
-    let mut begun: VecDeque<Begun> = VecDeque::new();
     loop {
         {
             let mut queue = lock(&outgoing.queue);
@@ -217,106 +206,79 @@ fn run(state: &'static State) {
             }
         }
         let began = std::time::Instant::now();
+        let mut taken = Vec::new();
         let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            make(state, &mut begun, &mut context)
+            make(state, &mut taken, &mut context)
         }));
         if made.is_err() {
             error!(
                 "the spill tier's mover thread failed moving {} blocks; they stay where they are",
-                begun.len()
+                taken.len()
             );
-            for (leaving, _) in begun.drain(..) {
+            for leaving in &taken {
                 // Where the ledger was not told (the likeliest): a free of
                 // the block would wait for the move for ever.
                 if state.ledger.block_at(leaving.ptr).is_some_and(|b| b.moving) {
                     state.ledger.end_tier_move(leaving.ptr, Placement::Device);
                 }
-                ended(state, &leaving);
             }
         }
         outgoing
             .busy_ns
             .fetch_add(began.elapsed().as_nanos() as u64, Relaxed);
+        let mut queue = lock(&outgoing.queue);
+        queue.busy.retain(|leaving| !taken.contains(leaving));
+        queue.ended += taken.len() as u64;
+        outgoing.pending.fetch_sub(taken.len() as u64, SeqCst);
+        drop(queue);
+        outgoing.changed.notify_all();
     }
 }
 
-/// Makes moves until none is waiting or under way: begins those waiting,
-/// each taken out of the queue as it begins (until then work may still
-/// claim a move back), up to [`IN_FLIGHT`] under way (`begun`), each in
-/// its block's context (`current`: the one made current last), and
-/// finishes the oldest, over and over. Every move taken ends the ledger's
-/// move, made or failed, and is ended in the queue as it finishes.
-fn make(state: &State, begun: &mut VecDeque<Begun>, current: &mut usize) {
+/// Begins up to [`BATCH`] of the moves waiting, each taken out of the queue
+/// as it begins (`taken`: those begun; until then work may still claim a
+/// move back), each in its block's context (`current`: the one made
+/// current last), then finishes them. Every move taken ends the ledger's
+/// move, made or failed.
+fn make(state: &State, taken: &mut Vec<Leaving>, current: &mut usize) {
     let outgoing = &state.tier.outgoing;
-    loop {
-        while begun.len() < IN_FLIGHT {
-            let next = {
-                let mut queue = lock(&outgoing.queue);
-                if outgoing.exiting.load(SeqCst) {
-                    break;
-                }
-                let Some(next) = queue.waiting.pop_front() else {
-                    break;
-                };
-                queue.busy.push(next);
-                next
+    let mut staged = Vec::new();
+    while taken.len() < BATCH {
+        let next = {
+            let mut queue = lock(&outgoing.queue);
+            if outgoing.exiting.load(SeqCst) {
+                break;
+            }
+            let Some(next) = queue.waiting.pop_front() else {
+                break;
             };
-            if *current != next.context {
-                // Those under way are finished in the context they were
-                // queued in.
-                while finish_oldest(state, begun) {}
-                // SAFETY: a context the job's thread had current when it
-                // handed the move over; the job's own.
-                let rc = unsafe { real::cuCtxSetCurrent(next.context as *mut std::ffi::c_void) };
-                if rc != CUDA_SUCCESS {
-                    state.ledger.end_tier_move(next.ptr, Placement::Device);
-                    ended(state, &next);
-                    continue;
-                }
-                *current = next.context;
+            queue.busy.push(next);
+            next
+        };
+        taken.push(next);
+        if *current != next.context {
+            if !staged.is_empty() {
+                // Finished in the context they were queued in.
+                count_made(state, moves::finish(state, std::mem::take(&mut staged)));
             }
-            // In the list before it is staged: should staging unwind, the
-            // move is still ended.
-            begun.push_back((next, None));
-            // Ends the ledger's move if it cannot be staged.
-            let staged = moves::stage_begun_out(state, next.ptr, next.size, next.device);
-            if let Some(last) = begun.back_mut() {
-                last.1 = staged;
+            // SAFETY: a context the job's thread had current when it handed
+            // the move over; the job's own.
+            let rc = unsafe { real::cuCtxSetCurrent(next.context as *mut std::ffi::c_void) };
+            if rc != CUDA_SUCCESS {
+                state.ledger.end_tier_move(next.ptr, Placement::Device);
+                continue;
             }
+            *current = next.context;
         }
-        if !finish_oldest(state, begun) {
-            return;
-        }
+        // Ends the ledger's move if it cannot be staged.
+        staged.extend(moves::stage_begun_out(
+            state,
+            next.ptr,
+            next.size,
+            next.device,
+        ));
     }
-}
-
-/// Finishes the oldest move under way, once its copy has landed; false if
-/// none is under way. It leaves the list only once finished: should the
-/// finish unwind, the move is still ended.
-fn finish_oldest(state: &State, begun: &mut VecDeque<Begun>) -> bool {
-    let Some((leaving, staged)) = begun.front_mut() else {
-        return false;
-    };
-    let leaving = *leaving;
-    if let Some(staged) = staged.take() {
-        count_made(state, moves::finish(state, vec![staged]));
-    }
-    begun.pop_front();
-    ended(state, &leaving);
-    true
-}
-
-/// The move of `leaving` is over: those waiting for a move to end see it.
-fn ended(state: &State, leaving: &Leaving) {
-    let outgoing = &state.tier.outgoing;
-    let mut queue = lock(&outgoing.queue);
-    if let Some(at) = queue.busy.iter().position(|busy| busy == leaving) {
-        queue.busy.swap_remove(at);
-    }
-    queue.ended += 1;
-    outgoing.pending.fetch_sub(1, SeqCst);
-    drop(queue);
-    outgoing.changed.notify_all();
+    count_made(state, moves::finish(state, staged));
 }
 
 fn count_made(state: &State, moved: Vec<bool>) {
