@@ -308,6 +308,14 @@ fn a_block_goes_out_ahead_of_need_on_the_mover_thread_with_its_bytes() {
     let moves = moves(&run);
     assert!(moves["mover_moves"].as_u64().unwrap() >= 1, "{moves:#}");
     assert!(moves["mover_seconds"].as_f64().unwrap() > 0.0, "{moves:#}");
+    // Its time is split by what it waited for, its own and not the job's
+    // threads': its copies (the fake's streams run 20 ms late) and remaps.
+    let part = |key: &str| moves[key].as_f64().unwrap();
+    assert!(part("mover_copy_seconds") > 0.0, "{moves:#}");
+    assert!(part("mover_remap_seconds") > 0.0, "{moves:#}");
+    let parts =
+        part("mover_copy_seconds") + part("mover_remap_seconds") + part("mover_memory_seconds");
+    assert!(parts <= part("mover_seconds"), "{moves:#}");
     // Its calls cannot end a capture made by the job's threads.
     assert!(
         !run.calls_with(&["cuThreadExchangeStreamCaptureMode", "mode=2"])

@@ -261,8 +261,13 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
         human_bytes(moves.unpinned_bytes),
         if moves.mover_moves + moves.mover_claimed > 0 {
             format!(
-                "; {} of the moves to the host made on the mover thread, in {:.2} s, {} claimed back by work before they began",
-                moves.mover_moves, moves.mover_seconds, moves.mover_claimed
+                "; {} of the moves to the host made on the mover thread, in {:.2} s ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making and releasing memory), {} claimed back by work before they began",
+                moves.mover_moves,
+                moves.mover_seconds,
+                moves.mover_copy_seconds,
+                moves.mover_remap_seconds,
+                moves.mover_memory_seconds,
+                moves.mover_claimed
             )
         } else {
             String::new()
@@ -314,10 +319,15 @@ mod tests {
         let mut beside = process.clone();
         if let Some(moves) = beside.moves.as_mut() {
             (moves.mover_moves, moves.mover_seconds, moves.mover_claimed) = (2, 0.5, 1);
+            (
+                moves.mover_copy_seconds,
+                moves.mover_remap_seconds,
+                moves.mover_memory_seconds,
+            ) = (0.25, 0.125, 0.0625);
         }
         let report = process_report(&beside, &[]);
         assert!(
-            report.contains("given back while live blocks remained; 2 of the moves to the host made on the mover thread, in 0.50 s, 1 claimed back by work before they began\n"),
+            report.contains("given back while live blocks remained; 2 of the moves to the host made on the mover thread, in 0.50 s (0.25 s waiting for copies, 0.12 s remapping, 0.06 s making and releasing memory), 1 claimed back by work before they began\n"),
             "{report}"
         );
         let quiet = process_report(&ProcessJson::default(), &[]);

@@ -199,6 +199,11 @@ pub struct MovesJson {
     pub mover_moves: u64,
     pub mover_seconds: f64,
     pub mover_claimed: u64,
+    /// Of `mover_seconds`: waiting for its copies to land, remapping
+    /// ranges, and making and releasing physical memory.
+    pub mover_copy_seconds: f64,
+    pub mover_remap_seconds: f64,
+    pub mover_memory_seconds: f64,
     /// Where the job marks its steps and moves overlap: moves onto the
     /// device ahead of need, as the step before's record named the block
     /// among the next uses (a part of `to_device`), and their bytes; and
@@ -256,8 +261,12 @@ pub struct MovesSample {
     pub hand_out_ns: u64,
     pub pinning_ns: u64,
     pub fetches: u64,
-    /// The mover thread's time making moves (not a part of `move_ns`).
+    /// The mover thread's time making moves (not a part of `move_ns`), and
+    /// of it: waiting for copies, remapping, making and releasing memory.
     pub mover_ns: u64,
+    pub mover_copy_ns: u64,
+    pub mover_remap_ns: u64,
+    pub mover_memory_ns: u64,
     /// Of `bytes_to_device`: brought ahead of need.
     pub ahead_bytes: u64,
     /// New blocks made on the device by moving others out.

@@ -45,6 +45,13 @@ pub struct Outgoing {
     /// Time the thread spent making moves, and the moves it made.
     pub busy_ns: AtomicU64,
     pub made: AtomicU64,
+    /// Of `busy_ns`: waiting for its copies to land, remapping ranges
+    /// (host memory mapped at the block, and at the staging half where it
+    /// is new), and making and releasing physical memory (pinning host
+    /// memory included).
+    pub copy_ns: AtomicU64,
+    pub remap_ns: AtomicU64,
+    pub memory_ns: AtomicU64,
     /// Moves claimed back by work that named their block.
     pub claimed: AtomicU64,
     /// Set by the process's exit handler: no move begins after it.

@@ -304,6 +304,9 @@ impl Tier {
             pinning_ns: self.pinning_ns.load(Relaxed),
             fetches: self.fetches.load(Relaxed),
             mover_ns: self.outgoing.busy_ns.load(Relaxed),
+            mover_copy_ns: self.outgoing.copy_ns.load(Relaxed),
+            mover_remap_ns: self.outgoing.remap_ns.load(Relaxed),
+            mover_memory_ns: self.outgoing.memory_ns.load(Relaxed),
             ahead_bytes: self.ahead_bytes.load(Relaxed),
             made_with_room_bytes: self.room_at_birth.load(Relaxed),
         }

@@ -192,7 +192,7 @@ const BATCH: usize = 32;
 /// The thread: makes the moves handed over, the oldest first.
 fn run(state: &'static State) {
     let outgoing = &state.tier.outgoing;
-    moves::on_mover_thread();
+    moves::on_mover_thread(state);
     let mut mode = CAPTURE_MODE_RELAXED;
     // SAFETY: writes the mode we own. Refused only by a driver without
     // graphs, where no capture can be under way either.

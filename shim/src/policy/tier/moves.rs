@@ -80,23 +80,37 @@ impl Drop for WaitOnDrop {
 thread_local! {
     /// Set on the mover thread ([`super::mover`]), whose time holds no job
     /// back and is counted apart.
-    static ON_MOVER: Cell<bool> = const { Cell::new(false) };
+    static ON_MOVER: Cell<Option<&'static State>> = const { Cell::new(None) };
 }
 
-/// Marks the calling thread as the mover.
-pub(super) fn on_mover_thread() {
-    let _ = ON_MOVER.try_with(|on| on.set(true));
+/// Marks the calling thread as the mover of `state`'s moves.
+pub(super) fn on_mover_thread(state: &'static State) {
+    let _ = ON_MOVER.try_with(|on| on.set(Some(state)));
 }
 
-/// Runs `f`, adding the time it took to `counter` unless on the mover
-/// thread.
+/// Runs `f`, adding the time it took to `counter`; on the mover thread, to
+/// the mover's own counter of that kind instead, if it keeps one
+/// ([`crate::state::outgoing::Outgoing`]).
 pub(super) fn timed<T>(counter: &AtomicU64, f: impl FnOnce() -> T) -> T {
-    if ON_MOVER.try_with(Cell::get).unwrap_or(false) {
-        return f();
-    }
     let began = Instant::now();
     let result = f();
-    counter.fetch_add(began.elapsed().as_nanos() as u64, Relaxed);
+    let spent = began.elapsed().as_nanos() as u64;
+    match ON_MOVER.try_with(Cell::get).ok().flatten() {
+        Some(state) => {
+            let (tier, mover) = (&state.tier, &state.tier.outgoing);
+            let kinds = [
+                (&tier.copy_ns, &mover.copy_ns),
+                (&tier.remap_ns, &mover.remap_ns),
+                (&tier.memory_ns, &mover.memory_ns),
+            ];
+            if let Some((_, own)) = kinds.iter().find(|(of, _)| std::ptr::eq(*of, counter)) {
+                own.fetch_add(spent, Relaxed);
+            }
+        }
+        None => {
+            counter.fetch_add(spent, Relaxed);
+        }
+    }
     result
 }
 
