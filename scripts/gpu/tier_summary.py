@@ -175,3 +175,12 @@ if timelines:
         listed = "; ".join(f"{key}: {v['kernels_ms']:.0f} + {v['copies_ms']:.0f}" for key, v in streams[:5])
         print(f"| {name} | {t['span_ms']:.0f} | {t['device_span_ms']:.0f} | {t['kernels_ms']:.0f} | {t['copies_ms']:.0f} | "
               f"{t['both_ms']:.0f} | {t['idle_ms']:.0f} | {t['kernel_count']} | {listed} |")
+    with_calls = [(name, t["host_calls"]) for name, t in timelines if t.get("host_calls")]
+    if with_calls:
+        print()
+        print("The host's costliest CUDA calls in that step (ms, calls):")
+        print()
+    for name, calls in with_calls:
+        if calls:
+            listed = "; ".join(f"{call} {v[0]} ({v[1]})" if isinstance(v, list) else f"{call}: {v}" for call, v in calls.items())
+            print(f"- {name}: {listed}")

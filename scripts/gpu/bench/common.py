@@ -166,16 +166,33 @@ def intersection(a, b):
     return total
 
 
+def host_calls(events, most=12):
+    """Where the host's threads spent their time inside CUDA in a profiled
+    step: the runtime's and driver's calls the profiler saw (on every
+    thread, the shim's too), as {"NAME on thread TID": [ms, calls]}, the
+    costliest `most`."""
+    calls = {}
+    for event in events:
+        if "CUDA" in str(getattr(event, "device_type", "")) or not event.name.startswith("cu"):
+            continue
+        entry = calls.setdefault(f"{event.name} on thread {getattr(event, 'thread', '?')}", [0.0, 0])
+        entry[0] += (event.time_range.end - event.time_range.start) / 1e3
+        entry[1] += 1
+    costliest = sorted(calls.items(), key=lambda kv: -kv[1][0])[:most]
+    return {name: [round(ms, 1), count] for name, (ms, count) in costliest}
+
+
 def device_timeline(step, marker):
     """One more step under PyTorch's profiler (CUPTI sees every stream of
     the process, the shim's copies too). What the device did in it, in ms:
     the step's span on the host, the time kernels ran, copies ran, both at
     once, and neither; and each stream's busy time, kernels and copies
-    apart (a stream that ran only copies is the job's or the shim's)."""
+    apart (a stream that ran only copies is the job's or the shim's); and
+    the host's costliest CUDA calls ([`host_calls`])."""
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         if marker:
             marker()
         begin = time.perf_counter()
@@ -199,6 +216,10 @@ def device_timeline(step, marker):
             entry["copy_names"][name] = entry["copy_names"].get(name, 0) + 1
     k, c = union(kernels), union(copies)
     everything = union(kernels + copies)
+    try:
+        calls = host_calls(prof.events())
+    except Exception as error:  # a diagnostic: the device's figures still count
+        calls = {"error": repr(error)[:200]}
     first = everything[0][0] if everything else 0
     last = everything[-1][1] if everything else 0
     return {
@@ -209,6 +230,7 @@ def device_timeline(step, marker):
         "both_ms": intersection(k, c),
         "idle_ms": (last - first) - covered(everything),
         "kernel_count": len(kernels),
+        "host_calls": calls,
         "streams": {
             key: {
                 "kernels_ms": covered(union(v["kernels"])),
