@@ -26,16 +26,7 @@
 
 #include <cuda.h>
 
-#define CU(call)                                                               \
-    do {                                                                       \
-        CUresult rc = (call);                                                  \
-        if (rc != CUDA_SUCCESS) {                                              \
-            const char *text = nullptr;                                        \
-            cuGetErrorString(rc, &text);                                       \
-            fprintf(stderr, "line %d %s: %s\n", __LINE__, #call, text ? text : "?"); \
-            exit(1);                                                           \
-        }                                                                      \
-    } while (0)
+#include "cu_check.h"
 
 static const int IN_FLIGHT = 32;
 
