@@ -261,13 +261,14 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
         human_bytes(moves.unpinned_bytes),
         if moves.mover_moves + moves.mover_claimed > 0 {
             format!(
-                "; {} of the moves to the host made on the mover thread, in {:.2} s ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making and releasing memory), {} claimed back by work before they began",
+                "; {} of the moves to the host made on the mover thread, in {:.2} s ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making and releasing memory), {} claimed back by work before they began ({:.2} s waited for by work that named a block on its way out)",
                 moves.mover_moves,
                 moves.mover_seconds,
                 moves.mover_copy_seconds,
                 moves.mover_remap_seconds,
                 moves.mover_memory_seconds,
-                moves.mover_claimed
+                moves.mover_claimed,
+                moves.mover_claim_wait_seconds
             )
         } else {
             String::new()
@@ -327,7 +328,7 @@ mod tests {
         }
         let report = process_report(&beside, &[]);
         assert!(
-            report.contains("given back while live blocks remained; 2 of the moves to the host made on the mover thread, in 0.50 s (0.25 s waiting for copies, 0.12 s remapping, 0.06 s making and releasing memory), 1 claimed back by work before they began\n"),
+            report.contains("given back while live blocks remained; 2 of the moves to the host made on the mover thread, in 0.50 s (0.25 s waiting for copies, 0.12 s remapping, 0.06 s making and releasing memory), 1 claimed back by work before they began (0.00 s waited for by work that named a block on its way out)\n"),
             "{report}"
         );
         let quiet = process_report(&ProcessJson::default(), &[]);
@@ -344,7 +345,7 @@ mod tests {
         }
         let report = process_report(&replayed, &[]);
         assert!(
-            report.contains("claimed back by work before they began; 1 of the moves onto the device (1.00 MiB) ahead of need, the step before having named first what 75% of the uses did (25% named first a block it never named)\n"),
+            report.contains("claimed back by work before they began (0.00 s waited for by work that named a block on its way out); 1 of the moves onto the device (1.00 MiB) ahead of need, the step before having named first what 75% of the uses did (25% named first a block it never named)\n"),
             "{report}"
         );
     }

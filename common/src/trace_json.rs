@@ -204,6 +204,9 @@ pub struct MovesJson {
     pub mover_copy_seconds: f64,
     pub mover_remap_seconds: f64,
     pub mover_memory_seconds: f64,
+    /// Time the job's threads waited for the mover's moves under way that
+    /// their work claimed back.
+    pub mover_claim_wait_seconds: f64,
     /// Where the job marks its steps and moves overlap: moves onto the
     /// device ahead of need, as the step before's record named the block
     /// among the next uses (a part of `to_device`), and their bytes; and
@@ -267,6 +270,8 @@ pub struct MovesSample {
     pub mover_copy_ns: u64,
     pub mover_remap_ns: u64,
     pub mover_memory_ns: u64,
+    /// The job's threads waiting for moves under way that they claimed.
+    pub mover_claim_wait_ns: u64,
     /// Of `bytes_to_device`: brought ahead of need.
     pub ahead_bytes: u64,
     /// New blocks made on the device by moving others out.

@@ -54,6 +54,9 @@ pub struct Outgoing {
     pub memory_ns: AtomicU64,
     /// Moves claimed back by work that named their block.
     pub claimed: AtomicU64,
+    /// Time the job's threads waited for moves under way that their work
+    /// claimed (not a part of the moves' time).
+    pub claim_wait_ns: AtomicU64,
     /// Set by the process's exit handler: no move begins after it.
     pub exiting: AtomicBool,
 }

@@ -252,6 +252,7 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
         mover_copy_seconds: tier.outgoing.copy_ns.load(Relaxed) as f64 / 1e9,
         mover_remap_seconds: tier.outgoing.remap_ns.load(Relaxed) as f64 / 1e9,
         mover_memory_seconds: tier.outgoing.memory_ns.load(Relaxed) as f64 / 1e9,
+        mover_claim_wait_seconds: tier.outgoing.claim_wait_ns.load(Relaxed) as f64 / 1e9,
         ahead_moves: tier.ahead_moves.load(Relaxed),
         ahead_bytes: tier.ahead_bytes.load(Relaxed),
         replay_matched: state.access.replay.agreement().0,

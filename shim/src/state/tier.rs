@@ -307,6 +307,7 @@ impl Tier {
             mover_copy_ns: self.outgoing.copy_ns.load(Relaxed),
             mover_remap_ns: self.outgoing.remap_ns.load(Relaxed),
             mover_memory_ns: self.outgoing.memory_ns.load(Relaxed),
+            mover_claim_wait_ns: self.outgoing.claim_wait_ns.load(Relaxed),
             ahead_bytes: self.ahead_bytes.load(Relaxed),
             made_with_room_bytes: self.room_at_birth.load(Relaxed),
         }

@@ -89,8 +89,14 @@ fn settle(state: &State, outgoing: &Outgoing, claimed: impl Fn(&Leaving) -> bool
         outgoing.claimed.fetch_add(dropped, Relaxed);
         outgoing.changed.notify_all();
     }
-    while queue.busy.iter().any(&claimed) {
-        queue = wait(outgoing, queue);
+    if queue.busy.iter().any(&claimed) {
+        let began = std::time::Instant::now();
+        while queue.busy.iter().any(&claimed) {
+            queue = wait(outgoing, queue);
+        }
+        outgoing
+            .claim_wait_ns
+            .fetch_add(began.elapsed().as_nanos() as u64, Relaxed);
     }
 }
 
