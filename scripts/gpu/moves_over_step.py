@@ -21,7 +21,7 @@ def main():
     results, run = sys.argv[1], sys.argv[2]
     step = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     width = float(sys.argv[4]) if len(sys.argv) > 4 else 20.0
-    line = next(json.loads(l) for l in open(results) if json.loads(l)["name"] == run)
+    line = next(line for line in map(json.loads, open(results)) if line["name"] == run)
     result = line["result"]
     each = result["step_ms_each"]
     begin = result["timed_ns"][0] + sum(each[:step]) * 1e6

@@ -15,16 +15,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#define CU(call)                                                                       \
-    do {                                                                               \
-        CUresult rc = (call);                                                          \
-        if (rc != CUDA_SUCCESS) {                                                      \
-            const char *text = nullptr;                                                \
-            cuGetErrorString(rc, &text);                                               \
-            fprintf(stderr, "%s: %s\n", #call, text ? text : "?");                     \
-            return 1;                                                                  \
-        }                                                                              \
-    } while (0)
+#include "cu_check.h"
 #define RT(call)                                                                       \
     do {                                                                               \
         cudaError_t rc = (call);                                                       \
