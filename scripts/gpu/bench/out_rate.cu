@@ -11,7 +11,14 @@
 //   pipelined   up to 32 copies queued, the oldest remapped as its copy
 //               lands and a new copy queued in its place
 //   remaps      the remaps alone, with the copy engines idle
+//   split       as batches, but a block under SPLIT_MIB (16 MiB) is remapped
+//               only once the batch's last copy has landed: beside running
+//               copies mapping host memory costs about 1 ms more a mapping
+//               (access_span.cu), more than a small block's copy
+//   after       as batches, every remap once the batch's last copy has landed
 //   out_rate [--busy] [TOTAL_MIB [MIB...]]      (default 4096, sizes 4 16 64)
+// A size of "mix" stands for blocks of the sizes a GPT-2 step moves out, in
+// about their proportions by count, one after another in a mixed order.
 // With --busy, a stream of 1 GiB memsets (kernels on the SMs) keeps the
 // device computing throughout each timed round, as a job's kernels would.
 // Prints one JSON object per size and schedule (GB/s over the blocks'
@@ -29,6 +36,11 @@
 #include "cu_check.h"
 
 static const int IN_FLIGHT = 32;
+static const size_t SPLIT_MIB = 16;
+
+// One GPT-2 step's moves out, by count: 4 MiB 5 in 21, 8 MiB 2, 12 and
+// 16 MiB 5 each, 32 MiB 1.5, 64 MiB 1, 128 MiB 2 (see bench/RESULTS.md).
+static const size_t MIX[] = {128, 4, 12, 16, 4, 8, 12, 16, 4, 32, 12, 16, 4, 64, 16, 12, 4, 8, 128, 16, 12};
 
 static double now_ms() {
     return std::chrono::duration<double, std::milli>(
@@ -45,6 +57,7 @@ static CUmemAllocationProp prop(bool host, int numa) {
 }
 
 struct Block {
+    size_t bytes;
     CUdeviceptr at;
     CUmemGenericAllocationHandle device, host;
     CUevent copied;
@@ -65,27 +78,43 @@ static void map(CUdeviceptr at, size_t bytes, CUmemGenericAllocationHandle handl
 }
 
 // The block's range back on fresh device memory (untimed, between rounds).
-static void bring_back(Block &b, size_t bytes, const CUmemAllocationProp &device) {
-    CU(cuMemUnmap(b.at, bytes));
-    CU(cuMemCreate(&b.device, bytes, &device, 0));
-    map(b.at, bytes, b.device);
+static void bring_back(Block &b, const CUmemAllocationProp &device) {
+    CU(cuMemUnmap(b.at, b.bytes));
+    CU(cuMemCreate(&b.device, b.bytes, &device, 0));
+    map(b.at, b.bytes, b.device);
 }
 
-static void queue_copy(Block &b, size_t bytes, CUstream stream) {
-    CU(cuMemcpyAsync(b.at + bytes, b.at, bytes, stream));
+static void queue_copy(Block &b, CUstream stream) {
+    CU(cuMemcpyAsync(b.at + b.bytes, b.at, b.bytes, stream));
     CU(cuEventRecord(b.copied, stream));
 }
 
-static void remap_out(Block &b, size_t bytes) {
-    CU(cuMemUnmap(b.at, bytes));
-    map(b.at, bytes, b.host);
+static void remap_out(Block &b) {
+    CU(cuMemUnmap(b.at, b.bytes));
+    map(b.at, b.bytes, b.host);
     CU(cuMemRelease(b.device));
     b.device = 0;
 }
 
-static void finish(Block &b, size_t bytes) {
+static void finish(Block &b) {
     CU(cuEventSynchronize(b.copied));
-    remap_out(b, bytes);
+    remap_out(b);
+}
+
+// Batches of IN_FLIGHT copies; of each batch, the blocks `now` picks are
+// remapped as their own copies land, the others once the batch's last
+// copy has.
+template <typename Now>
+static void in_batches(std::vector<Block> &blocks, CUstream stream, Now now) {
+    for (size_t first = 0; first < blocks.size(); first += IN_FLIGHT) {
+        size_t last = std::min(blocks.size(), first + IN_FLIGHT);
+        for (size_t i = first; i < last; i++) queue_copy(blocks[i], stream);
+        for (size_t i = first; i < last; i++)
+            if (now(blocks[i])) finish(blocks[i]);
+        CU(cuEventSynchronize(blocks[last - 1].copied));
+        for (size_t i = first; i < last; i++)
+            if (!now(blocks[i])) remap_out(blocks[i]);
+    }
 }
 
 // Keeps the device computing for about a second: memsets of `busy` (1 GiB)
@@ -98,9 +127,9 @@ int main(int argc, char **argv) {
     bool busy = argc > 1 && std::string(argv[1]) == "--busy";
     int first_arg = busy ? 2 : 1;
     size_t total_mib = argc > first_arg ? strtoull(argv[first_arg], nullptr, 10) : 4096;
-    std::vector<size_t> sizes;
-    for (int i = first_arg + 1; i < argc; i++) sizes.push_back(strtoull(argv[i], nullptr, 10));
-    if (sizes.empty()) sizes = {4, 16, 64};
+    std::vector<std::string> sizes;
+    for (int i = first_arg + 1; i < argc; i++) sizes.push_back(argv[i]);
+    if (sizes.empty()) sizes = {"4", "16", "64"};
     CU(cuInit(0));
     CUdevice dev;
     CU(cuDeviceGet(&dev, 0));
@@ -116,72 +145,84 @@ int main(int argc, char **argv) {
     CUdeviceptr scratch = 0;
     if (busy) CU(cuMemAlloc(&scratch, 1u << 30));
     const CUmemAllocationProp device = prop(false, 0), host = prop(true, numa);
-    const char *names[] = {"copies", "one", "batches", "pipelined", "remaps"};
-    for (size_t mib : sizes) {
-        size_t bytes = mib << 20, count = total_mib / mib;
-        std::vector<Block> blocks(count);
+    const char *names[] = {"copies", "one", "batches", "pipelined", "remaps", "split", "after"};
+    const int SCHEDULES = 7;
+    for (const std::string &size : sizes) {
+        std::vector<size_t> pattern;
+        if (size == "mix") pattern.assign(std::begin(MIX), std::end(MIX));
+        else pattern.push_back(strtoull(size.c_str(), nullptr, 10));
+        std::vector<Block> blocks;
+        for (size_t total = 0; total + pattern[blocks.size() % pattern.size()] <= total_mib;) {
+            size_t mib = pattern[blocks.size() % pattern.size()];
+            total += mib;
+            Block b = {};
+            b.bytes = mib << 20;
+            blocks.push_back(b);
+        }
+        size_t all = 0;
         for (Block &b : blocks) {
-            CU(cuMemAddressReserve(&b.at, 2 * bytes, 2 << 20, 0, 0));
-            CU(cuMemCreate(&b.device, bytes, &device, 0));
-            CU(cuMemCreate(&b.host, bytes, &host, 0));
-            map(b.at, bytes, b.device);
-            map(b.at + bytes, bytes, b.host);
-            CU(cuMemsetD8(b.at, 7, bytes));
+            all += b.bytes;
+            CU(cuMemAddressReserve(&b.at, 2 * b.bytes, 2 << 20, 0, 0));
+            CU(cuMemCreate(&b.device, b.bytes, &device, 0));
+            CU(cuMemCreate(&b.host, b.bytes, &host, 0));
+            map(b.at, b.bytes, b.device);
+            map(b.at + b.bytes, b.bytes, b.host);
+            CU(cuMemsetD8(b.at, 7, b.bytes));
             CU(cuEventCreate(&b.copied, CU_EVENT_DISABLE_TIMING));
         }
         CU(cuCtxSynchronize());
-        for (int schedule = 0; schedule < 5; schedule++) {
+        for (int schedule = 0; schedule < SCHEDULES; schedule++) {
             std::vector<double> rounds;
             for (int round = 0; round < 3; round++) {
                 if (busy) keep_busy(scratch, computing);
                 double began = now_ms();
                 if (schedule == 0) {
-                    for (Block &b : blocks) queue_copy(b, bytes, stream);
+                    for (Block &b : blocks) queue_copy(b, stream);
                     CU(cuStreamSynchronize(stream));
                 } else if (schedule == 1) {
                     for (Block &b : blocks) {
-                        queue_copy(b, bytes, stream);
-                        finish(b, bytes);
+                        queue_copy(b, stream);
+                        finish(b);
                     }
                 } else if (schedule == 2) {
-                    for (size_t first = 0; first < count; first += IN_FLIGHT) {
-                        size_t last = std::min(count, first + IN_FLIGHT);
-                        for (size_t i = first; i < last; i++) queue_copy(blocks[i], bytes, stream);
-                        for (size_t i = first; i < last; i++) finish(blocks[i], bytes);
-                    }
+                    in_batches(blocks, stream, [](const Block &) { return true; });
                 } else if (schedule == 3) {
                     std::deque<Block *> under_way;
                     for (Block &b : blocks) {
                         if (under_way.size() == IN_FLIGHT) {
-                            finish(*under_way.front(), bytes);
+                            finish(*under_way.front());
                             under_way.pop_front();
                         }
-                        queue_copy(b, bytes, stream);
+                        queue_copy(b, stream);
                         under_way.push_back(&b);
                     }
-                    for (Block *b : under_way) finish(*b, bytes);
+                    for (Block *b : under_way) finish(*b);
+                } else if (schedule == 4) {
+                    for (Block &b : blocks) remap_out(b);
+                } else if (schedule == 5) {
+                    in_batches(blocks, stream, [](const Block &b) { return b.bytes > (SPLIT_MIB << 20); });
                 } else {
-                    for (Block &b : blocks) remap_out(b, bytes);
+                    in_batches(blocks, stream, [](const Block &) { return false; });
                 }
                 rounds.push_back(now_ms() - began);
                 if (busy) CU(cuStreamSynchronize(computing));
                 // Untimed: every block back on the device for the next round.
                 if (schedule != 0)
-                    for (Block &b : blocks) bring_back(b, bytes, device);
+                    for (Block &b : blocks) bring_back(b, device);
                 CU(cuCtxSynchronize());
             }
             std::sort(rounds.begin(), rounds.end());
             double ms = rounds[1];
-            printf("{\"block_mib\": %zu, \"blocks\": %zu, \"busy\": %s, \"schedule\": \"%s\", \"ms\": %.1f, \"GB_per_s\": %.1f}\n",
-                   mib, count, busy ? "true" : "false", names[schedule], ms, count * bytes / ms / 1e6);
+            printf("{\"block_mib\": \"%s\", \"blocks\": %zu, \"busy\": %s, \"schedule\": \"%s\", \"ms\": %.1f, \"GB_per_s\": %.1f}\n",
+                   size.c_str(), blocks.size(), busy ? "true" : "false", names[schedule], ms, all / ms / 1e6);
             fflush(stdout);
         }
         for (Block &b : blocks) {
-            CU(cuMemUnmap(b.at, bytes));
-            CU(cuMemUnmap(b.at + bytes, bytes));
+            CU(cuMemUnmap(b.at, b.bytes));
+            CU(cuMemUnmap(b.at + b.bytes, b.bytes));
             CU(cuMemRelease(b.device));
             CU(cuMemRelease(b.host));
-            CU(cuMemAddressFree(b.at, 2 * bytes));
+            CU(cuMemAddressFree(b.at, 2 * b.bytes));
             CU(cuEventDestroy(b.copied));
         }
     }
