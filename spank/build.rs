@@ -11,8 +11,6 @@ fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/usr/include/slurm"));
     let header = dir.join("slurm_version.h");
-    // Also while it is missing (Cargo then runs this again at each build):
-    // a plugin built before libslurm-dev was installed says version 0.
     println!("cargo:rerun-if-changed={}", header.display());
     let number = std::fs::read_to_string(&header).ok().and_then(|text| {
         text.lines().find_map(|line| {
@@ -22,6 +20,13 @@ fn main() {
         })
     });
     if number.is_none() {
+        // Run again at every build until a header is found: a package
+        // installs the header with the time it was packaged, older than
+        // this run, so watching it alone would keep a plugin built before
+        // libslurm-dev was installed, saying version 0. A path never made
+        // is always out of date to Cargo.
+        let out = std::env::var("OUT_DIR").unwrap_or_default();
+        println!("cargo:rerun-if-changed={out}/no-slurm-header");
         println!(
             "cargo:warning=no Slurm header at {} (install libslurm-dev, or set SLURM_INCLUDE_DIR): the SPANK plugin is built for no Slurm version and Slurm will refuse it",
             header.display()
