@@ -496,3 +496,28 @@ fn a_kept_block_given_back_is_handed_out_in_its_host_memory_where_there_is_no_ro
     let line = run.line("hostbytes");
     assert_eq!(log_field(line, "first"), "5", "{line}");
 }
+
+#[test]
+fn an_allocation_waiting_for_a_kept_blocks_free_counts_the_wait() {
+    // Work on the stream runs 5 ms after it is given, so the frees of a
+    // and b are not reached when c asks for their room: c waits for the
+    // older one's, and the trace counts the wait.
+    let run = client(
+        Runtime::Fake13,
+        &moving("8MiB", &[("FAKE_CUDA_STREAM_DELAY_US", "5000")]),
+        &[
+            "async:a:4M",
+            "async:b:4M",
+            "freeasync:a",
+            "freeasync:b",
+            "async:c:2M",
+        ],
+    );
+    run.assert_ok();
+    assert_eq!(placements(&run), ["device", "device", "device"]);
+    let moves = &run.trace()["processes"][0]["moves"];
+    let waited = moves["free_wait_seconds"].as_f64().unwrap();
+    assert!(waited > 0.001, "{moves:#}");
+    // Bounded: an allocation waits for a free at most 20 ms.
+    assert!(waited < 0.1, "{moves:#}");
+}

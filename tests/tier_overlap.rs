@@ -405,6 +405,12 @@ fn the_mover_threads_moves_never_take_device_bytes_above_the_quota() {
     let (samples, moves) = nine_blocks_sampled(300, &[]);
     assert!(moves["to_host"].as_u64().unwrap() >= 1000, "{moves:#}");
     assert!(moves["mover_moves"].as_u64().unwrap() >= 100, "{moves:#}");
+    // The fills of blocks in host memory waited for the room those moves
+    // free as they land, and the trace counts the time.
+    assert!(
+        moves["mover_room_wait_seconds"].as_f64().unwrap() > 0.0,
+        "{moves:#}"
+    );
     assert!(samples >= 100, "{samples} samples");
 }
 

@@ -243,6 +243,14 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
     } else {
         String::new()
     };
+    let waits = if moves.mover_room_wait_seconds + moves.free_wait_seconds > 0.0 {
+        format!(
+            "  the job's threads waited for room {:.2} s for the mover's moves to land, {:.2} s for kept blocks' frees to be reached\n",
+            moves.mover_room_wait_seconds, moves.free_wait_seconds
+        )
+    } else {
+        String::new()
+    };
     format!(
         "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making memory), {:.2} s waiting for the device first, {} times; {} of new host memory pinned in {:.2} s, {} given back while live blocks remained{}{ahead}\n",
         moves.to_device,
@@ -274,6 +282,7 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
             String::new()
         }
     ) + &born
+        + &waits
 }
 
 #[cfg(test)]
@@ -329,6 +338,17 @@ mod tests {
         let report = process_report(&beside, &[]);
         assert!(
             report.contains("given back while live blocks remained; 2 of the moves to the host made on the mover thread, in 0.50 s (0.25 s waiting for copies, 0.12 s remapping, 0.06 s making and releasing memory), 1 claimed back by work before they began (0.00 s waited for by work that named a block on its way out)\n"),
+            "{report}"
+        );
+        assert!(!report.contains("waited for room"), "{report}");
+        // Allocations that waited for room say how long, and for what.
+        let mut waiting = beside.clone();
+        if let Some(moves) = waiting.moves.as_mut() {
+            (moves.mover_room_wait_seconds, moves.free_wait_seconds) = (0.5, 0.25);
+        }
+        let report = process_report(&waiting, &[]);
+        assert!(
+            report.contains("\n  the job's threads waited for room 0.50 s for the mover's moves to land, 0.25 s for kept blocks' frees to be reached\n"),
             "{report}"
         );
         let quiet = process_report(&ProcessJson::default(), &[]);

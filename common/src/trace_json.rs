@@ -207,6 +207,12 @@ pub struct MovesJson {
     /// Time the job's threads waited for the mover's moves under way that
     /// their work claimed back.
     pub mover_claim_wait_seconds: f64,
+    /// Time the job's threads waited for the mover's moves under way to
+    /// land, for the room they free.
+    pub mover_room_wait_seconds: f64,
+    /// Time allocations waited for kept blocks' stream-ordered frees to be
+    /// reached, to give their room back.
+    pub free_wait_seconds: f64,
     /// Where the job marks its steps and moves overlap: moves onto the
     /// device ahead of need, as the step before's record named the block
     /// among the next uses (a part of `to_device`), and their bytes; and
@@ -272,6 +278,10 @@ pub struct MovesSample {
     pub mover_memory_ns: u64,
     /// The job's threads waiting for moves under way that they claimed.
     pub mover_claim_wait_ns: u64,
+    /// The job's threads waiting for the mover's moves to land, for room.
+    pub mover_room_wait_ns: u64,
+    /// Allocations waiting for kept blocks' frees to be reached.
+    pub free_wait_ns: u64,
     /// Of `bytes_to_device`: brought ahead of need.
     pub ahead_bytes: u64,
     /// New blocks made on the device by moving others out.

@@ -57,6 +57,9 @@ pub struct Outgoing {
     /// Time the job's threads waited for moves under way that their work
     /// claimed (not a part of the moves' time).
     pub claim_wait_ns: AtomicU64,
+    /// Time the job's threads waited for the moves under way to land, for
+    /// the room they free (a new block, or room for a block coming in).
+    pub room_wait_ns: AtomicU64,
     /// Set by the process's exit handler: no move begins after it.
     pub exiting: AtomicBool,
 }

@@ -229,7 +229,9 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
     use std::sync::atomic::Ordering::Relaxed;
     let tier = &state.tier;
     let (to_device, to_host) = (tier.moves_in.load(Relaxed), tier.moves_out.load(Relaxed));
-    (to_device + to_host > 0).then(|| vramshare_common::trace_json::MovesJson {
+    // Waits for room are the tier's costs too, with or without moves.
+    let waited = tier.free_wait_ns.load(Relaxed) + tier.outgoing.room_wait_ns.load(Relaxed) > 0;
+    (to_device + to_host > 0 || waited).then(|| vramshare_common::trace_json::MovesJson {
         to_device,
         to_host,
         bytes_to_device: tier.moved_in.load(Relaxed),
@@ -253,6 +255,8 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
         mover_remap_seconds: tier.outgoing.remap_ns.load(Relaxed) as f64 / 1e9,
         mover_memory_seconds: tier.outgoing.memory_ns.load(Relaxed) as f64 / 1e9,
         mover_claim_wait_seconds: tier.outgoing.claim_wait_ns.load(Relaxed) as f64 / 1e9,
+        mover_room_wait_seconds: tier.outgoing.room_wait_ns.load(Relaxed) as f64 / 1e9,
+        free_wait_seconds: tier.free_wait_ns.load(Relaxed) as f64 / 1e9,
         ahead_moves: tier.ahead_moves.load(Relaxed),
         ahead_bytes: tier.ahead_bytes.load(Relaxed),
         replay_matched: state.access.replay.agreement().0,

@@ -137,6 +137,9 @@ pub struct Tier {
     /// again (device memory where there is room, else its host memory), at
     /// allocations: not a part of `move_ns`.
     pub hand_out_ns: AtomicU64,
+    /// Time allocations waited for a kept block's stream-ordered free to
+    /// be reached, so that its room could be given back.
+    pub free_wait_ns: AtomicU64,
     pub memory_ns: AtomicU64,
     /// Making new host memory (pinning it), wherever it was made, and its
     /// bytes.
@@ -308,6 +311,8 @@ impl Tier {
             mover_remap_ns: self.outgoing.remap_ns.load(Relaxed),
             mover_memory_ns: self.outgoing.memory_ns.load(Relaxed),
             mover_claim_wait_ns: self.outgoing.claim_wait_ns.load(Relaxed),
+            mover_room_wait_ns: self.outgoing.room_wait_ns.load(Relaxed),
+            free_wait_ns: self.free_wait_ns.load(Relaxed),
             ahead_bytes: self.ahead_bytes.load(Relaxed),
             made_with_room_bytes: self.room_at_birth.load(Relaxed),
         }

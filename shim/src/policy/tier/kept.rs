@@ -277,6 +277,12 @@ pub fn give_back_while(
     mut more: impl FnMut(u64) -> bool,
 ) -> u64 {
     let began = std::time::Instant::now();
+    // Since when this has waited for a free to be reached, if it is waiting.
+    let mut waiting: Option<std::time::Instant> = None;
+    let waited = |since: std::time::Instant| {
+        let ns = since.elapsed().as_nanos() as u64;
+        state.tier.free_wait_ns.fetch_add(ns, Relaxed);
+    };
     let mut given = 0;
     while more(given) {
         let here = |k: &Kept| k.backing.device == device && k.backing.on_device != 0;
@@ -293,9 +299,13 @@ pub fn give_back_while(
             if !wait || began.elapsed() > FREE_WAIT {
                 break;
             }
+            waiting.get_or_insert_with(std::time::Instant::now);
             std::thread::yield_now();
             continue;
         };
+        if let Some(since) = waiting.take() {
+            waited(since);
+        }
         given += kept.backing.size;
         timed(&state.tier.give_back_ns, || {
             if kept.backing.in_host != 0 {
@@ -304,6 +314,9 @@ pub fn give_back_while(
                 release(state, kept);
             }
         });
+    }
+    if let Some(since) = waiting {
+        waited(since);
     }
     given
 }

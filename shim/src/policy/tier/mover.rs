@@ -145,6 +145,8 @@ fn wait_for_one(state: &State) -> bool {
 
 /// Reserves `size` bytes on `device` under `limit` as the thread's moves
 /// free their room, waiting for at most `batches` of them; whether it did.
+/// The time waited is counted: where the mover sets the pace, the job's
+/// threads spend it here.
 pub fn reserve_as_moves_land(
     state: &State,
     device: Device,
@@ -152,15 +154,27 @@ pub fn reserve_as_moves_land(
     limit: u64,
     batches: usize,
 ) -> bool {
+    let began = std::time::Instant::now();
+    let mut waited = false;
+    let mut fits = false;
     for _ in 0..batches {
         if !wait_for_one(state) {
-            return false;
+            break;
         }
+        waited = true;
         if state.ledger.try_reserve(device, size, limit) {
-            return true;
+            fits = true;
+            break;
         }
     }
-    false
+    if waited {
+        state
+            .tier
+            .outgoing
+            .room_wait_ns
+            .fetch_add(began.elapsed().as_nanos() as u64, Relaxed);
+    }
+    fits
 }
 
 fn wait<'a>(outgoing: &Outgoing, queue: MutexGuard<'a, Queue>) -> MutexGuard<'a, Queue> {
