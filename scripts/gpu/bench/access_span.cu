@@ -34,15 +34,8 @@ int main(int argc, char **argv) {
     std::vector<size_t> sizes;
     for (int i = first_arg + 1; i < argc; i++) sizes.push_back(strtoull(argv[i], nullptr, 10));
     if (sizes.empty()) sizes = {2, 4, 16, 64};
-    CU(cuInit(0));
-    CUdevice dev;
-    CU(cuDeviceGet(&dev, 0));
-    CUcontext context;
-    CU(cuDevicePrimaryCtxRetain(&context, dev));
-    CU(cuCtxSetCurrent(context));
-    int numa = 0;
-    if (cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, dev) != CUDA_SUCCESS || numa < 0)
-        numa = 0;
+    CUdevice dev = first_device();
+    int numa = host_numa_node(dev);
     CUmemAllocationProp host = {};
     host.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     host.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;

@@ -1,5 +1,6 @@
-// The probes' check of a driver call: on failure, the line, the call and
-// CUDA's words for the error on stderr, and exit status 1.
+// What the probes share: the check of a driver call (on failure, the line,
+// the call and CUDA's words for the error on stderr, and exit status 1), the
+// first device made ready, and the host memory nearest it.
 #pragma once
 #include <cstdio>
 #include <cstdlib>
@@ -16,3 +17,23 @@
             exit(1);                                                           \
         }                                                                      \
     } while (0)
+
+// The first device, its primary context made current (released at exit
+// with cuDevicePrimaryCtxRelease).
+static inline CUdevice first_device() {
+    CU(cuInit(0));
+    CUdevice dev;
+    CU(cuDeviceGet(&dev, 0));
+    CUcontext context;
+    CU(cuDevicePrimaryCtxRetain(&context, dev));
+    CU(cuCtxSetCurrent(context));
+    return dev;
+}
+
+// The host NUMA node nearest `dev` (0 where the driver does not say).
+static inline int host_numa_node(CUdevice dev) {
+    int numa = 0;
+    if (cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, dev) != CUDA_SUCCESS || numa < 0)
+        numa = 0;
+    return numa;
+}

@@ -130,15 +130,8 @@ int main(int argc, char **argv) {
     std::vector<std::string> sizes;
     for (int i = first_arg + 1; i < argc; i++) sizes.push_back(argv[i]);
     if (sizes.empty()) sizes = {"4", "16", "64"};
-    CU(cuInit(0));
-    CUdevice dev;
-    CU(cuDeviceGet(&dev, 0));
-    CUcontext context;
-    CU(cuDevicePrimaryCtxRetain(&context, dev));
-    CU(cuCtxSetCurrent(context));
-    int numa = 0;
-    if (cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, dev) != CUDA_SUCCESS || numa < 0)
-        numa = 0;
+    CUdevice dev = first_device();
+    int numa = host_numa_node(dev);
     CUstream stream, computing;
     CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     CU(cuStreamCreate(&computing, CU_STREAM_NON_BLOCKING));
