@@ -10,7 +10,13 @@ made, the GB that went to the host (moves stamped as they end: the mover
 thread's, as their copies have landed and their ranges been remapped) and
 onto the device (stamped as queued). A step's start is the first timed
 step's start plus the lengths of the timed steps before it: the harness
-waits for the device between steps, so the gaps are short."""
+waits for the device between steps, so the gaps are short.
+
+At each bin's end, too: the bytes of the job's live blocks (allocated, not
+freed) on the device and in host memory, followed from the run's first
+event. What the quota holds beyond the live bytes on the device is free,
+or kept by the tier for reuse (freed in stream order). Where the trace
+dropped events (its `events_dropped`), these are not exact."""
 import json
 import math
 import os
@@ -29,21 +35,49 @@ def main():
     trace = json.load(open(os.path.join(os.path.dirname(results), f"trace-{run}.json")))
     bins = max(1, math.ceil(length / width))
     allocs, out, into = [0] * bins, [0] * bins, [0] * bins
-    for event in trace["events"]:
+    # Live blocks' bytes by placement at each bin's end (None: no event yet).
+    live_at = [None] * bins
+    live, held = {}, {"device": 0, "host": 0}
+    for event in sorted(trace["events"], key=lambda event: event["seq"]):
+        placed = follow(live, held, event)
         at = (event["t_ns"] - begin) / 1e6
         if not 0 <= at < length:
             continue
         b = int(at // width)
+        live_at[b] = (held["device"], held["host"])
         if event["op"] == "alloc":
             allocs[b] += 1
-        elif event.get("rc", 0) == 0 and event["op"] == "demote":
+        elif placed and event["op"] == "demote":
             out[b] += event["size"]
-        elif event.get("rc", 0) == 0 and event["op"] == "promote":
+        elif placed and event["op"] == "promote":
             into[b] += event["size"]
     print(f"{run}, timed step {step}: {length:.1f} ms; GB to the host {sum(out) / 1e9:.2f}, onto the device {sum(into) / 1e9:.2f}")
-    print("ms into the step | allocations | GB to the host | GB onto the device")
+    print("ms into the step | allocations | GB to the host | GB onto the device | live GB on the device / in host memory")
+    last = None
     for b in range(bins):
-        print(f"{b * width:.0f}-{(b + 1) * width:.0f} | {allocs[b]} | {out[b] / 1e9:.2f} | {into[b] / 1e9:.2f}")
+        last = live_at[b] or last
+        held_text = f"{last[0] / 1e9:.2f} / {last[1] / 1e9:.2f}" if last else "-"
+        print(f"{b * width:.0f}-{(b + 1) * width:.0f} | {allocs[b]} | {out[b] / 1e9:.2f} | {into[b] / 1e9:.2f} | {held_text}")
+
+
+def follow(live, held, event):
+    """Follows one event in `live` (address to [size, placement]) and
+    `held` (bytes by placement); whether it succeeded."""
+    if event.get("rc", 0) != 0:
+        return False
+    ptr, op = event["ptr"], event["op"]
+    if op == "alloc" and event["placement"] in held:
+        live[ptr] = [event["size"], event["placement"]]
+        held[event["placement"]] += event["size"]
+    elif op == "free" and ptr in live:
+        size, placement = live.pop(ptr)
+        held[placement] -= size
+    elif op in ("demote", "promote") and ptr in live:
+        size, placement = live[ptr]
+        held[placement] -= size
+        live[ptr][1] = event["placement"]
+        held[event["placement"]] += size
+    return True
 
 
 if __name__ == "__main__":
