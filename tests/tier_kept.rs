@@ -499,12 +499,13 @@ fn a_kept_block_given_back_is_handed_out_in_its_host_memory_where_there_is_no_ro
 
 #[test]
 fn an_allocation_waiting_for_a_kept_blocks_free_counts_the_wait() {
-    // Work on the stream runs 5 ms after it is given, so the frees of a
+    // Work on the stream runs 10 ms after it is given, so the frees of a
     // and b are not reached when c asks for their room: c waits for the
-    // older one's, and the trace counts the wait.
+    // older one's (under the 20 ms an allocation waits at most), and the
+    // trace counts the wait.
     let run = client(
         Runtime::Fake13,
-        &moving("8MiB", &[("FAKE_CUDA_STREAM_DELAY_US", "5000")]),
+        &moving("8MiB", &[("FAKE_CUDA_STREAM_DELAY_US", "10000")]),
         &[
             "async:a:4M",
             "async:b:4M",
