@@ -14,7 +14,8 @@ import sys
 
 def main():
     out = sys.argv[1]
-    # (job, run) -> build -> [median step of each repetition]
+    # run (job and quota, as tier-check names it) -> build -> [median step of
+    # each repetition]
     steps = {}
     builds = []
     for entry in sorted(os.listdir(out), key=lambda entry: order(out, entry)):
