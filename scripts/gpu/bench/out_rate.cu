@@ -16,11 +16,18 @@
 //               copies mapping host memory costs about 1 ms more a mapping
 //               (access_span.cu), more than a small block's copy
 //   after       as batches, every remap once the batch's last copy has landed
-//   out_rate [--busy] [TOTAL_MIB [MIB...]]      (default 4096, sizes 4 16 64)
+//   out_rate [--busy] [--crowd=N] [--chatter] [TOTAL_MIB [MIB...]]
+//                                               (default 4096, sizes 4 16 64)
 // A size of "mix" stands for blocks of the sizes a GPT-2 step moves out, in
 // about their proportions by count, one after another in a mixed order.
 // With --busy, a stream of 1 GiB memsets (kernels on the SMs) keeps the
 // device computing throughout each timed round, as a job's kernels would.
+// With --crowd=N, N other blocks of 2 MiB live beside them, each in a range
+// of its own with device memory at its start and host memory at its second
+// half, as a job's tier holds a thousand blocks and more. With --chatter,
+// a second thread makes stream-ordered allocations of 4 MiB, a memset of
+// each and its free, without pause, as the job's thread does between its
+// launches while the tier's mover thread remaps.
 // Prints one JSON object per size and schedule (GB/s over the blocks'
 // bytes, median of 3). Everything it allocates is freed before it exits.
 #include <algorithm>
@@ -29,6 +36,8 @@
 #include <cstdlib>
 #include <deque>
 #include <string>
+#include <thread>
+#include <atomic>
 #include <vector>
 
 #include <cuda.h>
@@ -123,9 +132,33 @@ static void keep_busy(CUdeviceptr busy, CUstream stream) {
     for (int i = 0; i < 2000; i++) CU(cuMemsetD32Async(busy, i, (1u << 30) / 4, stream));
 }
 
+// Until `stop`: stream-ordered allocations, a memset and a free on
+// `stream`, in the context of `dev`, as a job's thread makes them.
+static void chatter(CUcontext context, CUstream stream, std::atomic<bool> *stop) {
+    CU(cuCtxSetCurrent(context));
+    while (!stop->load()) {
+        CUdeviceptr p = 0;
+        CU(cuMemAllocAsync(&p, 4u << 20, stream));
+        CU(cuMemsetD8Async(p, 1, 4u << 20, stream));
+        CU(cuMemFreeAsync(p, stream));
+    }
+    CU(cuStreamSynchronize(stream));
+}
+
 int main(int argc, char **argv) {
-    bool busy = argc > 1 && std::string(argv[1]) == "--busy";
-    int first_arg = busy ? 2 : 1;
+    bool busy = false, chattering = false;
+    size_t crowd = 0;
+    int first_arg = 1;
+    for (; first_arg < argc && std::string(argv[first_arg]).rfind("--", 0) == 0; first_arg++) {
+        std::string flag = argv[first_arg];
+        if (flag == "--busy") busy = true;
+        else if (flag == "--chatter") chattering = true;
+        else if (flag.rfind("--crowd=", 0) == 0) crowd = strtoull(flag.c_str() + 8, nullptr, 10);
+        else {
+            fprintf(stderr, "out_rate: unknown flag %s (--busy, --crowd=N, --chatter)\n", flag.c_str());
+            return 2;
+        }
+    }
     size_t total_mib = argc > first_arg ? strtoull(argv[first_arg], nullptr, 10) : 4096;
     std::vector<std::string> sizes;
     for (int i = first_arg + 1; i < argc; i++) sizes.push_back(argv[i]);
@@ -138,6 +171,22 @@ int main(int argc, char **argv) {
     CUdeviceptr scratch = 0;
     if (busy) CU(cuMemAlloc(&scratch, 1u << 30));
     const CUmemAllocationProp device = prop(false, 0), host = prop(true, numa);
+    // The crowd: 2 MiB blocks, device memory at each start, host memory at
+    // each second half, never moved.
+    const size_t page = 2u << 20;
+    std::vector<Block> others(crowd);
+    for (Block &b : others) {
+        b.bytes = page;
+        CU(cuMemAddressReserve(&b.at, 2 * page, page, 0, 0));
+        CU(cuMemCreate(&b.device, page, &device, 0));
+        CU(cuMemCreate(&b.host, page, &host, 0));
+        map(b.at, page, b.device);
+        map(b.at + page, page, b.host);
+    }
+    CUcontext context;
+    CU(cuCtxGetCurrent(&context));
+    CUstream chatting;
+    CU(cuStreamCreate(&chatting, CU_STREAM_NON_BLOCKING));
     const char *names[] = {"copies", "one", "batches", "pipelined", "remaps", "split", "after"};
     const int SCHEDULES = 7;
     for (const std::string &size : sizes) {
@@ -168,6 +217,9 @@ int main(int argc, char **argv) {
             std::vector<double> rounds;
             for (int round = 0; round < 3; round++) {
                 if (busy) keep_busy(scratch, computing);
+                std::atomic<bool> stop(false);
+                std::thread chatterer;
+                if (chattering) chatterer = std::thread(chatter, context, chatting, &stop);
                 double began = now_ms();
                 if (schedule == 0) {
                     for (Block &b : blocks) queue_copy(b, stream);
@@ -198,6 +250,8 @@ int main(int argc, char **argv) {
                     in_batches(blocks, stream, [](const Block &) { return false; });
                 }
                 rounds.push_back(now_ms() - began);
+                stop.store(true);
+                if (chatterer.joinable()) chatterer.join();
                 if (busy) CU(cuStreamSynchronize(computing));
                 // Untimed: every block back on the device for the next round.
                 if (schedule != 0)
@@ -206,8 +260,8 @@ int main(int argc, char **argv) {
             }
             std::sort(rounds.begin(), rounds.end());
             double ms = rounds[1];
-            printf("{\"block_mib\": \"%s\", \"blocks\": %zu, \"busy\": %s, \"schedule\": \"%s\", \"ms\": %.1f, \"GB_per_s\": %.1f}\n",
-                   size.c_str(), blocks.size(), busy ? "true" : "false", names[schedule], ms, all / ms / 1e6);
+            printf("{\"block_mib\": \"%s\", \"blocks\": %zu, \"busy\": %s, \"crowd\": %zu, \"chatter\": %s, \"schedule\": \"%s\", \"ms\": %.1f, \"GB_per_s\": %.1f}\n",
+                   size.c_str(), blocks.size(), busy ? "true" : "false", crowd, chattering ? "true" : "false", names[schedule], ms, all / ms / 1e6);
             fflush(stdout);
         }
         for (Block &b : blocks) {
@@ -219,6 +273,14 @@ int main(int argc, char **argv) {
             CU(cuEventDestroy(b.copied));
         }
     }
+    for (Block &b : others) {
+        CU(cuMemUnmap(b.at, page));
+        CU(cuMemUnmap(b.at + page, page));
+        CU(cuMemRelease(b.device));
+        CU(cuMemRelease(b.host));
+        CU(cuMemAddressFree(b.at, 2 * page));
+    }
+    CU(cuStreamDestroy(chatting));
     if (busy) CU(cuMemFree(scratch));
     CU(cuStreamDestroy(computing));
     CU(cuStreamDestroy(stream));
