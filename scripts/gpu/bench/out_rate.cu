@@ -31,13 +31,13 @@
 // Prints one JSON object per size and schedule (GB/s over the blocks'
 // bytes, median of 3). Everything it allocates is freed before it exits.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <string>
 #include <thread>
-#include <atomic>
 #include <vector>
 
 #include <cuda.h>
@@ -93,6 +93,25 @@ static void bring_back(Block &b, const CUmemAllocationProp &device) {
     map(b.at, b.bytes, b.device);
 }
 
+// The block's range (twice its size), device memory mapped at its start
+// and host memory at its second half.
+static void make(Block &b, const CUmemAllocationProp &device, const CUmemAllocationProp &host) {
+    CU(cuMemAddressReserve(&b.at, 2 * b.bytes, 2 << 20, 0, 0));
+    CU(cuMemCreate(&b.device, b.bytes, &device, 0));
+    CU(cuMemCreate(&b.host, b.bytes, &host, 0));
+    map(b.at, b.bytes, b.device);
+    map(b.at + b.bytes, b.bytes, b.host);
+}
+
+// Undoes `make`, with the device memory mapped at the start again.
+static void unmake(Block &b) {
+    CU(cuMemUnmap(b.at, b.bytes));
+    CU(cuMemUnmap(b.at + b.bytes, b.bytes));
+    CU(cuMemRelease(b.device));
+    CU(cuMemRelease(b.host));
+    CU(cuMemAddressFree(b.at, 2 * b.bytes));
+}
+
 static void queue_copy(Block &b, CUstream stream) {
     CU(cuMemcpyAsync(b.at + b.bytes, b.at, b.bytes, stream));
     CU(cuEventRecord(b.copied, stream));
@@ -133,7 +152,7 @@ static void keep_busy(CUdeviceptr busy, CUstream stream) {
 }
 
 // Until `stop`: stream-ordered allocations, a memset and a free on
-// `stream`, in the context of `dev`, as a job's thread makes them.
+// `stream`, in `context`, as a job's thread makes them.
 static void chatter(CUcontext context, CUstream stream, std::atomic<bool> *stop) {
     CU(cuCtxSetCurrent(context));
     while (!stop->load()) {
@@ -173,15 +192,10 @@ int main(int argc, char **argv) {
     const CUmemAllocationProp device = prop(false, 0), host = prop(true, numa);
     // The crowd: 2 MiB blocks, device memory at each start, host memory at
     // each second half, never moved.
-    const size_t page = 2u << 20;
     std::vector<Block> others(crowd);
     for (Block &b : others) {
-        b.bytes = page;
-        CU(cuMemAddressReserve(&b.at, 2 * page, page, 0, 0));
-        CU(cuMemCreate(&b.device, page, &device, 0));
-        CU(cuMemCreate(&b.host, page, &host, 0));
-        map(b.at, page, b.device);
-        map(b.at + page, page, b.host);
+        b.bytes = 2u << 20;
+        make(b, device, host);
     }
     CUcontext context;
     CU(cuCtxGetCurrent(&context));
@@ -204,11 +218,7 @@ int main(int argc, char **argv) {
         size_t all = 0;
         for (Block &b : blocks) {
             all += b.bytes;
-            CU(cuMemAddressReserve(&b.at, 2 * b.bytes, 2 << 20, 0, 0));
-            CU(cuMemCreate(&b.device, b.bytes, &device, 0));
-            CU(cuMemCreate(&b.host, b.bytes, &host, 0));
-            map(b.at, b.bytes, b.device);
-            map(b.at + b.bytes, b.bytes, b.host);
+            make(b, device, host);
             CU(cuMemsetD8(b.at, 7, b.bytes));
             CU(cuEventCreate(&b.copied, CU_EVENT_DISABLE_TIMING));
         }
@@ -265,21 +275,11 @@ int main(int argc, char **argv) {
             fflush(stdout);
         }
         for (Block &b : blocks) {
-            CU(cuMemUnmap(b.at, b.bytes));
-            CU(cuMemUnmap(b.at + b.bytes, b.bytes));
-            CU(cuMemRelease(b.device));
-            CU(cuMemRelease(b.host));
-            CU(cuMemAddressFree(b.at, 2 * b.bytes));
+            unmake(b);
             CU(cuEventDestroy(b.copied));
         }
     }
-    for (Block &b : others) {
-        CU(cuMemUnmap(b.at, page));
-        CU(cuMemUnmap(b.at + page, page));
-        CU(cuMemRelease(b.device));
-        CU(cuMemRelease(b.host));
-        CU(cuMemAddressFree(b.at, 2 * page));
-    }
+    for (Block &b : others) unmake(b);
     CU(cuStreamDestroy(chatting));
     if (busy) CU(cuMemFree(scratch));
     CU(cuStreamDestroy(computing));
