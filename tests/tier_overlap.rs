@@ -497,3 +497,39 @@ fn blocks_the_step_before_named_come_onto_the_device_ahead_of_the_launches_that_
         .collect();
     assert_eq!(read, expected);
 }
+
+#[test]
+fn a_product_whose_call_carries_no_stream_holds_its_blocks_until_its_kernel_has_run() {
+    // cublasGemmEx takes its stream from its handle: the kernel it launches
+    // says where its use runs. Three blocks fill the quota; a product on
+    // stream 2 reads a and b and writes c, 20 ms later; a fourth block then
+    // comes in on stream 1, and one of the three must go out for it, but
+    // only once the product has run.
+    let steps = [
+        "malloc:a:4M",
+        "malloc:b:4M",
+        "malloc:c:4M",
+        "malloc:e:4M",
+        "fill:a:1:1",
+        "fill:b:2:1",
+        "fill:c:9:1",
+        "sync",
+        "gemm:a:b:c:2048:2048:2",
+        "fill:e:4:1",
+        "sync",
+        "peekvia:a:1",
+        "peekvia:b:1",
+        "peekvia:c:1",
+        "peekvia:e:1",
+    ];
+    let run = client(Runtime::Fake13, &overlapping("12MiB", &[]), &steps);
+    run.assert_ok();
+    assert_eq!(run.rc("gemm"), 0);
+    assert!(
+        moves(&run)["to_host"].as_u64().unwrap() >= 1,
+        "{}",
+        moves(&run)
+    );
+    assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
+    peeks_hold(&run, &[("a", "1"), ("b", "2"), ("c", "3"), ("e", "4")]);
+}

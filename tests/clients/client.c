@@ -14,6 +14,9 @@
  *   pointer EXTRA; "-" for none; on stream 0x51)
  *   opaque:HOW:NAME (a launch of a kernel without layout, its one argument NAME)
  *   matmul:A:B:D (cuBLASLt's cublasLtMatmul, on stream 0x52)
+ *   gemm:A:B:C:M:N:S (cuBLAS's cublasGemmEx of M rows by N columns, with a
+ *   handle set to stream S, numbered as for fill; it sets C's first M * N
+ *   bytes to A's first byte plus B's)
  *   conv:X:W:Y:WS (cuDNN's cudnnBackendExecute of a variant pack of X, W, Y and
  *   workspace WS; cuDNN is loaded with dlopen, as PyTorch's may be)
  *   bn:X:Y:SCALE (cuDNN's cudnnBatchNormalizationForwardTrainingEx)
@@ -88,9 +91,14 @@ static int run(char *step);
 
 #ifdef NO_CUBLASLT
 #define cublasLtMatmul(...) (-1)
+#define cublasSetStream_v2(...) (-1)
+#define cublasGemmEx(...) (-1)
 #else
 int cublasLtMatmul(void *, void *, const void *, const void *, void *, const void *, void *, const void *,
                    const void *, void *, void *, void *, const void *, void *, size_t, void *);
+int cublasSetStream_v2(void *, void *);
+int cublasGemmEx(void *, int, int, int, int, int, const void *, const void *, int, int, const void *, int, int,
+                 const void *, void *, int, int, int, int);
 #endif
 /* The fake runtime's way to describe a kernel's parameters, looked up so
  * that the client also links against a real runtime (which has none). */
@@ -173,9 +181,9 @@ static void report_alloc(const char *op, const char *name, cudaError_t rc, void 
 }
 
 static int run(char *step) {
-    char *fields[6] = {0};
+    char *fields[8] = {0};
     int n = 0;
-    for (char *tok = strtok(step, ":"); tok && n < 6; tok = strtok(NULL, ":")) fields[n++] = tok;
+    for (char *tok = strtok(step, ":"); tok && n < 8; tok = strtok(NULL, ":")) fields[n++] = tok;
     const char *op = fields[0];
     void *p = NULL;
     cudaError_t rc;
@@ -325,6 +333,22 @@ static int run(char *step) {
         rc = cublasLtMatmul(NULL, NULL, NULL, lookup(fields[1]), NULL, lookup(fields[2]), NULL, NULL, NULL,
                             NULL, lookup(fields[3]), NULL, NULL, NULL, 0, (void *)0x52);
         printf("matmul rc=%d\n", rc);
+    } else if (!strcmp(op, "gemm")) {
+#ifdef NO_CUBLASLT
+        fprintf(stderr, "client: built without cuBLAS\n");
+        return 3;
+#endif
+        static struct { cudaStream_t stream; } handle;
+        if (!fields[6]) {
+            fprintf(stderr, "client: gemm takes A:B:C:M:N:S\n");
+            return 3;
+        }
+        int rows = atoi(fields[4]), columns = atoi(fields[5]);
+        rc = cublasSetStream_v2(&handle, stream_numbered(fields[6]));
+        if (rc == 0)
+            rc = cublasGemmEx(&handle, 0, 0, rows, columns, 1, NULL, lookup(fields[1]), 0, rows, lookup(fields[2]), 0,
+                              1, NULL, lookup(fields[3]), 0, rows, 0, -1);
+        printf("gemm rc=%d\n", rc);
     } else if (!strcmp(op, "rss")) {
         FILE *status = fopen("/proc/self/status", "r");
         char line[256];
