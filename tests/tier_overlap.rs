@@ -525,11 +525,8 @@ fn a_product_whose_call_carries_no_stream_holds_its_blocks_until_its_kernel_has_
     let run = client(Runtime::Fake13, &overlapping("12MiB", &[]), &steps);
     run.assert_ok();
     assert_eq!(run.rc("gemm"), 0);
-    assert!(
-        moves(&run)["to_host"].as_u64().unwrap() >= 1,
-        "{}",
-        moves(&run)
-    );
+    let moves = moves(&run);
+    assert!(moves["to_host"].as_u64().unwrap() >= 1, "{moves:#}");
     assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
     peeks_hold(&run, &[("a", "1"), ("b", "2"), ("c", "3"), ("e", "4")]);
 }
