@@ -530,3 +530,39 @@ fn a_product_whose_call_carries_no_stream_holds_its_blocks_until_its_kernel_has_
     assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
     peeks_hold(&run, &[("a", "1"), ("b", "2"), ("c", "3"), ("e", "4")]);
 }
+
+#[test]
+fn a_product_holds_the_workspace_set_on_its_handle_until_its_kernel_has_run() {
+    // cuBLAS's kernels may sum in the workspace set on the handle (PyTorch
+    // sets one), which no operand of the call shows. Four blocks fill the
+    // quota, the workspace among them, and a fifth waits in host memory; the
+    // product runs 20 ms after its call, and then the fifth comes in. The
+    // workspace, idle as far as its own uses go, must stay until the product
+    // has run.
+    let steps = [
+        "malloc:w:4M",
+        "malloc:a:4M",
+        "malloc:b:4M",
+        "malloc:c:4M",
+        "malloc:e:4M",
+        "fill:w:7:1",
+        "fill:a:1:1",
+        "fill:b:2:1",
+        "fill:c:9:1",
+        "sync",
+        "workspace:w",
+        "gemm:a:b:c:2048:2048:2",
+        "fill:e:4:1",
+        "sync",
+        "peekvia:a:1",
+        "peekvia:b:1",
+        "peekvia:c:1",
+        "peekvia:e:1",
+    ];
+    let run = client(Runtime::Fake13, &overlapping("16MiB", &[]), &steps);
+    run.assert_ok();
+    assert_eq!(run.rc("workspace"), 0);
+    assert_eq!(run.rc("gemm"), 0);
+    assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
+    peeks_hold(&run, &[("a", "1"), ("b", "2"), ("c", "3"), ("e", "4")]);
+}

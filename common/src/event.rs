@@ -231,6 +231,9 @@ named_enum! {
         // Where cuDNN is told a variant pack's pointers (it does not tell
         // them back): recorded for the pack's execution.
         cudnnBackendSetAttribute = 142 => "cudnnBackendSetAttribute",
+        // The workspace set on a cuBLAS handle, which its products' kernels
+        // may use: recorded, and named beside each product's operands.
+        cublasSetWorkspace_v2 = 143 => "cublasSetWorkspace_v2",
     }
 }
 

@@ -16,7 +16,8 @@
  *   matmul:A:B:D (cuBLASLt's cublasLtMatmul, on stream 0x52)
  *   gemm:A:B:C:M:N:S (cuBLAS's cublasGemmEx of M rows by N columns, with a
  *   handle set to stream S, numbered as for fill; it sets C's first M * N
- *   bytes to A's first byte plus B's)
+ *   bytes to A's first byte plus B's, through the handle's workspace when
+ *   one is set)  workspace:NAME (cublasSetWorkspace_v2 of NAME on that handle)
  *   conv:X:W:Y:WS (cuDNN's cudnnBackendExecute of a variant pack of X, W, Y and
  *   workspace WS; cuDNN is loaded with dlopen, as PyTorch's may be)
  *   bn:X:Y:SCALE (cuDNN's cudnnBatchNormalizationForwardTrainingEx)
@@ -93,13 +94,17 @@ static int run(char *step);
 #define cublasLtMatmul(...) (-1)
 #define cublasSetStream_v2(...) (-1)
 #define cublasGemmEx(...) (-1)
+#define cublasSetWorkspace_v2(...) (-1)
 #else
 int cublasLtMatmul(void *, void *, const void *, const void *, void *, const void *, void *, const void *,
                    const void *, void *, void *, void *, const void *, void *, size_t, void *);
 int cublasSetStream_v2(void *, void *);
 int cublasGemmEx(void *, int, int, int, int, int, const void *, const void *, int, int, const void *, int, int,
                  const void *, void *, int, int, int, int);
+int cublasSetWorkspace_v2(void *, void *, size_t);
 #endif
+/* The one cuBLAS handle of the gemm and workspace steps. */
+static struct { cudaStream_t stream; void *workspace; } blas_handle;
 /* The fake runtime's way to describe a kernel's parameters, looked up so
  * that the client also links against a real runtime (which has none). */
 static void describe(const void *kernel, int count, const size_t *sizes) {
@@ -338,17 +343,23 @@ static int run(char *step) {
         fprintf(stderr, "client: built without cuBLAS\n");
         return 3;
 #endif
-        static struct { cudaStream_t stream; } handle;
         if (!fields[6]) {
             fprintf(stderr, "client: gemm takes A:B:C:M:N:S\n");
             return 3;
         }
         int rows = atoi(fields[4]), columns = atoi(fields[5]);
-        rc = cublasSetStream_v2(&handle, stream_numbered(fields[6]));
+        rc = cublasSetStream_v2(&blas_handle, stream_numbered(fields[6]));
         if (rc == 0)
-            rc = cublasGemmEx(&handle, 0, 0, rows, columns, 1, NULL, lookup(fields[1]), 0, rows, lookup(fields[2]), 0,
+            rc = cublasGemmEx(&blas_handle, 0, 0, rows, columns, 1, NULL, lookup(fields[1]), 0, rows, lookup(fields[2]), 0,
                               1, NULL, lookup(fields[3]), 0, rows, 0, -1);
         printf("gemm rc=%d\n", rc);
+    } else if (!strcmp(op, "workspace")) {
+#ifdef NO_CUBLASLT
+        fprintf(stderr, "client: built without cuBLAS\n");
+        return 3;
+#endif
+        rc = cublasSetWorkspace_v2(&blas_handle, lookup(fields[1]), 1 << 20);
+        printf("workspace rc=%d\n", rc);
     } else if (!strcmp(op, "rss")) {
         FILE *status = fopen("/proc/self/status", "r");
         char line[256];

@@ -5,6 +5,7 @@
 
 mod adapters;
 mod allocate;
+pub mod blas_workspaces;
 mod graph_nodes;
 pub mod handlers;
 mod launches;

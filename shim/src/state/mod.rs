@@ -79,6 +79,8 @@ pub struct State {
     pub tier: tier::Tier,
     /// The pointers set on each cuDNN variant pack, by its handle.
     pub variant_packs: std::sync::Mutex<std::collections::HashMap<usize, VariantPack>>,
+    /// The workspace set on each cuBLAS handle, by the handle.
+    pub blas_workspaces: std::sync::Mutex<std::collections::HashMap<usize, usize>>,
 }
 
 /// The pointers a cuDNN variant pack was given (`cudnnBackendSetAttribute`):
@@ -256,6 +258,7 @@ impl State {
             access: Access::default(),
             tier: tier::Tier::default(),
             variant_packs: Default::default(),
+            blas_workspaces: Default::default(),
         }
     }
 

@@ -9,7 +9,7 @@ use cudart_sys::*;
 use vramshare_common::event::Api;
 
 use crate::cuda::real;
-use crate::policy::variant_packs;
+use crate::policy::{blas_workspaces, variant_packs};
 use crate::state::state;
 
 pub unsafe fn cublasLtMatmul(
@@ -90,7 +90,8 @@ pub unsafe fn cublasGemmEx(
     compute: c_int,
     algo: c_int,
 ) -> cudaError_t {
-    let operands = [a, b, c as *const c_void, alpha, beta];
+    let workspace = blas_workspaces::of(state(), handle);
+    let operands = [a, b, c as *const c_void, alpha, beta, workspace];
     super::super::library_call(Api::cublasGemmEx, &operands, None, || {
         // SAFETY: the caller's arguments, as cuBLAS would receive them.
         unsafe {
@@ -127,7 +128,8 @@ pub unsafe fn cublasGemmStridedBatchedEx(
     compute: c_int,
     algo: c_int,
 ) -> cudaError_t {
-    let operands = [a, b, c as *const c_void, alpha, beta];
+    let workspace = blas_workspaces::of(state(), handle);
+    let operands = [a, b, c as *const c_void, alpha, beta, workspace];
     super::super::library_call(Api::cublasGemmStridedBatchedEx, &operands, None, || {
         // SAFETY: the caller's arguments, as cuBLAS would receive them.
         unsafe {
@@ -155,7 +157,9 @@ pub unsafe fn cublasSgemm_v2(
     c: *mut f32,
     ldc: c_int,
 ) -> cudaError_t {
+    let workspace = blas_workspaces::of(state(), handle);
     let operands = [a, b, c as *const f32, alpha, beta].map(|p| p as *const c_void);
+    let operands = [&operands[..], &[workspace]].concat();
     super::super::library_call(Api::cublasSgemm_v2, &operands, None, || {
         // SAFETY: the caller's arguments, as cuBLAS would receive them.
         unsafe {
@@ -186,7 +190,9 @@ pub unsafe fn cublasSgemmStridedBatched(
     stride_c: i64,
     batch: c_int,
 ) -> cudaError_t {
+    let workspace = blas_workspaces::of(state(), handle);
     let operands = [a, b, c as *const f32, alpha, beta].map(|p| p as *const c_void);
+    let operands = [&operands[..], &[workspace]].concat();
     super::super::library_call(Api::cublasSgemmStridedBatched, &operands, None, || {
         // SAFETY: the caller's arguments, as cuBLAS would receive them.
         unsafe {
@@ -196,6 +202,19 @@ pub unsafe fn cublasSgemmStridedBatched(
             )
         }
     })
+}
+
+pub unsafe fn cublasSetWorkspace_v2(
+    handle: LibraryHandle,
+    workspace: *mut c_void,
+    size: usize,
+) -> cudaError_t {
+    // SAFETY: the caller's arguments, as cuBLAS would receive them.
+    let rc = unsafe { real::cublasSetWorkspace_v2(handle, workspace, size) };
+    if rc == 0 {
+        blas_workspaces::set(state(), handle, workspace, size);
+    }
+    rc
 }
 
 pub unsafe fn cudnnBackendExecute(
