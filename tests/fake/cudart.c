@@ -354,12 +354,23 @@ cudaError_t cudaGetFuncBySymbol(void **function, const void *symbol) { *function
 cudaError_t cudaPeekAtLastError(void) { return last_error; }
 cudaError_t cudaGetLastError(void) { int rc = last_error; last_error = OK; return rc; }
 
+/* FAKE_CUDA_FAULT_AFTER=N: the Nth launch through the runtime and every
+ * one after fail with cudaErrorIllegalAddress, as launches do once a
+ * kernel has faulted (the error is sticky). */
+#define ILLEGAL_ADDRESS 700
+static int faulted(void) {
+    static long after = -1, launches;
+    if (after < 0) after = getenv("FAKE_CUDA_FAULT_AFTER") ? atol(getenv("FAKE_CUDA_FAULT_AFTER")) : 0;
+    return after > 0 && __atomic_add_fetch(&launches, 1, __ATOMIC_SEQ_CST) >= after;
+}
+
 typedef struct { unsigned x, y, z; } dim3;
 #define LAUNCH(name, first)                                                                          \
     cudaError_t name(const void *first, dim3 grid, dim3 block, void **args, size_t shared,             \
                      cudaStream_t stream) {                                                          \
         if (no_device()) return NO_DEVICE;                                                           \
         int rc = known_kernel(first) ? OK : INVALID_DEVICE_FUNCTION;                                 \
+        if (rc == OK && faulted()) rc = ILLEGAL_ADDRESS;                                             \
         if (rc == OK && enqueue_kernel(first, args, stream) < 0) rc = INVALID_VALUE;                  \
         trace(#name " kernel=%p grid=%u block=%u runtime=%d rc=%d", first, grid.x, block.x,           \
               FAKE_CUDA_MAJOR, rc);                                                                  \

@@ -131,6 +131,7 @@ pub unsafe fn launch(
     tier::uses::order(state, api, &touched, stream);
     let rc = real();
     tier::uses::used(state, api, &touched, stream);
+    tier::faults::returned(state, api, rc, &touched);
     rc
 }
 
@@ -392,6 +393,7 @@ pub fn library_call(
         _ => None,
     };
     tier::uses::used(state, api, &touched, stream.or(inner));
+    tier::faults::returned(state, api, rc, &touched);
     drop(inside);
     drop(leave);
     let operands = operands.iter().map(|operand| *operand as u64);
@@ -470,5 +472,6 @@ pub fn copy_call(api: Api, operands: &[u64], stream: usize, real: impl FnOnce() 
     tier::uses::order(state, api, &touched, Some(stream));
     let rc = real();
     tier::uses::used(state, api, &touched, Some(stream));
+    tier::faults::returned(state, api, rc, &touched);
     rc
 }

@@ -194,6 +194,21 @@ pub struct Tier {
     pub samples: Mutex<Samples>,
     /// Moves to the host made on the shim's mover thread.
     pub outgoing: super::outgoing::Outgoing,
+    /// The last moves that landed, oldest first ([`RECENT_MOVES`] at
+    /// most): what the message of a fault lists.
+    pub recent_moves: Mutex<std::collections::VecDeque<RecentMove>>,
+}
+
+/// How many of the last moves are kept for a fault's message.
+pub const RECENT_MOVES: usize = 12;
+
+/// A move that landed: the block, its size, where it went, and when.
+#[derive(Clone, Copy, Debug)]
+pub struct RecentMove {
+    pub ptr: usize,
+    pub size: u64,
+    pub to_device: bool,
+    pub at: std::time::Instant,
 }
 
 /// Samples of the moves' counters, taken at every `stride`-th chance.

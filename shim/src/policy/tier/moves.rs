@@ -324,6 +324,7 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
                     entry.fetched_in = state.access.steps.current() + 1;
                 }
                 count_move(state, device, Direction::ToDevice, size);
+                super::faults::moved(state, ptr, size, true);
                 if fresh {
                     tier.moved_in_fresh.fetch_add(size, Relaxed);
                 }
@@ -354,6 +355,7 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
                         entry.in_host = to;
                     }
                     count_move(state, device, Direction::ToHost, size);
+                    super::faults::moved(state, ptr, size, false);
                     state.ledger.end_tier_move(ptr, Placement::Host);
                     (Op::Demote, Placement::Host, CUDA_SUCCESS)
                 }
