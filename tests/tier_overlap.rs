@@ -498,71 +498,51 @@ fn blocks_the_step_before_named_come_onto_the_device_ahead_of_the_launches_that_
     assert_eq!(read, expected);
 }
 
+/// A product's blocks under a queued product: a, b and c fill the quota
+/// (beside the handle's workspace w, when `workspace`, made and filled
+/// first, so that it is the least recently named) and e waits in host
+/// memory. The product, on stream 2, reads a and b and writes c 20 ms after
+/// its call; then e comes in on stream 1, and a block must go out for it,
+/// but only one the product does not use, or once it has run.
+fn product_then_a_block_comes_in(workspace: bool) -> Run {
+    let w: &[&str] = if workspace { &["w"] } else { &[] };
+    let mut steps: Vec<String> = Vec::new();
+    for name in w.iter().chain(&["a", "b", "c", "e"]) {
+        steps.push(format!("malloc:{name}:4M"));
+    }
+    for (name, byte) in w.iter().map(|w| (*w, 7)).chain([("a", 1), ("b", 2), ("c", 9)]) {
+        steps.push(format!("fill:{name}:{byte}:1"));
+    }
+    steps.push("sync".into());
+    if workspace {
+        steps.push("workspace:w".into());
+    }
+    steps.extend(["gemm:a:b:c:2048:2048:2", "fill:e:4:1", "sync"].map(String::from));
+    steps.extend(["a", "b", "c", "e"].map(|name| format!("peekvia:{name}:1")));
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let quota = if workspace { "16MiB" } else { "12MiB" };
+    let run = client(Runtime::Fake13, &overlapping(quota, &[]), &steps);
+    run.assert_ok();
+    assert_eq!(run.rc("gemm"), 0);
+    assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
+    peeks_hold(&run, &[("a", "1"), ("b", "2"), ("c", "3"), ("e", "4")]);
+    run
+}
+
 #[test]
 fn a_product_whose_call_carries_no_stream_holds_its_blocks_until_its_kernel_has_run() {
     // cublasGemmEx takes its stream from its handle: the kernel it launches
-    // says where its use runs. Three blocks fill the quota; a product on
-    // stream 2 reads a and b and writes c, 20 ms later; a fourth block then
-    // comes in on stream 1, and one of the three must go out for it, but
-    // only once the product has run.
-    let steps = [
-        "malloc:a:4M",
-        "malloc:b:4M",
-        "malloc:c:4M",
-        "malloc:e:4M",
-        "fill:a:1:1",
-        "fill:b:2:1",
-        "fill:c:9:1",
-        "sync",
-        "gemm:a:b:c:2048:2048:2",
-        "fill:e:4:1",
-        "sync",
-        "peekvia:a:1",
-        "peekvia:b:1",
-        "peekvia:c:1",
-        "peekvia:e:1",
-    ];
-    let run = client(Runtime::Fake13, &overlapping("12MiB", &[]), &steps);
-    run.assert_ok();
-    assert_eq!(run.rc("gemm"), 0);
+    // says where its use runs.
+    let run = product_then_a_block_comes_in(false);
     let moves = moves(&run);
     assert!(moves["to_host"].as_u64().unwrap() >= 1, "{moves:#}");
-    assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
-    peeks_hold(&run, &[("a", "1"), ("b", "2"), ("c", "3"), ("e", "4")]);
 }
 
 #[test]
 fn a_product_holds_the_workspace_set_on_its_handle_until_its_kernel_has_run() {
     // cuBLAS's kernels may sum in the workspace set on the handle (PyTorch
-    // sets one), which no operand of the call shows. Four blocks fill the
-    // quota, the workspace among them, and a fifth waits in host memory; the
-    // product runs 20 ms after its call, and then the fifth comes in. The
-    // workspace, idle as far as its own uses go, must stay until the product
-    // has run.
-    let steps = [
-        "malloc:w:4M",
-        "malloc:a:4M",
-        "malloc:b:4M",
-        "malloc:c:4M",
-        "malloc:e:4M",
-        "fill:w:7:1",
-        "fill:a:1:1",
-        "fill:b:2:1",
-        "fill:c:9:1",
-        "sync",
-        "workspace:w",
-        "gemm:a:b:c:2048:2048:2",
-        "fill:e:4:1",
-        "sync",
-        "peekvia:a:1",
-        "peekvia:b:1",
-        "peekvia:c:1",
-        "peekvia:e:1",
-    ];
-    let run = client(Runtime::Fake13, &overlapping("16MiB", &[]), &steps);
-    run.assert_ok();
+    // sets one), which no operand of the call shows: the workspace, idle as
+    // far as its own uses go, stays until the product has run.
+    let run = product_then_a_block_comes_in(true);
     assert_eq!(run.rc("workspace"), 0);
-    assert_eq!(run.rc("gemm"), 0);
-    assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
-    peeks_hold(&run, &[("a", "1"), ("b", "2"), ("c", "3"), ("e", "4")]);
 }
