@@ -52,7 +52,7 @@ fn a_fault_while_blocks_move_is_said_once_with_the_tiers_last_moves() {
     // The failed launch named b, whose address the message gives, and the
     // moves that made room for c and a are listed, newest first.
     let b = run.field("malloc b", "ptr");
-    assert!(line.contains(&format!("Its blocks: {b} ")), "{line}");
+    assert!(line.contains(&format!("Blocks it named: {b} ")), "{line}");
     let moves = line.split("newest first: ").nth(1).unwrap();
     assert!(moves.matches(" in ").count() >= 2, "{line}");
     assert!(moves.matches(" out ").count() >= 2, "{line}");

@@ -510,7 +510,11 @@ fn product_then_a_block_comes_in(workspace: bool) -> Run {
     for name in w.iter().chain(&["a", "b", "c", "e"]) {
         steps.push(format!("malloc:{name}:4M"));
     }
-    for (name, byte) in w.iter().map(|w| (*w, 7)).chain([("a", 1), ("b", 2), ("c", 9)]) {
+    for (name, byte) in w
+        .iter()
+        .map(|w| (*w, 7))
+        .chain([("a", 1), ("b", 2), ("c", 9)])
+    {
         steps.push(format!("fill:{name}:{byte}:1"));
     }
     steps.push("sync".into());

@@ -55,7 +55,7 @@ pub fn returned(state: &State, api: Api, rc: c_int, named: &[usize]) {
     let moves = describe_moves(&lock(&state.tier.recent_moves));
     error!(
         "{} failed with error {rc}, as a kernel's fault does, while the spill tier held blocks. \
-         Its blocks: {named}. The tier's last moves, newest first: {moves}. If the job does not \
+         Blocks it named: {named}. The tier's last moves, newest first: {moves}. If the job does not \
          fail so without vramshare, run it with VRAMSHARE_MOVES=on (every move waits for the \
          device to finish its work) and report this message",
         api.name()
@@ -76,7 +76,9 @@ fn is_fault(api: Api, rc: c_int) -> bool {
 /// Where each of the call's blocks was (the first eight).
 fn describe_named(state: &State, named: &[usize]) -> String {
     if named.is_empty() {
-        return "none of the tier's".into();
+        // After a fault CUDA may refuse the queries that read a launch's
+        // arguments.
+        return "none that could be read".into();
     }
     let said: Vec<String> = named
         .iter()
