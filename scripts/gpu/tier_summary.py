@@ -13,6 +13,9 @@ import statistics
 import sys
 
 LINK_BYTES_PER_S = 55e9
+# FROM_STEP=N: the second table counts the timed steps from the Nth on
+# (the first ones may still pin host memory the later ones reuse).
+FROM_STEP = max(1, int(os.environ.get("FROM_STEP", "1")))
 
 
 def median_step(result):
@@ -67,11 +70,16 @@ def timed_moves(name, result):
         return None
     if not window or not samples:
         return None
+    each = result["step_ms_each"]
+    skipped = each[: FROM_STEP - 1]
+    if len(skipped) >= len(each):
+        return None
+    window = (window[0] + int(sum(skipped) * 1e6), window[1])
     inside = [s for s in samples if window[0] <= s["t_ns"] <= window[1]]
     if len(inside) < 2:
         return None
     first, last = inside[0], inside[-1]
-    step_ns = (window[1] - window[0]) / len(result["step_ms_each"])
+    step_ns = (window[1] - window[0]) / (len(each) - len(skipped))
     steps = (last["t_ns"] - first["t_ns"]) / step_ns
     if steps <= 0:
         return None
@@ -141,7 +149,8 @@ for run in runs:
     print(f"| {run['name']} | {run['exit']} | {step:.1f} | {step / native_step:.2f} | {step / floor:.2f} | {same} | {held} | {link} | {tier} |")
 
 print()
-print("Timed steps only (the trace's samples inside them):")
+print("Timed steps only (the trace's samples inside them):" if FROM_STEP == 1 else
+      f"Timed steps from timed step {FROM_STEP} on (the trace's samples inside them):")
 print()
 print("| run | step ms (median) | moved GB/step | copies ms | remaps ms | of which to host ms | memory ms | other moves' work ms | drain ms | drains/step | of memory: device made / released ms | pinning ms | of other work: queuing ms | choosing blocks ms (also before moves) | kept blocks given back ms (also at allocations) | kept blocks' ranges filled at hand-out ms | mover thread's moves ms (beside the job) | of the mover's: copies / remaps / memory ms | job's waits for moves it claimed ms | job's waits for room: the mover's moves / kept blocks' frees ms | brought ahead GB/step | made on the device by moving others out GB/step | index rebuilds ms/step (whole run) |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
