@@ -33,19 +33,17 @@ fn a_block_in_host_memory_is_on_the_device_before_the_kernel_that_names_it_with_
         // Work on the streams runs 20 ms after it is reached.
         &moving("8MiB", &[("FAKE_CUDA_STREAM_DELAY_US", "20000")]),
         &[
-            "malloc:a:4M",
-            "malloc:b:4M",
-            "malloc:c:4M",
-            "fill:a:1:1",
-            "fill:b:2:1",
-            "fill:c:3:1",
-            "peekvia:a:1",
-            "peekvia:b:2",
-            "peekvia:c:1",
-            "copyout:c:2",
-            "sync",
-            "hostbytes",
-        ],
+            &THIRD_COMES_IN[..],
+            &[
+                "peekvia:a:1",
+                "peekvia:b:2",
+                "peekvia:c:1",
+                "copyout:c:2",
+                "sync",
+                "hostbytes",
+            ],
+        ]
+        .concat(),
     );
     run.assert_ok();
     let (a, b, c) = (

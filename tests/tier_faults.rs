@@ -12,17 +12,8 @@ fn a_fault_while_blocks_move_is_said_once_with_the_tiers_last_moves() {
     // Two blocks of 4 MiB fit the quota, a third does not: filling them in
     // turn moves one in and another out. From the fifth launch on, every
     // launch fails with an illegal address, as after a kernel's fault.
-    let steps = [
-        "malloc:a:4M",
-        "malloc:b:4M",
-        "malloc:c:4M",
-        "fill:a:1:1",
-        "fill:b:2:1",
-        "fill:c:3:1",
-        "fill:a:4:1",
-        "fill:b:5:1",
-        "fill:c:6:1",
-    ];
+    let mut steps = THIRD_COMES_IN.to_vec();
+    steps.extend(["fill:a:4:1", "fill:b:5:1", "fill:c:6:1"]);
     let env = [
         ("VRAMSHARE_QUOTA", "8MiB"),
         ("VRAMSHARE_MOVES", "overlap"),

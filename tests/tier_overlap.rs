@@ -38,18 +38,6 @@ fn moves(run: &Run) -> &serde_json::Value {
     &run.trace()["processes"][0]["moves"]
 }
 
-/// Two blocks fill the quota and a third, in host memory, is filled after
-/// them on the same stream: it comes in while their kernels may still be
-/// queued, one of them going out to make room.
-const THIRD_COMES_IN: [&str; 6] = [
-    "malloc:a:4M",
-    "malloc:b:4M",
-    "malloc:c:4M",
-    "fill:a:1:1",
-    "fill:b:2:1",
-    "fill:c:3:1",
-];
-
 #[test]
 fn a_block_goes_out_beside_other_kernels_only_once_its_own_have_finished() {
     let mut steps = THIRD_COMES_IN.to_vec();

@@ -411,3 +411,16 @@ pub fn installed(names: &[&str], package: &str, required: &str) -> Option<PathBu
     }
     found
 }
+
+/// Three blocks of 4 MiB under a quota of 8 MiB, filled in turn (with 1,
+/// 2, 3) on stream 1: two fill the quota and the third, in host memory,
+/// comes in while their kernels may still be queued, one of them going out
+/// to make room.
+pub const THIRD_COMES_IN: [&str; 6] = [
+    "malloc:a:4M",
+    "malloc:b:4M",
+    "malloc:c:4M",
+    "fill:a:1:1",
+    "fill:b:2:1",
+    "fill:c:3:1",
+];

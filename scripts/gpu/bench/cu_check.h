@@ -37,3 +37,38 @@ static inline int host_numa_node(CUdevice dev) {
         numa = 0;
     return numa;
 }
+
+// Copies each way that keep the copy engines busy while a probe measures:
+// `queue(count)` queues `count` copies of `bytes` each way, `wait()` waits
+// for them. Device and pinned host memory of `bytes` each, freed with it.
+struct BusyCopies {
+    size_t bytes;
+    CUdeviceptr device_side = 0;
+    void *pinned = nullptr;
+    CUstream in = nullptr, out = nullptr;
+    explicit BusyCopies(size_t bytes) : bytes(bytes) {
+        CU(cuMemAlloc(&device_side, bytes));
+        CU(cuMemHostAlloc(&pinned, bytes, 0));
+        CU(cuStreamCreate(&in, CU_STREAM_NON_BLOCKING));
+        CU(cuStreamCreate(&out, CU_STREAM_NON_BLOCKING));
+    }
+    void queue(int count) {
+        for (int i = 0; i < count; i++) {
+            CU(cuMemcpyHtoDAsync(device_side, pinned, bytes, in));
+            CU(cuMemcpyDtoHAsync(pinned, device_side, bytes, out));
+        }
+    }
+    void wait() {
+        CU(cuStreamSynchronize(in));
+        CU(cuStreamSynchronize(out));
+    }
+    ~BusyCopies() {
+        wait();
+        CU(cuStreamDestroy(in));
+        CU(cuStreamDestroy(out));
+        CU(cuMemFreeHost(pinned));
+        CU(cuMemFree(device_side));
+    }
+    BusyCopies(const BusyCopies &) = delete;
+    BusyCopies &operator=(const BusyCopies &) = delete;
+};

@@ -95,29 +95,16 @@ int main(int argc, char **argv) {
     CU(cuMemAddressReserve(&b.base, bytes * blocks, 2 << 20, 0, 0));
     CUmemAccessDesc access = device_access(dev);
     for (bool batch : {false, true}) measure(b, access, batch, "idle");
-    // The same while the copy engines carry 2 GiB copies each way, 32 of
-    // them (about 1.3 s at 51 GB/s, longer than the measures).
-    size_t big = size_t(2) << 30;
-    CUdeviceptr device_side;
-    void *pinned;
-    CU(cuMemAlloc(&device_side, big));
-    CU(cuMemHostAlloc(&pinned, big, 0));
-    CUstream in, out;
-    CU(cuStreamCreate(&in, CU_STREAM_NON_BLOCKING));
-    CU(cuStreamCreate(&out, CU_STREAM_NON_BLOCKING));
-    for (bool batch : {false, true}) {
-        for (int i = 0; i < 32; i++) {
-            CU(cuMemcpyHtoDAsync(device_side, pinned, big, in));
-            CU(cuMemcpyDtoHAsync(pinned, device_side, big, out));
+    {
+        // The same while the copy engines carry 2 GiB copies each way, 32
+        // of them (about 1.3 s at 51 GB/s, longer than the measures).
+        BusyCopies busy(size_t(2) << 30);
+        for (bool batch : {false, true}) {
+            busy.queue(32);
+            measure(b, access, batch, "copies");
+            busy.wait();
         }
-        measure(b, access, batch, "copies");
-        CU(cuStreamSynchronize(in));
-        CU(cuStreamSynchronize(out));
     }
-    CU(cuStreamDestroy(in));
-    CU(cuStreamDestroy(out));
-    CU(cuMemFreeHost(pinned));
-    CU(cuMemFree(device_side));
     CU(cuMemAddressFree(b.base, bytes * blocks));
     for (auto handle : b.handles) CU(cuMemRelease(handle));
     CU(cuDevicePrimaryCtxRelease(dev));

@@ -103,27 +103,12 @@ int main(int argc, char **argv) {
         if (host) {
             // The same while the copy engines carry 4 GiB copies each way,
             // 16 of them (about 1.3 s, longer than the three rounds).
-            size_t big = size_t(4) << 30;
-            CUdeviceptr dev;
-            void *pinned;
-            CU(cuMemAlloc(&dev, big));
-            CU(cuMemHostAlloc(&pinned, big, 0));
-            CUstream in, out;
-            CU(cuStreamCreate(&in, CU_STREAM_NON_BLOCKING));
-            CU(cuStreamCreate(&out, CU_STREAM_NON_BLOCKING));
+            BusyCopies busy(size_t(4) << 30);
             for (int threads : {1, 4}) {
-                for (int i = 0; i < 16; i++) {
-                    CU(cuMemcpyHtoDAsync(dev, pinned, big, in));
-                    CU(cuMemcpyDtoHAsync(pinned, dev, big, out));
-                }
+                busy.queue(16);
                 measure("host", threads, at, handles, bytes, "copies");
-                CU(cuStreamSynchronize(in));
-                CU(cuStreamSynchronize(out));
+                busy.wait();
             }
-            CU(cuStreamDestroy(in));
-            CU(cuStreamDestroy(out));
-            CU(cuMemFreeHost(pinned));
-            CU(cuMemFree(dev));
         }
         for (size_t i = 0; i < blocks; i++) {
             CU(cuMemAddressFree(at[i], bytes));
