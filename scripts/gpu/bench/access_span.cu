@@ -11,7 +11,6 @@
 // access calls of all N blocks, median of 5. Everything it allocates is
 // freed before it exits.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -20,12 +19,6 @@
 #include <cuda.h>
 
 #include "cu_check.h"
-
-static double now_ms() {
-    return std::chrono::duration<double, std::milli>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
 
 int main(int argc, char **argv) {
     bool busy = argc > 1 && std::string(argv[1]) == "--busy";

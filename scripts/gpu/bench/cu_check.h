@@ -2,6 +2,7 @@
 // the call and CUDA's words for the error on stderr, and exit status 1), the
 // first device made ready, and the host memory nearest it.
 #pragma once
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
@@ -17,6 +18,13 @@
             exit(1);                                                           \
         }                                                                      \
     } while (0)
+
+// Milliseconds on a steady clock, for timing the calls a probe measures.
+static inline double now_ms() {
+    return std::chrono::duration<double, std::milli>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
 
 // The first device, its primary context made current (released at exit
 // with cuDevicePrimaryCtxRelease).

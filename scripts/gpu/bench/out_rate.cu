@@ -32,7 +32,6 @@
 // bytes, median of 3). Everything it allocates is freed before it exits.
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -50,12 +49,6 @@ static const size_t SPLIT_MIB = 16;
 // One GPT-2 step's moves out, by count: 4 MiB 5 in 21, 8 MiB 2, 12 and
 // 16 MiB 5 each, 32 MiB 1.5, 64 MiB 1, 128 MiB 2 (see bench/RESULTS.md).
 static const size_t MIX[] = {128, 4, 12, 16, 4, 8, 12, 16, 4, 32, 12, 16, 4, 64, 16, 12, 4, 8, 128, 16, 12};
-
-static double now_ms() {
-    return std::chrono::duration<double, std::milli>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
 
 static CUmemAllocationProp prop(bool host, int numa) {
     CUmemAllocationProp p = {};

@@ -9,7 +9,6 @@
 // Prints one JSON object per measure (milliseconds for all the blocks,
 // median of 3). Everything it allocates is freed before it exits.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -17,12 +16,6 @@
 #include <cuda.h>
 
 #include "cu_check.h"
-
-static double now_ms() {
-    return std::chrono::duration<double, std::milli>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
 
 struct Blocks {
     CUdeviceptr base = 0;
@@ -56,14 +49,9 @@ static double map(const Blocks &b, const CUmemAccessDesc &access, bool batch) {
 // unmapped one by one, untimed).
 static double unmap(const Blocks &b, bool batch) {
     double began = now_ms();
-    if (batch) {
-        CUresult rc = cuMemUnmap(b.base, b.bytes * b.handles.size());
-        if (rc == CUDA_SUCCESS) return now_ms() - began;
-        for (size_t i = 0; i < b.handles.size(); i++) CU(cuMemUnmap(b.base + i * b.bytes, b.bytes));
-        return -1;
-    }
+    if (batch && cuMemUnmap(b.base, b.bytes * b.handles.size()) == CUDA_SUCCESS) return now_ms() - began;
     for (size_t i = 0; i < b.handles.size(); i++) CU(cuMemUnmap(b.base + i * b.bytes, b.bytes));
-    return now_ms() - began;
+    return batch ? -1 : now_ms() - began;
 }
 
 static void measure(const Blocks &b, const CUmemAccessDesc &access, bool batch, const char *beside) {

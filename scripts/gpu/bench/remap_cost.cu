@@ -7,7 +7,6 @@
 // Prints one JSON object per measure (median of 5, milliseconds). Everything
 // it allocates is freed before it exits.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -28,12 +27,6 @@
 __global__ void touch(float *data, size_t n) {
     for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         data[i] += 1.0f;
-}
-
-static double now_ms() {
-    return std::chrono::duration<double, std::milli>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
 }
 
 static double median(std::vector<double> v) {

@@ -9,7 +9,6 @@
 // Prints two JSON lines. Everything it allocates is freed before it exits.
 #include <cstdio>
 #include <cstdlib>
-#include <chrono>
 #include <vector>
 
 #include <cuda.h>
@@ -37,12 +36,6 @@ __global__ void sum(const float *data, size_t n, int passes, double *out) {
         for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
             local += data[i];
     atomicAdd(out, local);
-}
-
-static double now_ms() {
-    return std::chrono::duration<double, std::milli>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
 }
 
 int main() {

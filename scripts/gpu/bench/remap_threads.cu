@@ -7,7 +7,6 @@
 // Prints one JSON object per measure (milliseconds for all the blocks,
 // median of 3). Everything it allocates is freed before it exits.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -16,12 +15,6 @@
 #include <cuda.h>
 
 #include "cu_check.h"
-
-static double now_ms() {
-    return std::chrono::duration<double, std::milli>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
 
 static CUmemAllocationProp prop(bool host) {
     CUmemAllocationProp p = {};
