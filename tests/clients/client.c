@@ -90,7 +90,14 @@ static void *lookup(const char *name) {
 
 static int run(char *step);
 
+/* A step that needs the math libraries fails, saying so, in a client built
+ * without them. */
 #ifdef NO_CUBLASLT
+#define NEEDS_CUBLAS(library)                                             \
+    do {                                                                  \
+        fprintf(stderr, "client: built without %s\n", library);           \
+        return 3;                                                         \
+    } while (0)
 #define cublasLtMatmul(...) (-1)
 #define cublasSetStream_v2(...) (-1)
 #define cublasGemmEx(...) (-1)
@@ -102,6 +109,7 @@ int cublasSetStream_v2(void *, void *);
 int cublasGemmEx(void *, int, int, int, int, int, const void *, const void *, int, int, const void *, int, int,
                  const void *, void *, int, int, int, int);
 int cublasSetWorkspace_v2(void *, void *, size_t);
+#define NEEDS_CUBLAS(library) ((void)0)
 #endif
 /* The one cuBLAS handle of the gemm and workspace steps. */
 static struct { cudaStream_t stream; void *workspace; } blas_handle;
@@ -331,18 +339,12 @@ static int run(char *step) {
         rc = launch_by(fields[1], &opaque_kernel, args, 0);
         printf("opaque %s rc=%d\n", fields[1], rc);
     } else if (!strcmp(op, "matmul")) {
-#ifdef NO_CUBLASLT
-        fprintf(stderr, "client: built without cuBLASLt\n");
-        return 3;
-#endif
+        NEEDS_CUBLAS("cuBLASLt");
         rc = cublasLtMatmul(NULL, NULL, NULL, lookup(fields[1]), NULL, lookup(fields[2]), NULL, NULL, NULL,
                             NULL, lookup(fields[3]), NULL, NULL, NULL, 0, (void *)0x52);
         printf("matmul rc=%d\n", rc);
     } else if (!strcmp(op, "gemm")) {
-#ifdef NO_CUBLASLT
-        fprintf(stderr, "client: built without cuBLAS\n");
-        return 3;
-#endif
+        NEEDS_CUBLAS("cuBLAS");
         if (!fields[6]) {
             fprintf(stderr, "client: gemm takes A:B:C:M:N:S\n");
             return 3;
@@ -354,10 +356,7 @@ static int run(char *step) {
                               1, NULL, lookup(fields[3]), 0, rows, 0, -1);
         printf("gemm rc=%d\n", rc);
     } else if (!strcmp(op, "workspace")) {
-#ifdef NO_CUBLASLT
-        fprintf(stderr, "client: built without cuBLAS\n");
-        return 3;
-#endif
+        NEEDS_CUBLAS("cuBLAS");
         rc = cublasSetWorkspace_v2(&blas_handle, lookup(fields[1]), 1 << 20);
         printf("workspace rc=%d\n", rc);
     } else if (!strcmp(op, "rss")) {
