@@ -12,6 +12,9 @@
 // default), `vmm` (cuMemcpyAsync into host-located memory mapped for the
 // device, as the spill tier's moves out are), `kernel` (a kernel on
 // COPY_BLOCKS blocks, default 16, writing pinned memory in place).
+// With BUSY=1, a kernel on every SM runs again and again beside it all,
+// as a job's compute would: its time a launch is printed alone and beside
+// each kind of copies.
 //   remap_batch [BLOCKS [MIB [COPY_MIB [host|device]]]]
 // Prints one JSON object per measure (milliseconds for all the blocks,
 // median of 3). Everything it allocates is freed before it exits.
@@ -20,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -147,7 +151,11 @@ struct CopyLoop {
             CU(cuMemAlloc(&device_side, bytes * depth));
             CU(cuMemHostAlloc(&pinned, bytes * depth, 0));
             CU(cuStreamCreate(&s_in, CU_STREAM_NON_BLOCKING));
-            CU(cuStreamCreate(&s_out, CU_STREAM_NON_BLOCKING));
+            // The copies out at the highest priority, as a mover's would be:
+            // a kernel's blocks then start before the job's waiting ones.
+            int least, greatest;
+            CU(cuCtxGetStreamPriorityRange(&least, &greatest));
+            CU(cuStreamCreateWithPriority(&s_out, CU_STREAM_NON_BLOCKING, greatest));
             for (int k = 0; k < depth; k++) {
                 CU(cuEventCreate(&done_in[k], CU_EVENT_DISABLE_TIMING));
                 CU(cuEventCreate(&done_out[k], CU_EVENT_DISABLE_TIMING));
@@ -210,6 +218,49 @@ struct CopyLoop {
     }
 };
 
+__global__ void spin(float *out, int rounds) {
+    float a = threadIdx.x;
+    for (int i = 0; i < rounds; i++) a = a * 0.999999f + 0.5f;
+    if (a == -1.0f) out[0] = a;  // never: keeps the loop
+}
+
+// A thread that launches `spin` on eight blocks of 256 threads an SM (as
+// many threads as an SM holds, about 1 ms a launch), one
+// launch after another, until stopped; `ms()` is the mean time a launch
+// took since the last call.
+struct ComputeLoop {
+    std::atomic<bool> stop{false};
+    std::atomic<size_t> launches{0};
+    std::atomic<double> since{0};
+    std::thread thread;
+    ComputeLoop(CUcontext context, CUdevice dev) {
+        int sms = 0;
+        CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+        since = now_ms();
+        thread = std::thread([=] {
+            CU(cuCtxSetCurrent(context));
+            CUstream stream;
+            CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+            while (!stop.load()) {
+                spin<<<sms * 8, 256, 0, stream>>>(nullptr, 100000);
+                CU(cuStreamSynchronize(stream));
+                launches++;
+            }
+            CU(cuStreamDestroy(stream));
+        });
+    }
+    double ms() {
+        double now = now_ms();
+        size_t n = launches.exchange(0);
+        double took = (now - since.exchange(now)) / (n ? n : 1);
+        return took;
+    }
+    ~ComputeLoop() {
+        stop = true;
+        thread.join();
+    }
+};
+
 int main(int argc, char **argv) {
     size_t blocks = argc > 1 ? atoi(argv[1]) : 16;
     size_t bytes = size_t(argc > 2 ? atoi(argv[2]) : 16) << 20;
@@ -244,10 +295,21 @@ int main(int argc, char **argv) {
         const char *name;
         bool in, out;
     };
+    std::unique_ptr<ComputeLoop> busy;
+    if (getenv("BUSY")) {
+        busy.reset(new ComputeLoop(context, dev));
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        busy->ms();
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        printf("{\"compute_ms_a_launch\": %.3f, \"beside\": \"nothing\"}\n", busy->ms());
+    }
     for (Beside beside : {Beside{"in", true, false}, Beside{"out", false, true}, Beside{"both", true, true}}) {
         CopyLoop copies(copy_context, copy_mib << 20, beside.in, beside.out, how, p.location.id);
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        if (busy) busy->ms();
         measure(b, access, false, beside.name, copy_mib);
+        if (busy) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        if (busy) printf("{\"compute_ms_a_launch\": %.3f, \"beside\": \"%s\"}\n", busy->ms(), beside.name);
         printf("{\"beside\": \"%s\", \"copy_mib\": %zu, \"gb_per_s_each_way\": %.1f}\n", beside.name,
                copy_mib, copies.finish());
     }
