@@ -13,8 +13,8 @@
 // device, as the spill tier's moves out are), `kernel` (a kernel on
 // COPY_BLOCKS blocks, default 16, writing pinned memory in place).
 // With BUSY=1, a kernel on every SM runs again and again beside it all,
-// as a job's compute would: its time a launch is printed alone and beside
-// each kind of copies.
+// as a job's compute would: its time a launch is printed alone, beside
+// remaps alone, beside copies alone, and beside each measure.
 //   remap_batch [BLOCKS [MIB [COPY_MIB [host|device]]]]
 // Prints one JSON object per measure (milliseconds for all the blocks,
 // median of 3). Everything it allocates is freed before it exits.
@@ -121,6 +121,7 @@ struct CopyLoop {
     static const int depth = 16;
     std::atomic<bool> stop{false};
     std::atomic<size_t> copies{0};
+    std::atomic<double> queue_ms{0};  // inside the calls that queue copies
     double began = 0, ended = 0;
     size_t bytes;
     std::thread thread;
@@ -170,6 +171,7 @@ struct CopyLoop {
                 }
                 CUdeviceptr d = device_side + slot * bytes;
                 char *h = static_cast<char *>(pinned) + slot * bytes;
+                double queuing = now_ms();
                 if (in) {
                     CU(cuMemcpyHtoDAsync(d, h, bytes, s_in));
                     CU(cuEventRecord(done_in[slot], s_in));
@@ -189,6 +191,7 @@ struct CopyLoop {
                     }
                     CU(cuEventRecord(done_out[slot], s_out));
                 }
+                queue_ms = queue_ms + (now_ms() - queuing);
             }
             ended = now_ms();
             CU(cuStreamSynchronize(s_in));
@@ -211,6 +214,7 @@ struct CopyLoop {
     double finish() {
         stop = true;
         thread.join();
+        printf("{\"copy_thread_ms_queuing\": %.1f, \"of_ms\": %.1f}\n", queue_ms.load(), ended - began);
         return double(copies.load()) * bytes / (ended - began) / 1e6;
     }
     ~CopyLoop() {
@@ -225,13 +229,14 @@ __global__ void spin(float *out, int rounds) {
 }
 
 // A thread that launches `spin` on eight blocks of 256 threads an SM (as
-// many threads as an SM holds, about 1 ms a launch), one
-// launch after another, until stopped; `ms()` is the mean time a launch
-// took since the last call.
+// many threads as an SM holds, about 1 ms a launch), one launch after
+// another, each waited for, until stopped.
 struct ComputeLoop {
     std::atomic<bool> stop{false};
     std::atomic<size_t> launches{0};
     std::atomic<double> since{0};
+    std::atomic<size_t> gpu_us{0};
+    std::atomic<size_t> launch_us{0};  // inside the launch and its events' records
     std::thread thread;
     ComputeLoop(CUcontext context, CUdevice dev) {
         int sms = 0;
@@ -241,25 +246,47 @@ struct ComputeLoop {
             CU(cuCtxSetCurrent(context));
             CUstream stream;
             CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+            CUevent start, end;
+            CU(cuEventCreate(&start, 0));
+            CU(cuEventCreate(&end, 0));
             while (!stop.load()) {
+                double launching = now_ms();
+                CU(cuEventRecord(start, stream));
                 spin<<<sms * 8, 256, 0, stream>>>(nullptr, 100000);
+                CU(cuEventRecord(end, stream));
+                launch_us += size_t((now_ms() - launching) * 1000);
                 CU(cuStreamSynchronize(stream));
+                float took = 0;
+                CU(cuEventElapsedTime(&took, start, end));
+                gpu_us += size_t(took * 1000);
                 launches++;
             }
+            CU(cuEventDestroy(start));
+            CU(cuEventDestroy(end));
             CU(cuStreamDestroy(stream));
         });
     }
+    // The mean time a launch took since the last call, on the clock (launch
+    // and wait included) and on the device (between events around it).
     double ms() {
         double now = now_ms();
         size_t n = launches.exchange(0);
-        double took = (now - since.exchange(now)) / (n ? n : 1);
-        return took;
+        gpu = double(gpu_us.exchange(0)) / 1000 / (n ? n : 1);
+        launching = double(launch_us.exchange(0)) / 1000 / (n ? n : 1);
+        return (now - since.exchange(now)) / (n ? n : 1);
     }
+    double gpu = 0, launching = 0;
     ~ComputeLoop() {
         stop = true;
         thread.join();
     }
 };
+
+static void print_compute(ComputeLoop &busy, const char *beside) {
+    double wall = busy.ms();
+    printf("{\"compute_ms_a_launch\": %.3f, \"on_device_ms\": %.3f, \"launching_ms\": %.3f, \"beside\": \"%s\"}\n",
+           wall, busy.gpu, busy.launching, beside);
+}
 
 int main(int argc, char **argv) {
     size_t blocks = argc > 1 ? atoi(argv[1]) : 16;
@@ -301,7 +328,21 @@ int main(int argc, char **argv) {
         std::this_thread::sleep_for(std::chrono::milliseconds(300));
         busy->ms();
         std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        printf("{\"compute_ms_a_launch\": %.3f, \"beside\": \"nothing\"}\n", busy->ms());
+        print_compute(*busy, "nothing");
+        // Remaps alone, one round after another for about 300 ms.
+        double began = now_ms();
+        int rounds = 0;
+        for (; now_ms() - began < 300; rounds++) remap(b, access, false);
+        print_compute(*busy, "remaps only");
+        printf("{\"remap_rounds\": %d}\n", rounds);
+        // Copies alone, each way asked for, for 300 ms.
+        for (Beside beside : {Beside{"in", true, false}, Beside{"out", false, true}}) {
+            CopyLoop copies(copy_context, copy_mib << 20, beside.in, beside.out, how, p.location.id);
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            busy->ms();
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));
+            print_compute(*busy, beside.in ? "copies in only" : "copies out only");
+        }
     }
     for (Beside beside : {Beside{"in", true, false}, Beside{"out", false, true}, Beside{"both", true, true}}) {
         CopyLoop copies(copy_context, copy_mib << 20, beside.in, beside.out, how, p.location.id);
@@ -309,7 +350,7 @@ int main(int argc, char **argv) {
         if (busy) busy->ms();
         measure(b, access, false, beside.name, copy_mib);
         if (busy) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        if (busy) printf("{\"compute_ms_a_launch\": %.3f, \"beside\": \"%s\"}\n", busy->ms(), beside.name);
+        if (busy) print_compute(*busy, beside.name);
         printf("{\"beside\": \"%s\", \"copy_mib\": %zu, \"gb_per_s_each_way\": %.1f}\n", beside.name,
                copy_mib, copies.finish());
     }
