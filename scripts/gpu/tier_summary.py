@@ -11,6 +11,7 @@ import json
 import os
 import statistics
 import sys
+import tarfile
 
 LINK_BYTES_PER_S = 55e9
 # FROM_STEP=N: the second table counts the timed steps from the Nth on
@@ -33,10 +34,15 @@ def quota_of(env):
 def trace_process(name):
     """The first process of the run's trace (read once: the summary asks it
     several things), or None."""
-    path = os.path.join(os.path.dirname(sys.argv[1]), f"trace-{name}.json")
+    here = os.path.dirname(sys.argv[1])
+    path = os.path.join(here, f"trace-{name}.json")
     try:
-        return json.load(open(path))["processes"][0]
-    except (OSError, ValueError, KeyError, IndexError):
+        if os.path.exists(path):
+            return json.load(open(path))["processes"][0]
+        # As scripts/gpu/tier-ab leaves them: packed together.
+        with tarfile.open(os.path.join(here, "traces.tar.gz")) as packed:
+            return json.load(packed.extractfile(f"trace-{name}.json"))["processes"][0]
+    except (OSError, ValueError, KeyError, IndexError, tarfile.TarError):
         return None
 
 
@@ -113,7 +119,10 @@ def index_rebuild_ms(name, steps):
 
 
 runs = [json.loads(line) for line in open(sys.argv[1])]
-native = {r["job"]: r for r in runs if r["name"].endswith("-native") and r["result"]}
+# A build after the first in scripts/gpu/tier-ab has no native run of its
+# own: NATIVE_FROM names the results that hold it (the first build's).
+natives = runs + [json.loads(line) for line in open(os.environ["NATIVE_FROM"])] if os.environ.get("NATIVE_FROM") else runs
+native = {r["job"]: r for r in natives if r["name"].endswith("-native") and r["result"]}
 print("| run | exit | step ms (median) | x native | x floor | losses = native | most device bytes / quota | link GB/step (rx+tx) | moved GB/step | copy+remap ms/step | drain ms/step | of copy+remap: copies / remaps / memory ms | pinning ms/step | drains/step | host GB pinned / given back (run) |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for run in runs:
