@@ -13,8 +13,9 @@
 // device, as the spill tier's moves out are), `kernel` (a kernel on
 // COPY_BLOCKS blocks, default 16, writing pinned memory in place).
 // With BUSY=1, a kernel on every SM runs again and again beside it all,
-// as a job's compute would: its time a launch is printed alone, beside
-// remaps alone, beside copies alone, and beside each measure.
+// as a job's compute would: its time a launch (on the clock, on the
+// device, and inside the launch call and its events' records) is printed
+// alone, beside remaps alone, beside copies alone, and beside each measure.
 //   remap_batch [BLOCKS [MIB [COPY_MIB [host|device]]]]
 // Prints one JSON object per measure (milliseconds for all the blocks,
 // median of 3). Everything it allocates is freed before it exits.
@@ -236,7 +237,8 @@ struct ComputeLoop {
     std::atomic<size_t> launches{0};
     std::atomic<double> since{0};
     std::atomic<size_t> gpu_us{0};
-    std::atomic<size_t> launch_us{0};  // inside the launch and its events' records
+    std::atomic<size_t> launch_us{0};  // inside the launch
+    std::atomic<size_t> record_us{0};  // inside its events' records
     std::thread thread;
     ComputeLoop(CUcontext context, CUdevice dev) {
         int sms = 0;
@@ -250,11 +252,14 @@ struct ComputeLoop {
             CU(cuEventCreate(&start, 0));
             CU(cuEventCreate(&end, 0));
             while (!stop.load()) {
-                double launching = now_ms();
+                double recording = now_ms();
                 CU(cuEventRecord(start, stream));
+                double launching = now_ms();
                 spin<<<sms * 8, 256, 0, stream>>>(nullptr, 100000);
+                double launched = now_ms();
                 CU(cuEventRecord(end, stream));
-                launch_us += size_t((now_ms() - launching) * 1000);
+                launch_us += size_t((launched - launching) * 1000);
+                record_us += size_t((launching - recording + now_ms() - launched) * 1000);
                 CU(cuStreamSynchronize(stream));
                 float took = 0;
                 CU(cuEventElapsedTime(&took, start, end));
@@ -273,9 +278,10 @@ struct ComputeLoop {
         size_t n = launches.exchange(0);
         gpu = double(gpu_us.exchange(0)) / 1000 / (n ? n : 1);
         launching = double(launch_us.exchange(0)) / 1000 / (n ? n : 1);
+        recording = double(record_us.exchange(0)) / 1000 / (n ? n : 1);
         return (now - since.exchange(now)) / (n ? n : 1);
     }
-    double gpu = 0, launching = 0;
+    double gpu = 0, launching = 0, recording = 0;
     ~ComputeLoop() {
         stop = true;
         thread.join();
@@ -284,8 +290,9 @@ struct ComputeLoop {
 
 static void print_compute(ComputeLoop &busy, const char *beside) {
     double wall = busy.ms();
-    printf("{\"compute_ms_a_launch\": %.3f, \"on_device_ms\": %.3f, \"launching_ms\": %.3f, \"beside\": \"%s\"}\n",
-           wall, busy.gpu, busy.launching, beside);
+    printf("{\"compute_ms_a_launch\": %.3f, \"on_device_ms\": %.3f, \"launching_ms\": %.3f, "
+           "\"recording_ms\": %.3f, \"beside\": \"%s\"}\n",
+           wall, busy.gpu, busy.launching, busy.recording, beside);
 }
 
 int main(int argc, char **argv) {
