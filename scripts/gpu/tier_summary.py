@@ -121,7 +121,9 @@ def index_rebuild_ms(name, steps):
 runs = [json.loads(line) for line in open(sys.argv[1])]
 # A build after the first in scripts/gpu/tier-ab has no native run of its
 # own: NATIVE_FROM names the results that hold it (the first build's).
-natives = runs + [json.loads(line) for line in open(os.environ["NATIVE_FROM"])] if os.environ.get("NATIVE_FROM") else runs
+natives = list(runs)
+if os.environ.get("NATIVE_FROM"):
+    natives += [json.loads(line) for line in open(os.environ["NATIVE_FROM"])]
 native = {r["job"]: r for r in natives if r["name"].endswith("-native") and r["result"]}
 print("| run | exit | step ms (median) | x native | x floor | losses = native | most device bytes / quota | link GB/step (rx+tx) | moved GB/step | copy+remap ms/step | drain ms/step | of copy+remap: copies / remaps / memory ms | pinning ms/step | drains/step | host GB pinned / given back (run) |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")

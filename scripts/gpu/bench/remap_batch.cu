@@ -97,11 +97,8 @@ static void measure(const Blocks &b, const CUmemAccessDesc &access, bool batch, 
     fflush(stdout);
 }
 
-// A thread that keeps the copy engines carrying copies of `bytes` each way
-// asked for, sixteen queued on each stream at all times (a copy is queued
-// as the one sixteen before it ends), until stopped; device and pinned host
-// memory of 16 * `bytes` each, freed when it stops. `finish()` stops it and says
-// what each way carried while it ran, in GB/s.
+// A copy out of the device made by a kernel (COPY_HOW=kernel): each thread
+// copies 16 bytes at a time, striding over the grid.
 __global__ void copy_out(const int4 *from, int4 *to, size_t count) {
     for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += gridDim.x * size_t(blockDim.x))
         to[i] = from[i];
@@ -118,6 +115,11 @@ static How copy_how() {
     exit(2);
 }
 
+// A thread that keeps copies going (each made as COPY_HOW says) of `bytes` each way
+// asked for, sixteen queued on each stream at all times (a copy is queued
+// as the one sixteen before it ends), until stopped; device and pinned host
+// memory of 16 * `bytes` each, freed when it stops. `finish()` stops it and says
+// what each way carried while it ran, in GB/s.
 struct CopyLoop {
     static const int depth = 16;
     std::atomic<bool> stop{false};
