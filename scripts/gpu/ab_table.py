@@ -1,10 +1,14 @@
 """Builds side by side from scripts/gpu/tier-ab's OUT: for each job's run
-(native, q75, q50, ...) and build, the median step of each repetition
-(OUT/B-JOB, OUT/B-JOB-r2, ...; a run's median over its timed steps, as
-tier_summary.py gives it) and their median, with each build's ratio to
-the first build's (the one tier-ab ran first; below 1: faster).
+(native, q75, q50, ...) and build, its timed steps from the FROM_STEP-th on
+(default 2: the first timed step pins the host memory the later ones reuse),
+those of every repetition (OUT/B-JOB, OUT/B-JOB-r2, ...) together, and
+their median, with each build's ratio to the first build's (the one tier-ab
+ran first; below 1: faster). A median over the steps of all repetitions is
+one slow step's less than a median of each repetition's medians: a step
+that pins a large block's host memory on the job's thread can take half as
+long again as the others.
 
-    python3 scripts/gpu/ab_table.py OUT"""
+    [FROM_STEP=N] python3 scripts/gpu/ab_table.py OUT"""
 import json
 import os
 import re
@@ -12,10 +16,13 @@ import statistics
 import sys
 
 
+FROM_STEP = max(1, int(os.environ.get("FROM_STEP", "2")))
+
+
 def main():
     out = sys.argv[1]
-    # run (job and quota, as tier-check names it) -> build -> [median step of
-    # each repetition]
+    # run (job and quota, as tier-check names it) -> build -> [its steps
+    # from FROM_STEP on, repetition after repetition]
     steps = {}
     builds = []
     for entry in sorted(os.listdir(out), key=lambda entry: order(out, entry)):
@@ -28,9 +35,11 @@ def main():
         for line in open(path):
             line = json.loads(line)
             result = line.get("result") or {}
-            if result.get("step_ms_each") and not line["name"].endswith("native"):
-                median = statistics.median(result["step_ms_each"])
-                steps.setdefault(line["name"], {}).setdefault(build, []).append(median)
+            each = (result.get("step_ms_each") or [])[FROM_STEP - 1 :]
+            if each and not line["name"].endswith("native"):
+                steps.setdefault(line["name"], {}).setdefault(build, []).extend(each)
+    print(f"Timed steps from the {ordinal(FROM_STEP)} on, every repetition's (ms):")
+    print()
     print("| run | " + " | ".join(f"{b} (each; median)" for b in builds) + " | " + " | ".join(f"{b} / {builds[0]}" for b in builds[1:]) + " |")
     print("| --- |" + " --- |" * (2 * len(builds) - 1))
     for name in sorted(steps):
@@ -40,6 +49,10 @@ def main():
         first = medians.get(builds[0])
         ratios = [f"{medians[b] / first:.3f}" if first and b in medians else "-" for b in builds[1:]]
         print(f"| {name} | " + " | ".join(cells + ratios) + " |")
+
+
+def ordinal(n):
+    return f"{n}{'st' if n % 10 == 1 and n != 11 else 'nd' if n % 10 == 2 and n != 12 else 'rd' if n % 10 == 3 and n != 13 else 'th'}"
 
 
 def order(out, entry):
