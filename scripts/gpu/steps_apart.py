@@ -1,0 +1,57 @@
+"""Each timed step of a run on its own, to tell a slow step from the others
+and say what it did differently, from the run's trace and the job's JSON
+line (tier-check's results.jsonl; its trace is trace-RUN.json beside it,
+or in traces.tar.gz there, as tier-ab leaves it).
+
+    python3 scripts/gpu/steps_apart.py RESULTS.jsonl RUN
+
+One line a step: its length; the GB that went to the host and onto the
+device (the trace's moves, stamped as they end and as they are queued);
+then, from the trace's samples of the tier's counters (every 50 ms, so a
+step's share is that of the samples inside it, about), the ms the job's
+threads spent making memory (pinning host memory for a block's first move
+out is most of it), remapping, and waiting for the room the mover thread's
+moves free, and the ms the mover thread spent remapping."""
+import json
+import os
+import sys
+import tarfile
+
+
+def main():
+    results, run = sys.argv[1], sys.argv[2]
+    line = next(line for line in map(json.loads, open(results)) if line["name"] == run)
+    result = line["result"]
+    trace = load_trace(os.path.dirname(results), run)
+    samples = trace["processes"][0]["moves"].get("samples", [])
+    events = trace["events"]
+    print(f"{run}: each timed step")
+    print("step | ms | GB to the host | GB onto the device | job's memory ms | job's remaps ms | job's waits for room ms | mover's remaps ms")
+    begin = result["timed_ns"][0]
+    for step, length in enumerate(result["step_ms_each"]):
+        end = begin + length * 1e6
+        moved = {"demote": 0, "promote": 0}
+        for event in events:
+            if begin <= event["t_ns"] < end and event["op"] in moved and event.get("rc", 0) == 0:
+                moved[event["op"]] += event["size"]
+        inside = [s for s in samples if begin <= s["t_ns"] <= end]
+        spent = {}
+        for key in ("memory_ns", "remap_ns", "mover_room_wait_ns", "mover_remap_ns"):
+            spent[key] = (inside[-1].get(key, 0) - inside[0].get(key, 0)) / 1e6 if len(inside) > 1 else None
+        cells = ["-" if spent[k] is None else f"{spent[k]:.0f}" for k in spent]
+        print(f"{step + 1} | {length:.1f} | {moved['demote'] / 1e9:.2f} | {moved['promote'] / 1e9:.2f} | " + " | ".join(cells))
+        begin = end
+
+
+def load_trace(folder, run):
+    name = f"trace-{run}.json"
+    path = os.path.join(folder, name)
+    if os.path.exists(path):
+        return json.load(open(path))
+    with tarfile.open(os.path.join(folder, "traces.tar.gz")) as packed:
+        member = next(m for m in packed.getmembers() if os.path.basename(m.name) == name)
+        return json.load(packed.extractfile(member))
+
+
+if __name__ == "__main__":
+    main()
