@@ -3,10 +3,10 @@
 (default 2: the first timed step pins the host memory the later ones reuse),
 those of every repetition (OUT/B-JOB, OUT/B-JOB-r2, ...) together, and
 their median, with each build's ratio to the first build's (the one tier-ab
-ran first; below 1: faster). A median over the steps of all repetitions is
-one slow step's less than a median of each repetition's medians: a step
-that pins a large block's host memory on the job's thread can take half as
-long again as the others.
+ran first; below 1: faster). One slow step moves the median of all those
+steps less than it moves a repetition's own median: a step that pins a
+large block's host memory on the job's thread can take half as long again
+as the others.
 
     [FROM_STEP=N] python3 scripts/gpu/ab_table.py OUT"""
 import json
@@ -38,7 +38,7 @@ def main():
             each = (result.get("step_ms_each") or [])[FROM_STEP - 1 :]
             if each and not line["name"].endswith("native"):
                 steps.setdefault(line["name"], {}).setdefault(build, []).extend(each)
-    print(f"Timed steps from the {ordinal(FROM_STEP)} on, every repetition's (ms):")
+    print(f"Timed steps from number {FROM_STEP} on, every repetition's (ms):")
     print()
     print("| run | " + " | ".join(f"{b} (each; median)" for b in builds) + " | " + " | ".join(f"{b} / {builds[0]}" for b in builds[1:]) + " |")
     print("| --- |" + " --- |" * (2 * len(builds) - 1))
@@ -49,10 +49,6 @@ def main():
         first = medians.get(builds[0])
         ratios = [f"{medians[b] / first:.3f}" if first and b in medians else "-" for b in builds[1:]]
         print(f"| {name} | " + " | ".join(cells + ratios) + " |")
-
-
-def ordinal(n):
-    return f"{n}{'st' if n % 10 == 1 and n != 11 else 'nd' if n % 10 == 2 and n != 12 else 'rd' if n % 10 == 3 and n != 13 else 'th'}"
 
 
 def order(out, entry):
