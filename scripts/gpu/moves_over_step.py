@@ -3,7 +3,8 @@ trace and the job's JSON line (tier-check's results.jsonl).
 
     python3 scripts/gpu/moves_over_step.py RESULTS.jsonl RUN [STEP] [BIN_MS]
 
-RUN is a run's name in RESULTS (its trace is trace-RUN.json beside it);
+RUN is a run's name in RESULTS (its trace is trace-RUN.json beside it, or
+in traces.tar.gz there, as tier-ab leaves it);
 STEP the timed step to look at (default 1, the second); BIN_MS the width of
 a bin (default 20). For each bin from the step's start: the allocations
 made, the GB that went to the host (moves stamped as they end: the mover
@@ -22,6 +23,8 @@ import math
 import os
 import sys
 
+import run_trace
+
 
 def main():
     results, run = sys.argv[1], sys.argv[2]
@@ -32,7 +35,7 @@ def main():
     each = result["step_ms_each"]
     begin = result["timed_ns"][0] + sum(each[:step]) * 1e6
     length = each[step]
-    trace = json.load(open(os.path.join(os.path.dirname(results), f"trace-{run}.json")))
+    trace = run_trace.load(os.path.dirname(results), run)
     bins = max(1, math.ceil(length / width))
     allocs, out, into = [0] * bins, [0] * bins, [0] * bins
     # Live blocks' bytes by placement at each bin's end (None: no event yet).

@@ -15,14 +15,15 @@ moves free, and the ms the mover thread spent remapping."""
 import json
 import os
 import sys
-import tarfile
+
+import run_trace
 
 
 def main():
     results, run = sys.argv[1], sys.argv[2]
     line = next(line for line in map(json.loads, open(results)) if line["name"] == run)
     result = line["result"]
-    trace = load_trace(os.path.dirname(results), run)
+    trace = run_trace.load(os.path.dirname(results), run)
     samples = trace["processes"][0]["moves"].get("samples", [])
     events = trace["events"]
     print(f"{run}: each timed step")
@@ -41,16 +42,6 @@ def main():
         cells = ["-" if spent[k] is None else f"{spent[k]:.0f}" for k in spent]
         print(f"{step + 1} | {length:.1f} | {moved['demote'] / 1e9:.2f} | {moved['promote'] / 1e9:.2f} | " + " | ".join(cells))
         begin = end
-
-
-def load_trace(folder, run):
-    name = f"trace-{run}.json"
-    path = os.path.join(folder, name)
-    if os.path.exists(path):
-        return json.load(open(path))
-    with tarfile.open(os.path.join(folder, "traces.tar.gz")) as packed:
-        member = next(m for m in packed.getmembers() if os.path.basename(m.name) == name)
-        return json.load(packed.extractfile(member))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ import statistics
 import sys
 import tarfile
 
+import run_trace
+
 LINK_BYTES_PER_S = 55e9
 # FROM_STEP=N: the second table counts the timed steps from the Nth on
 # (the first ones may still pin host memory the later ones reuse).
@@ -34,14 +36,8 @@ def quota_of(env):
 def trace_process(name):
     """The first process of the run's trace (read once: the summary asks it
     several things), or None."""
-    here = os.path.dirname(sys.argv[1])
-    path = os.path.join(here, f"trace-{name}.json")
     try:
-        if os.path.exists(path):
-            return json.load(open(path))["processes"][0]
-        # As scripts/gpu/tier-ab leaves them: packed together.
-        with tarfile.open(os.path.join(here, "traces.tar.gz")) as packed:
-            return json.load(packed.extractfile(f"trace-{name}.json"))["processes"][0]
+        return run_trace.load(os.path.dirname(sys.argv[1]), name)["processes"][0]
     except (OSError, ValueError, KeyError, IndexError, tarfile.TarError):
         return None
 
