@@ -268,6 +268,11 @@ pub struct MovesSample {
     /// Mapping memory at a kept block's empty range as it is handed out
     /// again, at allocations (not a part of `move_ns`).
     pub hand_out_ns: u64,
+    /// The job's threads ordering work after blocks' uses and recording
+    /// their events, around each call that names tier blocks (not a part
+    /// of `move_ns`): an event record waits beside copies that the same
+    /// context queued.
+    pub uses_ns: u64,
     pub pinning_ns: u64,
     pub fetches: u64,
     /// The mover thread's time making moves (not a part of `move_ns`), and

@@ -137,6 +137,9 @@ pub struct Tier {
     /// again (device memory where there is room, else its host memory), at
     /// allocations: not a part of `move_ns`.
     pub hand_out_ns: AtomicU64,
+    /// Ordering work after blocks' uses and recording their events, around
+    /// each call that names tier blocks ([`crate::policy::tier::uses`]).
+    pub uses_ns: AtomicU64,
     /// Time allocations waited for a kept block's stream-ordered free to
     /// be reached, so that its room could be given back.
     pub free_wait_ns: AtomicU64,
@@ -318,6 +321,7 @@ impl Tier {
             choose_ns: self.choose_ns.load(Relaxed),
             give_back_ns: self.give_back_ns.load(Relaxed),
             hand_out_ns: self.hand_out_ns.load(Relaxed),
+            uses_ns: self.uses_ns.load(Relaxed),
             memory_ns: self.memory_ns.load(Relaxed),
             pinning_ns: self.pinning_ns.load(Relaxed),
             fetches: self.fetches.load(Relaxed),

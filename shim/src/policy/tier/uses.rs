@@ -40,6 +40,7 @@ use crate::state::{config, State};
 
 use super::backing::{self, Direction};
 use super::kept::{give_back_event, per_thread, stream_key, take_event};
+use super::moves::timed;
 
 /// Whether moves overlap the job's kernels.
 pub fn overlapping() -> bool {
@@ -220,25 +221,27 @@ pub fn order(state: &State, api: Api, named: &[usize], stream: Option<usize>) {
     // waited for.
     super::mover::claim(state, named);
     let key = stream.map(|stream| stream_key(api, stream));
-    for ptr in named {
-        // Held while the work is ordered: another thread's record cannot
-        // give the event back meanwhile.
-        let Some(backing) = state.tier.blocks.get(ptr) else {
-            continue;
-        };
-        let Some(event) = Event::of(&backing) else {
-            continue;
-        };
-        if key.is_some_and(|key| key != 0 && key == backing.used_on) || event.complete() {
-            continue;
-        }
-        match stream {
-            Some(stream) => event.order(stream, per_thread(api)),
-            None => {
-                event.wait();
+    timed(&state.tier.uses_ns, || {
+        for ptr in named {
+            // Held while the work is ordered: another thread's record cannot
+            // give the event back meanwhile.
+            let Some(backing) = state.tier.blocks.get(ptr) else {
+                continue;
+            };
+            let Some(event) = Event::of(&backing) else {
+                continue;
+            };
+            if key.is_some_and(|key| key != 0 && key == backing.used_on) || event.complete() {
+                continue;
+            }
+            match stream {
+                Some(stream) => event.order(stream, per_thread(api)),
+                None => {
+                    event.wait();
+                }
             }
         }
-    }
+    });
 }
 
 /// After work by `api` on `stream` (`None`: not known) that may have
@@ -256,40 +259,42 @@ pub fn used(state: &State, api: Api, named: &[usize], stream: Option<usize>) {
     };
     let runtime = Backend::of(api) == Backend::Runtime;
     let (key, per_thread) = (stream_key(api, stream), per_thread(api));
-    for ptr in named {
-        let Some(mut backing) = state.tier.blocks.get_mut(ptr) else {
-            continue;
-        };
-        let held = Event::of(&backing);
-        if let Some(held) = held {
-            if (key == 0 || key != backing.used_on) && !held.complete() {
-                held.order(stream, per_thread);
+    timed(&state.tier.uses_ns, || {
+        for ptr in named {
+            let Some(mut backing) = state.tier.blocks.get_mut(ptr) else {
+                continue;
+            };
+            let held = Event::of(&backing);
+            if let Some(held) = held {
+                if (key == 0 || key != backing.used_on) && !held.complete() {
+                    held.order(stream, per_thread);
+                }
+            }
+            let own = held.filter(|event| event.1 == runtime);
+            let Some(event) = own.or_else(|| new_event(state, runtime)) else {
+                drop(backing);
+                unread(state);
+                continue;
+            };
+            if !event.record(stream, per_thread) {
+                drop(backing);
+                if own.is_none() {
+                    give_back_event(state, event.0, event.1);
+                }
+                unread(state);
+                continue;
+            }
+            backing.used = event.0;
+            backing.used_runtime = event.1;
+            backing.used_on = key;
+            backing.known = true;
+            drop(backing);
+            // One of the other API, now waited for by the new record.
+            if let Some(old) = held.filter(|old| old.0 != event.0) {
+                give_back_event(state, old.0, old.1);
             }
         }
-        let own = held.filter(|event| event.1 == runtime);
-        let Some(event) = own.or_else(|| new_event(state, runtime)) else {
-            drop(backing);
-            unread(state);
-            continue;
-        };
-        if !event.record(stream, per_thread) {
-            drop(backing);
-            if own.is_none() {
-                give_back_event(state, event.0, event.1);
-            }
-            unread(state);
-            continue;
-        }
-        backing.used = event.0;
-        backing.used_runtime = event.1;
-        backing.used_on = key;
-        backing.known = true;
-        drop(backing);
-        // One of the other API, now waited for by the new record.
-        if let Some(old) = held.filter(|old| old.0 != event.0) {
-            give_back_event(state, old.0, old.1);
-        }
-    }
+    });
 }
 
 /// A block handed out again from the kept ones (`kept`, its `backing`):
