@@ -273,6 +273,10 @@ pub struct MovesSample {
     /// of `move_ns`): an event record waits beside copies that the same
     /// context queued.
     pub uses_ns: u64,
+    /// Of `uses_ns`: waiting on the host for the last uses of a call's
+    /// blocks, where the call's stream is not known (a library call whose
+    /// handle's stream was not seen set).
+    pub uses_wait_ns: u64,
     pub pinning_ns: u64,
     pub fetches: u64,
     /// The mover thread's time making moves (not a part of `move_ns`), and

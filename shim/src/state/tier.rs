@@ -140,6 +140,8 @@ pub struct Tier {
     /// Ordering work after blocks' uses and recording their events, around
     /// each call that names tier blocks ([`crate::policy::tier::uses`]).
     pub uses_ns: AtomicU64,
+    /// Of `uses_ns`: waits on the host, where a call's stream is not known.
+    pub uses_wait_ns: AtomicU64,
     /// Time allocations waited for a kept block's stream-ordered free to
     /// be reached, so that its room could be given back.
     pub free_wait_ns: AtomicU64,
@@ -322,6 +324,7 @@ impl Tier {
             give_back_ns: self.give_back_ns.load(Relaxed),
             hand_out_ns: self.hand_out_ns.load(Relaxed),
             uses_ns: self.uses_ns.load(Relaxed),
+            uses_wait_ns: self.uses_wait_ns.load(Relaxed),
             memory_ns: self.memory_ns.load(Relaxed),
             pinning_ns: self.pinning_ns.load(Relaxed),
             fetches: self.fetches.load(Relaxed),

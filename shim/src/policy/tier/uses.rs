@@ -237,7 +237,7 @@ pub fn order(state: &State, api: Api, named: &[usize], stream: Option<usize>) {
             match stream {
                 Some(stream) => event.order(stream, per_thread(api)),
                 None => {
-                    event.wait();
+                    timed(&state.tier.uses_wait_ns, || event.wait());
                 }
             }
         }
