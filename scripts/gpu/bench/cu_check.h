@@ -1,10 +1,13 @@
 // What the probes share: the check of a driver call (on failure, the line,
 // the call and CUDA's words for the error on stderr, and exit status 1), the
-// first device made ready, and the host memory nearest it.
+// first device made ready, the host memory nearest it, physical memory and
+// its mappings, the sizes a GPT-2 step moves out, and moves out pipelined.
 #pragma once
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <vector>
 
 #include <cuda.h>
 
@@ -44,6 +47,49 @@ static inline int host_numa_node(CUdevice dev) {
     if (cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, dev) != CUDA_SUCCESS || numa < 0)
         numa = 0;
     return numa;
+}
+
+// The sizes (MiB) a GPT-2 step moves out, in about their proportions by
+// count: 4 MiB 5 in 21, 8 MiB 2, 12 and 16 MiB 5 each, 32 MiB 1.5, 64 MiB 1,
+// 128 MiB 2 (see bench/RESULTS.md), one after another in a mixed order.
+static const size_t GPT2_MOVE_MIX[] = {128, 4, 12, 16, 4, 8, 12, 16, 4, 32, 12, 16, 4, 64, 16, 12, 4, 8, 128, 16, 12};
+
+// Pinned physical memory on device 0, or in host memory on NUMA node `numa`.
+static inline CUmemAllocationProp pinned_prop(bool host, int numa) {
+    CUmemAllocationProp p = {};
+    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.location.type = host ? CU_MEM_LOCATION_TYPE_HOST_NUMA : CU_MEM_LOCATION_TYPE_DEVICE;
+    p.location.id = host ? numa : 0;
+    return p;
+}
+
+// Maps `bytes` of `handle` (from `offset` on) at `at`, for device 0 to read
+// and write.
+static inline void map_for_device(CUdeviceptr at, size_t bytes, CUmemGenericAllocationHandle handle,
+                                  size_t offset = 0) {
+    CUmemAccessDesc access = {};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = 0;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CU(cuMemMap(at, bytes, offset, handle, 0));
+    CU(cuMemSetAccess(at, bytes, &access, 1));
+}
+
+// Moves `items` out in a pipeline: each one's copies queued (`queue`) while
+// at most `window` are under way, the oldest finished (`finish`: its copies
+// waited for, then remapped) to make way for the next.
+template <typename T, typename Queue, typename Finish>
+static void pipelined(std::vector<T> &items, size_t window, Queue queue, Finish finish) {
+    std::deque<T *> under_way;
+    for (T &item : items) {
+        if (under_way.size() == window) {
+            finish(*under_way.front());
+            under_way.pop_front();
+        }
+        queue(item);
+        under_way.push_back(&item);
+    }
+    for (T *item : under_way) finish(*item);
 }
 
 // Copies each way that keep the copy engines busy while a probe measures:

@@ -34,7 +34,6 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,18 +45,6 @@
 static const int IN_FLIGHT = 32;
 static const size_t SPLIT_MIB = 16;
 
-// One GPT-2 step's moves out, by count: 4 MiB 5 in 21, 8 MiB 2, 12 and
-// 16 MiB 5 each, 32 MiB 1.5, 64 MiB 1, 128 MiB 2 (see bench/RESULTS.md).
-static const size_t MIX[] = {128, 4, 12, 16, 4, 8, 12, 16, 4, 32, 12, 16, 4, 64, 16, 12, 4, 8, 128, 16, 12};
-
-static CUmemAllocationProp prop(bool host, int numa) {
-    CUmemAllocationProp p = {};
-    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    p.location.type = host ? CU_MEM_LOCATION_TYPE_HOST_NUMA : CU_MEM_LOCATION_TYPE_DEVICE;
-    p.location.id = host ? numa : 0;
-    return p;
-}
-
 struct Block {
     size_t bytes;
     CUdeviceptr at;
@@ -65,25 +52,11 @@ struct Block {
     CUevent copied;
 };
 
-static CUmemAccessDesc access_desc() {
-    CUmemAccessDesc access = {};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = 0;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    return access;
-}
-
-static void map(CUdeviceptr at, size_t bytes, CUmemGenericAllocationHandle handle) {
-    CUmemAccessDesc access = access_desc();
-    CU(cuMemMap(at, bytes, 0, handle, 0));
-    CU(cuMemSetAccess(at, bytes, &access, 1));
-}
-
 // The block's range back on fresh device memory (untimed, between rounds).
 static void bring_back(Block &b, const CUmemAllocationProp &device) {
     CU(cuMemUnmap(b.at, b.bytes));
     CU(cuMemCreate(&b.device, b.bytes, &device, 0));
-    map(b.at, b.bytes, b.device);
+    map_for_device(b.at, b.bytes, b.device);
 }
 
 // The block's range (twice its size), device memory mapped at its start
@@ -92,8 +65,8 @@ static void make(Block &b, const CUmemAllocationProp &device, const CUmemAllocat
     CU(cuMemAddressReserve(&b.at, 2 * b.bytes, 2 << 20, 0, 0));
     CU(cuMemCreate(&b.device, b.bytes, &device, 0));
     CU(cuMemCreate(&b.host, b.bytes, &host, 0));
-    map(b.at, b.bytes, b.device);
-    map(b.at + b.bytes, b.bytes, b.host);
+    map_for_device(b.at, b.bytes, b.device);
+    map_for_device(b.at + b.bytes, b.bytes, b.host);
 }
 
 // Undoes `make`, with the device memory mapped at the start again.
@@ -112,7 +85,7 @@ static void queue_copy(Block &b, CUstream stream) {
 
 static void remap_out(Block &b) {
     CU(cuMemUnmap(b.at, b.bytes));
-    map(b.at, b.bytes, b.host);
+    map_for_device(b.at, b.bytes, b.host);
     CU(cuMemRelease(b.device));
     b.device = 0;
 }
@@ -182,7 +155,7 @@ int main(int argc, char **argv) {
     CU(cuStreamCreate(&computing, CU_STREAM_NON_BLOCKING));
     CUdeviceptr scratch = 0;
     if (busy) CU(cuMemAlloc(&scratch, 1u << 30));
-    const CUmemAllocationProp device = prop(false, 0), host = prop(true, numa);
+    const CUmemAllocationProp device = pinned_prop(false, 0), host = pinned_prop(true, numa);
     // The crowd: 2 MiB blocks, device memory at each start, host memory at
     // each second half, never moved.
     std::vector<Block> others(crowd);
@@ -198,7 +171,7 @@ int main(int argc, char **argv) {
     const int SCHEDULES = 7;
     for (const std::string &size : sizes) {
         std::vector<size_t> pattern;
-        if (size == "mix") pattern.assign(std::begin(MIX), std::end(MIX));
+        if (size == "mix") pattern.assign(std::begin(GPT2_MOVE_MIX), std::end(GPT2_MOVE_MIX));
         else pattern.push_back(strtoull(size.c_str(), nullptr, 10));
         std::vector<Block> blocks;
         for (size_t total = 0; total + pattern[blocks.size() % pattern.size()] <= total_mib;) {
@@ -235,16 +208,7 @@ int main(int argc, char **argv) {
                 } else if (schedule == 2) {
                     in_batches(blocks, stream, [](const Block &) { return true; });
                 } else if (schedule == 3) {
-                    std::deque<Block *> under_way;
-                    for (Block &b : blocks) {
-                        if (under_way.size() == IN_FLIGHT) {
-                            finish(*under_way.front());
-                            under_way.pop_front();
-                        }
-                        queue_copy(b, stream);
-                        under_way.push_back(&b);
-                    }
-                    for (Block *b : under_way) finish(*b);
+                    pipelined(blocks, IN_FLIGHT, [&](Block &b) { queue_copy(b, stream); }, finish);
                 } else if (schedule == 4) {
                     for (Block &b : blocks) remap_out(b);
                 } else if (schedule == 5) {

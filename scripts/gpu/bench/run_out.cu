@@ -13,7 +13,7 @@
 // With --arena, every run's host memory is a range of one host allocation
 // (cuMemMap at an offset into it) instead of an allocation of its own: host
 // memory pinned once, in large pieces, and handed to blocks by range.
-// Blocks have the sizes a GPT-2 step moves out (out_rate.cu's mix), in that
+// Blocks have the sizes a GPT-2 step moves out (GPT2_MOVE_MIX), in that
 // order. For each run length, the rate (GB/s over the blocks' bytes, median
 // of 3 rounds) of:
 //   copies      the copies alone: what the link gives
@@ -25,7 +25,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
 #include <string>
 #include <vector>
 
@@ -33,25 +32,7 @@
 
 #include "cu_check.h"
 
-static const size_t MIX[] = {128, 4, 12, 16, 4, 8, 12, 16, 4, 32, 12, 16, 4, 64, 16, 12, 4, 8, 128, 16, 12};
 static const size_t IN_FLIGHT_BLOCKS = 32;
-
-static CUmemAllocationProp prop(bool host, int numa) {
-    CUmemAllocationProp p = {};
-    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    p.location.type = host ? CU_MEM_LOCATION_TYPE_HOST_NUMA : CU_MEM_LOCATION_TYPE_DEVICE;
-    p.location.id = host ? numa : 0;
-    return p;
-}
-
-static void map(CUdeviceptr at, size_t bytes, CUmemGenericAllocationHandle handle, size_t offset = 0) {
-    CUmemAccessDesc access = {};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = 0;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    CU(cuMemMap(at, bytes, offset, handle, 0));
-    CU(cuMemSetAccess(at, bytes, &access, 1));
-}
 
 struct Run {
     CUdeviceptr at = 0;
@@ -69,7 +50,7 @@ static void map_blocks(Run &r, const CUmemAllocationProp &device) {
     size_t offset = 0;
     for (size_t i = 0; i < r.sizes.size(); i++) {
         CU(cuMemCreate(&r.device[i], r.sizes[i], &device, 0));
-        map(r.at + offset, r.sizes[i], r.device[i]);
+        map_for_device(r.at + offset, r.sizes[i], r.device[i]);
         offset += r.sizes[i];
     }
 }
@@ -88,7 +69,7 @@ static void make(Run &r, const CUmemAllocationProp &device, const CUmemAllocatio
     } else {
         CU(cuMemCreate(&r.host, r.bytes, &host, 0));
     }
-    map(r.at + r.bytes, r.bytes, r.host, r.host_offset);
+    map_for_device(r.at + r.bytes, r.bytes, r.host, r.host_offset);
     map_blocks(r, device);
     CU(cuMemsetD8(r.at, 7, r.bytes));
     CU(cuEventCreate(&r.copied, CU_EVENT_DISABLE_TIMING));
@@ -109,7 +90,7 @@ static void remap_out(Run &r) {
         CU(cuMemUnmap(r.at + offset, s));
         offset += s;
     }
-    map(r.at, r.bytes, r.host, r.host_offset);
+    map_for_device(r.at, r.bytes, r.host, r.host_offset);
     for (CUmemGenericAllocationHandle &h : r.device) {
         CU(cuMemRelease(h));
         h = 0;
@@ -156,7 +137,7 @@ int main(int argc, char **argv) {
     for (int i = first_arg + 1; i < argc; i++) lengths.push_back(strtoull(argv[i], nullptr, 10));
     if (lengths.empty()) lengths = {1, 4, 8, 16};
     CUdevice dev = first_device();
-    const CUmemAllocationProp device = prop(false, 0), host = prop(true, host_numa_node(dev));
+    const CUmemAllocationProp device = pinned_prop(false, 0), host = pinned_prop(true, host_numa_node(dev));
     granularity("host", host);
     granularity("device", device);
     CUstream stream;
@@ -166,8 +147,8 @@ int main(int argc, char **argv) {
         if (length == 0) continue;
         std::vector<Run> runs;
         size_t total = 0, blocks = 0;
-        for (size_t n = 0; total + MIX[n % (sizeof MIX / sizeof *MIX)] <= total_mib; n++) {
-            size_t mib = MIX[n % (sizeof MIX / sizeof *MIX)];
+        for (size_t n = 0; total + GPT2_MOVE_MIX[n % (sizeof GPT2_MOVE_MIX / sizeof *GPT2_MOVE_MIX)] <= total_mib; n++) {
+            size_t mib = GPT2_MOVE_MIX[n % (sizeof GPT2_MOVE_MIX / sizeof *GPT2_MOVE_MIX)];
             if (runs.empty() || runs.back().sizes.size() == length) runs.emplace_back();
             runs.back().sizes.push_back(mib << 20);
             total += mib;
@@ -190,16 +171,7 @@ int main(int argc, char **argv) {
                     for (Run &r : runs) queue_copies(r, stream);
                     CU(cuStreamSynchronize(stream));
                 } else if (schedule == 1) {
-                    std::deque<Run *> under_way;
-                    for (Run &r : runs) {
-                        if (under_way.size() == window) {
-                            finish(*under_way.front());
-                            under_way.pop_front();
-                        }
-                        queue_copies(r, stream);
-                        under_way.push_back(&r);
-                    }
-                    for (Run *r : under_way) finish(*r);
+                    pipelined(runs, window, [&](Run &r) { queue_copies(r, stream); }, finish);
                 } else {
                     for (Run &r : runs) remap_out(r);
                 }
