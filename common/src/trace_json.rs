@@ -270,8 +270,7 @@ pub struct MovesSample {
     pub hand_out_ns: u64,
     /// The job's threads ordering work after blocks' uses and recording
     /// their events, around each call that names tier blocks (not a part
-    /// of `move_ns`): an event record waits beside copies that the same
-    /// context queued.
+    /// of `move_ns`).
     pub uses_ns: u64,
     /// Of `uses_ns`: waiting on the host for the last uses of a call's
     /// blocks, where the call's stream is not known (a library call whose
