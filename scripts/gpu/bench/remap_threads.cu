@@ -16,14 +16,6 @@
 
 #include "cu_check.h"
 
-static CUmemAllocationProp prop(bool host) {
-    CUmemAllocationProp p = {};
-    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    p.location.type = host ? CU_MEM_LOCATION_TYPE_HOST_NUMA : CU_MEM_LOCATION_TYPE_DEVICE;
-    p.location.id = 0;
-    return p;
-}
-
 static CUcontext context;
 
 // Maps (or unmaps) blocks [first, last) on the calling thread.
@@ -31,14 +23,9 @@ static void work(bool map, const std::vector<CUdeviceptr> &at,
                  const std::vector<CUmemGenericAllocationHandle> &handles, size_t bytes,
                  size_t first, size_t last) {
     CU(cuCtxSetCurrent(context));
-    CUmemAccessDesc access = {};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = 0;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     for (size_t i = first; i < last; i++) {
         if (map) {
-            CU(cuMemMap(at[i], bytes, 0, handles[i], 0));
-            CU(cuMemSetAccess(at[i], bytes, &access, 1));
+            map_for_device(at[i], bytes, handles[i]);
         } else {
             CU(cuMemUnmap(at[i], bytes));
         }
@@ -84,7 +71,7 @@ int main(int argc, char **argv) {
     CU(cuDevicePrimaryCtxRetain(&context, device));
     CU(cuCtxSetCurrent(context));
     for (bool host : {true, false}) {
-        CUmemAllocationProp p = prop(host);
+        CUmemAllocationProp p = pinned_prop(host, 0);
         std::vector<CUmemGenericAllocationHandle> handles(blocks);
         std::vector<CUdeviceptr> at(blocks);
         for (size_t i = 0; i < blocks; i++) {
