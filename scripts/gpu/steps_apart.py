@@ -13,8 +13,8 @@ threads spent making memory (pinning host memory for a block's first move
 out is most of it), remapping, and waiting for the room the mover thread's
 moves free, and the ms the mover thread spent remapping; the ms the job's
 threads spent ordering work after blocks' uses and recording their events,
-and of it waiting on the host where a call's stream was not known; last, the ms both
-threads spent pinning host memory (a block's first move out makes it): a
+and of it waiting on the host where a call's stream was not known; last,
+the ms both threads spent pinning host memory (a block's first move out makes it): a
 step that pins is slow for that, and the steps after it stop pinning once
 each block of the step has host memory of its own."""
 import json
