@@ -38,6 +38,41 @@ fn product_after_a_fill_on(fill_on: &str) -> Run {
 }
 
 #[test]
+fn a_product_on_a_handle_whose_stream_was_never_set_waits_on_the_thread() {
+    // The handle runs on the default stream, which the shim did not see
+    // set: the thread waits for A's fill (on stream 2) before the call.
+    let mut steps: Vec<String> = ["a", "b", "c", "e"]
+        .iter()
+        .map(|name| format!("malloc:{name}:4M"))
+        .collect();
+    steps.extend(
+        [
+            "fill:a:1:1",
+            "fill:b:2:1",
+            "fill:c:9:1",
+            "sync",
+            "fill:a:5:2",
+        ]
+        .map(String::from),
+    );
+    steps.extend(["gemm:a:b:c:2048:2048:-", "sync", "peekvia:c:1"].map(String::from));
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let run = client(Runtime::Fake13, &overlapping("12MiB"), &steps);
+    run.assert_ok();
+    assert_eq!(run.rc("gemm"), 0);
+    assert!(
+        !run.calls_with(&["cudaEventSynchronize"]).is_empty(),
+        "{:#?}",
+        run.calls
+    );
+    let c = run.line("peekvia c");
+    assert_eq!(
+        (log_field(c, "first"), log_field(c, "last")),
+        ("7".into(), "7".into())
+    );
+}
+
+#[test]
 fn a_product_on_the_stream_that_used_its_operand_last_does_not_hold_the_thread() {
     let run = product_after_a_fill_on("2");
     // The stream orders the fill before the product: nothing waited for.

@@ -233,29 +233,30 @@ pub unsafe fn cublasSetWorkspace_v2(
 }
 
 pub unsafe fn cublasSetStream_v2(handle: LibraryHandle, stream: cudaStream_t) -> cudaError_t {
+    // Forgotten first: if the call goes wrong, no stream is trusted.
+    library_streams::forget(state(), handle);
     // SAFETY: the caller's arguments, as cuBLAS would receive them.
     let rc = unsafe { real::cublasSetStream_v2(handle, stream) };
     if rc == 0 {
         library_streams::set(state(), handle, stream);
-    } else {
-        library_streams::forget(state(), handle);
     }
     rc
 }
 
 pub unsafe fn cudnnSetStream(handle: LibraryHandle, stream: cudaStream_t) -> cudaError_t {
+    // Forgotten first: if the call goes wrong, no stream is trusted.
+    library_streams::forget(state(), handle);
     // SAFETY: the caller's arguments, as cuDNN would receive them.
     let rc = unsafe { real::cudnnSetStream(handle, stream) };
     if rc == 0 {
         library_streams::set(state(), handle, stream);
-    } else {
-        library_streams::forget(state(), handle);
     }
     rc
 }
 
 pub unsafe fn cublasDestroy_v2(handle: LibraryHandle) -> cudaError_t {
     library_streams::forget(state(), handle);
+    blas_workspaces::forget(state(), handle);
     // SAFETY: the caller's argument, as cuBLAS would receive it.
     unsafe { real::cublasDestroy_v2(handle) }
 }
