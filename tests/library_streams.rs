@@ -97,3 +97,27 @@ fn a_product_after_work_on_another_stream_waits_for_it_on_the_device() {
         ("7".into(), "7".into())
     );
 }
+
+#[test]
+fn a_product_whose_kernel_runs_on_another_stream_than_was_set_is_ordered_there() {
+    // The handle's stream was seen set to 1, then changed to 2 unseen. A's
+    // two fills on stream 1 still run (the second 40 ms on) when the
+    // product is called: its kernel, on stream 2, must wait for them.
+    let mut steps: Vec<String> = ["a", "b", "c", "e"]
+        .iter()
+        .map(|name| format!("malloc:{name}:4M"))
+        .collect();
+    steps.extend(["fill:a:1:1", "fill:b:2:1", "fill:c:9:1", "sync"].map(String::from));
+    steps.extend(["gemm:a:b:c:2048:2048:1", "sync", "blasunseen:2"].map(String::from));
+    steps.extend(["fill:a:3:1", "fill:a:5:1", "gemm:a:b:c:2048:2048:-"].map(String::from));
+    steps.extend(["sync", "peekvia:c:1"].map(String::from));
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let run = client(Runtime::Fake13, &overlapping("12MiB"), &steps);
+    run.assert_ok();
+    assert_eq!(run.rc("blasunseen"), 0);
+    let c = run.line("peekvia c");
+    assert_eq!(
+        (log_field(c, "first"), log_field(c, "last")),
+        ("7".into(), "7".into())
+    );
+}

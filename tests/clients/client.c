@@ -18,6 +18,7 @@
  *   handle set to stream S, numbered as for fill, or left unset with S of "-"; it sets C's first M * N
  *   bytes to A's first byte plus B's, through the handle's workspace when
  *   one is set)  workspace:NAME (cublasSetWorkspace_v2 of NAME on that handle)
+ *   blasunseen:S (that handle's stream set to S without cuBLAS's call)
  *   conv:X:W:Y:WS (cuDNN's cudnnBackendExecute of a variant pack of X, W, Y and
  *   workspace WS; cuDNN is loaded with dlopen, as PyTorch's may be)
  *   bn:X:Y:SCALE (cuDNN's cudnnBatchNormalizationForwardTrainingEx)
@@ -356,6 +357,11 @@ static int run(char *step) {
             rc = cublasGemmEx(&blas_handle, 0, 0, rows, columns, 1, NULL, lookup(fields[1]), 0, rows, lookup(fields[2]), 0,
                               1, NULL, lookup(fields[3]), 0, rows, 0, -1);
         printf("gemm rc=%d\n", rc);
+    } else if (!strcmp(op, "blasunseen")) {
+        /* The handle's stream changed where the shim cannot see it (the fake
+         * cuBLAS reads the handle as this struct). */
+        blas_handle.stream = stream_numbered(fields[1]);
+        printf("blasunseen rc=0\n");
     } else if (!strcmp(op, "workspace")) {
         NEEDS_CUBLAS("cuBLAS");
         rc = cublasSetWorkspace_v2(&blas_handle, lookup(fields[1]), 1 << 20);
