@@ -234,6 +234,12 @@ named_enum! {
         // The workspace set on a cuBLAS handle, which its products' kernels
         // may use: recorded, and named beside each product's operands.
         cublasSetWorkspace_v2 = 143 => "cublasSetWorkspace_v2",
+        // The stream set on a cuBLAS or cuDNN handle, by which its calls
+        // are ordered after the work that used their operands.
+        cublasSetStream_v2 = 144 => "cublasSetStream_v2",
+        cudnnSetStream = 145 => "cudnnSetStream",
+        cublasDestroy_v2 = 146 => "cublasDestroy_v2",
+        cudnnDestroy = 147 => "cudnnDestroy",
     }
 }
 

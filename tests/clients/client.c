@@ -15,9 +15,10 @@
  *   opaque:HOW:NAME (a launch of a kernel without layout, its one argument NAME)
  *   matmul:A:B:D (cuBLASLt's cublasLtMatmul, on stream 0x52)
  *   gemm:A:B:C:M:N:S (cuBLAS's cublasGemmEx of M rows by N columns, with a
- *   handle set to stream S, numbered as for fill; it sets C's first M * N
+ *   handle set to stream S, numbered as for fill, or left unset with S of "-"; it sets C's first M * N
  *   bytes to A's first byte plus B's, through the handle's workspace when
  *   one is set)  workspace:NAME (cublasSetWorkspace_v2 of NAME on that handle)
+ *   blasunseen:S (that handle's stream set to S without cuBLAS's call)
  *   conv:X:W:Y:WS (cuDNN's cudnnBackendExecute of a variant pack of X, W, Y and
  *   workspace WS; cuDNN is loaded with dlopen, as PyTorch's may be)
  *   bn:X:Y:SCALE (cuDNN's cudnnBatchNormalizationForwardTrainingEx)
@@ -350,11 +351,17 @@ static int run(char *step) {
             return 3;
         }
         int rows = atoi(fields[4]), columns = atoi(fields[5]);
-        rc = cublasSetStream_v2(&blas_handle, stream_numbered(fields[6]));
+        /* S of "-": the handle's stream is left as it was (never set: the default stream). */
+        rc = strcmp(fields[6], "-") ? cublasSetStream_v2(&blas_handle, stream_numbered(fields[6])) : 0;
         if (rc == 0)
             rc = cublasGemmEx(&blas_handle, 0, 0, rows, columns, 1, NULL, lookup(fields[1]), 0, rows, lookup(fields[2]), 0,
                               1, NULL, lookup(fields[3]), 0, rows, 0, -1);
         printf("gemm rc=%d\n", rc);
+    } else if (!strcmp(op, "blasunseen")) {
+        /* The handle's stream changed where the shim cannot see it (the fake
+         * cuBLAS reads the handle as this struct). */
+        blas_handle.stream = stream_numbered(fields[1]);
+        printf("blasunseen rc=0\n");
     } else if (!strcmp(op, "workspace")) {
         NEEDS_CUBLAS("cuBLAS");
         rc = cublasSetWorkspace_v2(&blas_handle, lookup(fields[1]), 1 << 20);

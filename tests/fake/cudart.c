@@ -241,6 +241,7 @@ cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t s, void *e, unsigned flags) { 
 cudaError_t cudaEventQuery(void *e) { return !e ? INVALID_VALUE : event_done(e) ? OK : 600; /* cudaErrorNotReady */ }
 cudaError_t cudaEventSynchronize(void *e) {
     if (!e) return INVALID_VALUE;
+    trace("cudaEventSynchronize");
     sync_event(e);
     return OK;
 }

@@ -172,6 +172,12 @@ macro_rules! cuda_functions {
                 fn cudnnBackendExecute(handle: LibraryHandle, plan: LibraryHandle, pack: LibraryHandle);
                 fn cudnnBackendSetAttribute(descriptor: LibraryHandle, name: c_int, kind: c_int, count: i64, elements: *const c_void);
                 fn cublasSetWorkspace_v2(handle: LibraryHandle, workspace: *mut c_void, size: usize);
+                // The stream a handle's calls run on, for ordering them after
+                // the work that used their operands.
+                fn cublasSetStream_v2(handle: LibraryHandle, stream: cudaStream_t);
+                fn cudnnSetStream(handle: LibraryHandle, stream: cudaStream_t);
+                fn cublasDestroy_v2(handle: LibraryHandle);
+                fn cudnnDestroy(handle: LibraryHandle);
                 fn cudnnBatchNormalizationForwardTrainingEx(handle: LibraryHandle, mode: c_int, ops: c_int, alpha: *const c_void, beta: *const c_void, x_desc: LibraryHandle, x: *const c_void, z_desc: LibraryHandle, z: *const c_void, y_desc: LibraryHandle, y: *mut c_void, bn_desc: LibraryHandle, scale: *const c_void, bias: *const c_void, factor: f64, running_mean: *mut c_void, running_var: *mut c_void, epsilon: f64, save_mean: *mut c_void, save_inv_var: *mut c_void, activation: LibraryHandle, workspace: *mut c_void, workspace_size: usize, reserve: *mut c_void, reserve_size: usize);
                 fn cudnnBatchNormalizationBackwardEx(handle: LibraryHandle, mode: c_int, ops: c_int, alpha_data: *const c_void, beta_data: *const c_void, alpha_param: *const c_void, beta_param: *const c_void, x_desc: LibraryHandle, x: *const c_void, y_desc: LibraryHandle, y: *const c_void, dy_desc: LibraryHandle, dy: *const c_void, dz_desc: LibraryHandle, dz: *mut c_void, dx_desc: LibraryHandle, dx: *mut c_void, bn_desc: LibraryHandle, scale: *const c_void, bias: *const c_void, d_scale: *mut c_void, d_bias: *mut c_void, epsilon: f64, save_mean: *const c_void, save_inv_var: *const c_void, activation: LibraryHandle, workspace: *mut c_void, workspace_size: usize, reserve: *mut c_void, reserve_size: usize);
                 fn cudnnBatchNormalizationForwardInference(handle: LibraryHandle, mode: c_int, alpha: *const c_void, beta: *const c_void, x_desc: LibraryHandle, x: *const c_void, y_desc: LibraryHandle, y: *mut c_void, bn_desc: LibraryHandle, scale: *const c_void, bias: *const c_void, mean: *const c_void, var: *const c_void, epsilon: f64);

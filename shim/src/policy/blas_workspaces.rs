@@ -31,6 +31,12 @@ pub fn set(state: &State, handle: *mut c_void, workspace: *mut c_void, size: usi
     }
 }
 
+/// Before `handle` is destroyed: a handle made later at its address has
+/// no workspace of the job's until one is set.
+pub fn forget(state: &State, handle: *mut c_void) {
+    lock(&state.blas_workspaces).remove(&(handle as usize));
+}
+
 /// The workspace set on `handle` (null where none was).
 pub fn of(state: &State, handle: *mut c_void) -> *const c_void {
     let workspaces = lock(&state.blas_workspaces);

@@ -7,7 +7,7 @@
 //! to CUDA unchanged: reading fails safe, a launch the shim cannot read is
 //! counted as such and made all the same.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::ffi::{c_int, c_void};
 
 use cudart_sys::{cudaError_t, CUfunction};
@@ -66,6 +66,12 @@ enum Library {
 
 thread_local! {
     static IN_LIBRARY: Cell<Library> = const { Cell::new(Library::Outside) };
+    /// Inside a library call ordered on a stream (its own, or its
+    /// handle's): that stream, with the call's API, and the blocks its
+    /// operands name, until its first kernel launch; a launch on another
+    /// stream (the handle's stream not the one last seen set) is ordered
+    /// after the blocks' last uses there too.
+    static ORDERED_ON: RefCell<Option<(Api, usize, Vec<usize>)>> = const { RefCell::new(None) };
 }
 
 /// Leaves the library call however it ends (a panic included).
@@ -74,6 +80,7 @@ struct Leave;
 impl Drop for Leave {
     fn drop(&mut self) {
         let _ = IN_LIBRARY.try_with(|inside| inside.set(Library::Outside));
+        let _ = ORDERED_ON.try_with(|ordered| ordered.borrow_mut().take());
     }
 }
 
@@ -121,6 +128,16 @@ pub unsafe fn launch(
     state.count_launch(api, how);
     tier::fetch(state, api, names.blocks());
     let _inside = tier::enter(state);
+    if let Library::Inside(None) = library {
+        // A library call's first kernel: on the stream its call was
+        // ordered on, or ordered here.
+        let ordered = ORDERED_ON.try_with(|ordered| ordered.borrow_mut().take());
+        if let Ok(Some((call, on, operands))) = ordered {
+            if !tier::uses::same_stream(call, on, api, launched.stream) {
+                tier::uses::order(state, api, &operands, Some(launched.stream));
+            }
+        }
+    }
     let stream = Some(launched.stream);
     let (words, overflowed) = names.words();
     let touched = tier::uses::touched(state, words, overflowed);
@@ -385,6 +402,10 @@ pub fn library_call(
     let words: Vec<u64> = operands.iter().map(|operand| *operand as u64).collect();
     let touched = tier::uses::touched(state, &words, false);
     tier::uses::order(state, api, &touched, stream);
+    if let Some(on) = stream {
+        let _ =
+            ORDERED_ON.try_with(|ordered| *ordered.borrow_mut() = Some((api, on, touched.clone())));
+    }
     let _ = IN_LIBRARY.try_with(|inside| inside.set(Library::Inside(None)));
     let leave = Leave;
     let rc = real::outside_hook(real);
@@ -392,7 +413,8 @@ pub fn library_call(
         Ok(Library::Inside(Some(stream))) => Some(stream),
         _ => None,
     };
-    tier::uses::used(state, api, &touched, stream.or(inner));
+    // Its work was where its first kernel ran, if the shim saw one.
+    tier::uses::used(state, api, &touched, inner.or(stream));
     tier::faults::returned(state, api, rc, &touched);
     drop(inside);
     drop(leave);

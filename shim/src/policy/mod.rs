@@ -9,6 +9,7 @@ pub mod blas_workspaces;
 mod graph_nodes;
 pub mod handlers;
 mod launches;
+pub mod library_streams;
 mod moves;
 pub mod pool_stats;
 mod quota;

@@ -81,6 +81,9 @@ pub struct State {
     pub variant_packs: std::sync::Mutex<std::collections::HashMap<usize, VariantPack>>,
     /// The workspace set on each cuBLAS handle, by the handle.
     pub blas_workspaces: std::sync::Mutex<std::collections::HashMap<usize, usize>>,
+    /// The stream set on each cuBLAS and cuDNN handle, by handle
+    /// ([`crate::policy::library_streams`]).
+    pub library_streams: std::sync::Mutex<std::collections::HashMap<usize, usize>>,
 }
 
 /// The pointers a cuDNN variant pack was given (`cudnnBackendSetAttribute`):
@@ -259,6 +262,7 @@ impl State {
             tier: tier::Tier::default(),
             variant_packs: Default::default(),
             blas_workspaces: Default::default(),
+            library_streams: Default::default(),
         }
     }
 

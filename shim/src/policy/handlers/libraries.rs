@@ -9,8 +9,13 @@ use cudart_sys::*;
 use vramshare_common::event::Api;
 
 use crate::cuda::real;
-use crate::policy::{blas_workspaces, variant_packs};
+use crate::policy::{blas_workspaces, library_streams, variant_packs};
 use crate::state::state;
+
+/// The stream set on a library call's handle, if it was.
+fn streams(handle: LibraryHandle) -> Option<usize> {
+    library_streams::of(state(), handle)
+}
 
 pub unsafe fn cublasLtMatmul(
     handle: LibraryHandle,
@@ -92,7 +97,7 @@ pub unsafe fn cublasGemmEx(
 ) -> cudaError_t {
     let workspace = blas_workspaces::of(state(), handle);
     let operands = [a, b, c as *const c_void, alpha, beta, workspace];
-    super::super::library_call(Api::cublasGemmEx, &operands, None, || {
+    super::super::library_call(Api::cublasGemmEx, &operands, streams(handle), || {
         // SAFETY: the caller's arguments, as cuBLAS would receive them.
         unsafe {
             real::cublasGemmEx(
@@ -130,15 +135,20 @@ pub unsafe fn cublasGemmStridedBatchedEx(
 ) -> cudaError_t {
     let workspace = blas_workspaces::of(state(), handle);
     let operands = [a, b, c as *const c_void, alpha, beta, workspace];
-    super::super::library_call(Api::cublasGemmStridedBatchedEx, &operands, None, || {
-        // SAFETY: the caller's arguments, as cuBLAS would receive them.
-        unsafe {
-            real::cublasGemmStridedBatchedEx(
-                handle, transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type, ldb,
-                stride_b, beta, c, c_type, ldc, stride_c, batch, compute, algo,
-            )
-        }
-    })
+    super::super::library_call(
+        Api::cublasGemmStridedBatchedEx,
+        &operands,
+        streams(handle),
+        || {
+            // SAFETY: the caller's arguments, as cuBLAS would receive them.
+            unsafe {
+                real::cublasGemmStridedBatchedEx(
+                    handle, transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type,
+                    ldb, stride_b, beta, c, c_type, ldc, stride_c, batch, compute, algo,
+                )
+            }
+        },
+    )
 }
 
 pub unsafe fn cublasSgemm_v2(
@@ -160,7 +170,7 @@ pub unsafe fn cublasSgemm_v2(
     let workspace = blas_workspaces::of(state(), handle);
     let operands = [a, b, c as *const f32, alpha, beta].map(|p| p as *const c_void);
     let operands = [&operands[..], &[workspace]].concat();
-    super::super::library_call(Api::cublasSgemm_v2, &operands, None, || {
+    super::super::library_call(Api::cublasSgemm_v2, &operands, streams(handle), || {
         // SAFETY: the caller's arguments, as cuBLAS would receive them.
         unsafe {
             real::cublasSgemm_v2(
@@ -193,15 +203,20 @@ pub unsafe fn cublasSgemmStridedBatched(
     let workspace = blas_workspaces::of(state(), handle);
     let operands = [a, b, c as *const f32, alpha, beta].map(|p| p as *const c_void);
     let operands = [&operands[..], &[workspace]].concat();
-    super::super::library_call(Api::cublasSgemmStridedBatched, &operands, None, || {
-        // SAFETY: the caller's arguments, as cuBLAS would receive them.
-        unsafe {
-            real::cublasSgemmStridedBatched(
-                handle, transa, transb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta,
-                c, ldc, stride_c, batch,
-            )
-        }
-    })
+    super::super::library_call(
+        Api::cublasSgemmStridedBatched,
+        &operands,
+        streams(handle),
+        || {
+            // SAFETY: the caller's arguments, as cuBLAS would receive them.
+            unsafe {
+                real::cublasSgemmStridedBatched(
+                    handle, transa, transb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b,
+                    beta, c, ldc, stride_c, batch,
+                )
+            }
+        },
+    )
 }
 
 pub unsafe fn cublasSetWorkspace_v2(
@@ -217,13 +232,48 @@ pub unsafe fn cublasSetWorkspace_v2(
     rc
 }
 
+pub unsafe fn cublasSetStream_v2(handle: LibraryHandle, stream: cudaStream_t) -> cudaError_t {
+    // Forgotten first: if the call goes wrong, no stream is trusted.
+    library_streams::forget(state(), handle);
+    // SAFETY: the caller's arguments, as cuBLAS would receive them.
+    let rc = unsafe { real::cublasSetStream_v2(handle, stream) };
+    if rc == 0 {
+        library_streams::set(state(), handle, stream);
+    }
+    rc
+}
+
+pub unsafe fn cudnnSetStream(handle: LibraryHandle, stream: cudaStream_t) -> cudaError_t {
+    // Forgotten first: if the call goes wrong, no stream is trusted.
+    library_streams::forget(state(), handle);
+    // SAFETY: the caller's arguments, as cuDNN would receive them.
+    let rc = unsafe { real::cudnnSetStream(handle, stream) };
+    if rc == 0 {
+        library_streams::set(state(), handle, stream);
+    }
+    rc
+}
+
+pub unsafe fn cublasDestroy_v2(handle: LibraryHandle) -> cudaError_t {
+    library_streams::forget(state(), handle);
+    blas_workspaces::forget(state(), handle);
+    // SAFETY: the caller's argument, as cuBLAS would receive it.
+    unsafe { real::cublasDestroy_v2(handle) }
+}
+
+pub unsafe fn cudnnDestroy(handle: LibraryHandle) -> cudaError_t {
+    library_streams::forget(state(), handle);
+    // SAFETY: the caller's argument, as cuDNN would receive it.
+    unsafe { real::cudnnDestroy(handle) }
+}
+
 pub unsafe fn cudnnBackendExecute(
     handle: LibraryHandle,
     plan: LibraryHandle,
     pack: LibraryHandle,
 ) -> cudaError_t {
     let operands = variant_packs::pointers(state(), pack);
-    super::super::library_call(Api::cudnnBackendExecute, &operands, None, || {
+    super::super::library_call(Api::cudnnBackendExecute, &operands, streams(handle), || {
         // SAFETY: the caller's arguments, as cuDNN would receive them.
         unsafe { real::cudnnBackendExecute(handle, plan, pack) }
     })
@@ -283,7 +333,7 @@ pub unsafe fn cudnnBatchNormalizationForwardTrainingEx(
         reserve as _,
     ];
     let api = Api::cudnnBatchNormalizationForwardTrainingEx;
-    super::super::library_call(api, &operands, None, || {
+    super::super::library_call(api, &operands, streams(handle), || {
         // SAFETY: the caller's arguments, as cuDNN would receive them.
         unsafe {
             real::cudnnBatchNormalizationForwardTrainingEx(
@@ -365,7 +415,7 @@ pub unsafe fn cudnnBatchNormalizationBackwardEx(
         reserve as _,
     ];
     let api = Api::cudnnBatchNormalizationBackwardEx;
-    super::super::library_call(api, &operands, None, || {
+    super::super::library_call(api, &operands, streams(handle), || {
         // SAFETY: the caller's arguments, as cuDNN would receive them.
         unsafe {
             real::cudnnBatchNormalizationBackwardEx(
@@ -422,7 +472,7 @@ pub unsafe fn cudnnBatchNormalizationForwardInference(
 ) -> cudaError_t {
     let operands = [x, y as _, scale, bias, mean, var];
     let api = Api::cudnnBatchNormalizationForwardInference;
-    super::super::library_call(api, &operands, None, || {
+    super::super::library_call(api, &operands, streams(handle), || {
         // SAFETY: the caller's arguments, as cuDNN would receive them.
         unsafe {
             real::cudnnBatchNormalizationForwardInference(

@@ -244,6 +244,12 @@ pub fn order(state: &State, api: Api, named: &[usize], stream: Option<usize>) {
     });
 }
 
+/// Whether `a` (a stream of a call by `a_api`) and `b` (of `b_api`) are one
+/// stream, the default streams' forms told apart as the calls mean them.
+pub fn same_stream(a_api: Api, a: usize, b_api: Api, b: usize) -> bool {
+    stream_key(a_api, a) == stream_key(b_api, b)
+}
+
 /// After work by `api` on `stream` (`None`: not known) that may have
 /// touched `named`: each block's event is recorded there, in the API of
 /// the work, once that stream waits for a last use elsewhere not yet
