@@ -260,8 +260,19 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
     return rc;
 }
 /* Access is always granted here: mappings are readable and writable. */
+/* FAKE_CUDA_HOST_ACCESS_DELAY_MS holds the caller that long when the range
+ * maps host memory, as setting access to host memory does on a GPU whose
+ * copy engine is copying out (about a millisecond there). */
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t count) {
     trace("cuMemSetAccess ptr=%#llx size=%zu", ptr, size);
+    size_t delay_ms = env_size("FAKE_CUDA_HOST_ACCESS_DELAY_MS", 0);
+    int host = 0;
+    pthread_mutex_lock(&lock);
+    for (int m = 0; m < MAX_MAPPINGS; m++)
+        if (mappings[m].ptr && mappings[m].ptr >= ptr && mappings[m].ptr < ptr + size)
+            host |= handles[mappings[m].handle_index].device < 0;
+    pthread_mutex_unlock(&lock);
+    if (host && delay_ms) usleep((useconds_t)(delay_ms * 1000));
     return desc && count ? OK : INVALID_VALUE;
 }
 #include "driver_copies.h"

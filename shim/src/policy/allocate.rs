@@ -215,9 +215,10 @@ where
     spill(state, api, device, size, quota, managed_flags, on_host)
 }
 
-/// The mover thread's batches an allocation that finds no room waits for
-/// at most (its other threads may keep handing moves over).
-const MOVER_WAITS: usize = 4;
+/// The mover thread's moves an allocation that finds no room waits for at
+/// most, four of its batches (its other threads may keep handing moves
+/// over).
+const MOVER_WAITS: usize = 4 * tier::mover::BATCH;
 
 /// Granularity of a split block's device part: the GPU's large page.
 const SPLIT_GRAIN: u64 = 2 << 20;

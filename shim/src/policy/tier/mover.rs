@@ -25,7 +25,7 @@ use crate::cuda::real;
 use crate::state::outgoing::{Leaving, Outgoing, Queue};
 use crate::state::{lock, State};
 
-use super::moves;
+use super::moves::{self, Staged};
 
 /// `CU_STREAM_CAPTURE_MODE_RELAXED`: the thread's calls never end a
 /// capture another thread is making.
@@ -144,7 +144,8 @@ fn wait_for_one(state: &State) -> bool {
 }
 
 /// Reserves `size` bytes on `device` under `limit` as the thread's moves
-/// free their room, waiting for at most `batches` of them; whether it did.
+/// free their room, waiting for at most `moves` of them to end; whether it
+/// did.
 /// The time waited is counted: where the mover sets the pace, the job's
 /// threads spend it here.
 pub fn reserve_as_moves_land(
@@ -152,12 +153,12 @@ pub fn reserve_as_moves_land(
     device: Device,
     size: u64,
     limit: u64,
-    batches: usize,
+    moves: usize,
 ) -> bool {
     let began = std::time::Instant::now();
     let mut waited = false;
     let mut fits = false;
-    for _ in 0..batches {
+    for _ in 0..moves {
         if !wait_for_one(state) {
             break;
         }
@@ -207,7 +208,7 @@ fn start(state: &'static State) -> bool {
 /// The most moves the thread begins before it finishes them: their copies
 /// are queued together, and each is remapped as soon as its own copy has
 /// landed, while the later ones still copy.
-const BATCH: usize = 32;
+pub const BATCH: usize = 32;
 
 /// The thread: makes the moves handed over, the oldest first.
 fn run(state: &'static State) {
@@ -225,10 +226,11 @@ fn run(state: &'static State) {
                 queue = wait(outgoing, queue);
             }
         }
-        let began = std::time::Instant::now();
+        // The thread's time is counted as each move ends, then here.
+        let mut counted = std::time::Instant::now();
         let mut taken = Vec::new();
         let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            make(state, &mut taken, &mut context)
+            make(state, &mut taken, &mut context, &mut counted)
         }));
         if made.is_err() {
             error!(
@@ -245,7 +247,7 @@ fn run(state: &'static State) {
         }
         outgoing
             .busy_ns
-            .fetch_add(began.elapsed().as_nanos() as u64, Relaxed);
+            .fetch_add(counted.elapsed().as_nanos() as u64, Relaxed);
         let mut queue = lock(&outgoing.queue);
         queue.busy.retain(|leaving| !taken.contains(leaving));
         queue.ended += taken.len() as u64;
@@ -256,11 +258,16 @@ fn run(state: &'static State) {
 }
 
 /// Begins up to [`BATCH`] of the moves waiting, each taken out of the queue
-/// as it begins (`taken`: those begun; until then work may still claim a
-/// move back), each in its block's context (`current`: the one made
-/// current last), then finishes them. Every move taken ends the ledger's
-/// move, made or failed.
-fn make(state: &State, taken: &mut Vec<Leaving>, current: &mut usize) {
+/// as it begins (`taken`: those begun and not yet ended; until then work
+/// may still claim a move back), each in its block's context (`current`:
+/// the one made current last), then finishes them. Every move taken ends
+/// the ledger's move, made or failed.
+fn make(
+    state: &State,
+    taken: &mut Vec<Leaving>,
+    current: &mut usize,
+    counted: &mut std::time::Instant,
+) {
     let outgoing = &state.tier.outgoing;
     let mut staged = Vec::new();
     while taken.len() < BATCH {
@@ -279,7 +286,7 @@ fn make(state: &State, taken: &mut Vec<Leaving>, current: &mut usize) {
         if *current != next.context {
             if !staged.is_empty() {
                 // Finished in the context they were queued in.
-                count_made(state, moves::finish(state, std::mem::take(&mut staged)));
+                finish(state, std::mem::take(&mut staged), taken, counted);
             }
             // SAFETY: a context the job's thread had current when it handed
             // the move over; the job's own.
@@ -298,10 +305,38 @@ fn make(state: &State, taken: &mut Vec<Leaving>, current: &mut usize) {
             next.device,
         ));
     }
-    count_made(state, moves::finish(state, staged));
+    finish(state, staged, taken, counted);
 }
 
-fn count_made(state: &State, moved: Vec<bool>) {
-    let made = moved.iter().filter(|moved| **moved).count() as u64;
-    state.tier.outgoing.made.fetch_add(made, Relaxed);
+/// Finishes `staged`, each move ended as soon as it is made: counted (with
+/// the thread's time since `counted`), taken out of `taken` and of the
+/// queue, and the threads waiting for room told, so that an allocation goes
+/// on once its room has landed, not at the batch's end. Counted first: the
+/// process's exit waits only for the moves under way before its trace.
+fn finish(
+    state: &State,
+    staged: Vec<Staged>,
+    taken: &mut Vec<Leaving>,
+    counted: &mut std::time::Instant,
+) {
+    let outgoing = &state.tier.outgoing;
+    moves::finish_each(state, staged, |ptr, moved| {
+        if moved {
+            outgoing.made.fetch_add(1, Relaxed);
+        }
+        let now = std::time::Instant::now();
+        let spent = now.duration_since(*counted).as_nanos() as u64;
+        outgoing.busy_ns.fetch_add(spent, Relaxed);
+        *counted = now;
+        let Some(at) = taken.iter().position(|leaving| leaving.ptr == ptr) else {
+            return;
+        };
+        let leaving = taken.swap_remove(at);
+        let mut queue = lock(&outgoing.queue);
+        queue.busy.retain(|busy| *busy != leaving);
+        queue.ended += 1;
+        outgoing.pending.fetch_sub(1, SeqCst);
+        drop(queue);
+        outgoing.changed.notify_all();
+    });
 }

@@ -264,6 +264,16 @@ fn after_copy(state: &State, mut staged: Staged) -> Staged {
 /// in order. Moves to the host are finished first, each once its own copy
 /// has landed, so that their remaps overlap the copies still running.
 pub fn finish(state: &State, staged: Vec<Staged>) -> Vec<bool> {
+    finish_each(state, staged, |_, _| ())
+}
+
+/// [`finish`], telling `ended` each block's start and whether it moved as
+/// soon as its move has ended, before the next is finished.
+pub fn finish_each(
+    state: &State,
+    staged: Vec<Staged>,
+    mut ended: impl FnMut(usize, bool),
+) -> Vec<bool> {
     let mut moved = vec![false; staged.len()];
     let mut order: Vec<(usize, Staged)> = staged.into_iter().enumerate().collect();
     order.sort_by_key(|(_, move_)| move_.direction != Direction::ToHost);
@@ -278,7 +288,9 @@ pub fn finish(state: &State, staged: Vec<Staged>) -> Vec<bool> {
             }
             None => wait_stream(state, &mut waited, move_.device, move_.direction),
         };
+        let ptr = move_.ptr;
         moved[i] = finish_one(state, move_, copied);
+        ended(ptr, moved[i]);
     }
     moved
 }
