@@ -36,7 +36,11 @@ fn an_allocation_waiting_for_room_goes_on_once_one_move_out_has_landed() {
         .iter()
         .position(|e| e["op"] == "alloc" && hex(&j) == ptr_of(e))
         .expect("j's allocation in the trace");
-    assert_eq!(events[made_j]["placement"], "device", "{:#}", events[made_j]);
+    assert_eq!(
+        events[made_j]["placement"], "device",
+        "{:#}",
+        events[made_j]
+    );
     // The mover's second move out ended after j was handed out.
     let demotes_after = events[made_j..]
         .iter()
