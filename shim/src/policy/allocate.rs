@@ -215,9 +215,10 @@ where
     spill(state, api, device, size, quota, managed_flags, on_host)
 }
 
-/// The mover thread's moves an allocation that finds no room waits for at
-/// most, four of its batches (its other threads may keep handing moves
-/// over).
+/// How many moves ending on the mover thread an allocation that finds no
+/// room waits for at most (the job's other threads may keep handing moves
+/// over): as many as four of its batches hold, each move ending as it
+/// lands.
 const MOVER_WAITS: usize = 4 * tier::mover::BATCH;
 
 /// Granularity of a split block's device part: the GPU's large page.

@@ -108,8 +108,8 @@ pub fn leaving(state: &State, device: Device) -> u64 {
         return 0;
     }
     let queue = lock(&outgoing.queue);
-    // A move the thread has made is off the device already, though its
-    // batch is not over.
+    // A move that has landed is off the device already, though the thread
+    // may not have ended it yet.
     let still = |leaving: &&Leaving| {
         state
             .ledger
@@ -260,8 +260,10 @@ fn run(state: &'static State) {
 /// Begins up to [`BATCH`] of the moves waiting, each taken out of the queue
 /// as it begins (`taken`: those begun and not yet ended; until then work
 /// may still claim a move back), each in its block's context (`current`:
-/// the one made current last), then finishes them. Every move taken ends
-/// the ledger's move, made or failed.
+/// the one made current last), and finishes each as its copy lands (those
+/// begun in one context before the next context's). Every move taken ends
+/// the ledger's move, made or failed, and is ended here ([`end`]) as soon
+/// as it is over.
 fn make(
     state: &State,
     taken: &mut Vec<Leaving>,
@@ -293,50 +295,63 @@ fn make(
             let rc = unsafe { real::cuCtxSetCurrent(next.context as *mut std::ffi::c_void) };
             if rc != CUDA_SUCCESS {
                 state.ledger.end_tier_move(next.ptr, Placement::Device);
+                end(state, taken, counted, next.ptr, false);
                 continue;
             }
             *current = next.context;
         }
         // Ends the ledger's move if it cannot be staged.
-        staged.extend(moves::stage_begun_out(
-            state,
-            next.ptr,
-            next.size,
-            next.device,
-        ));
+        match moves::stage_begun_out(state, next.ptr, next.size, next.device) {
+            Some(move_) => staged.push(move_),
+            None => end(state, taken, counted, next.ptr, false),
+        }
     }
     finish(state, staged, taken, counted);
 }
 
-/// Finishes `staged`, each move ended as soon as it is made: counted (with
-/// the thread's time since `counted`), taken out of `taken` and of the
-/// queue, and the threads waiting for room told, so that an allocation goes
-/// on once its room has landed, not at the batch's end. Counted first: the
-/// process's exit waits only for the moves under way before its trace.
+/// Finishes `staged`, each move ended ([`end`]) as soon as it is made, so
+/// that an allocation goes on once its room has landed, not at the batch's
+/// end.
 fn finish(
     state: &State,
     staged: Vec<Staged>,
     taken: &mut Vec<Leaving>,
     counted: &mut std::time::Instant,
 ) {
-    let outgoing = &state.tier.outgoing;
     moves::finish_each(state, staged, |ptr, moved| {
-        if moved {
-            outgoing.made.fetch_add(1, Relaxed);
-        }
-        let now = std::time::Instant::now();
-        let spent = now.duration_since(*counted).as_nanos() as u64;
-        outgoing.busy_ns.fetch_add(spent, Relaxed);
-        *counted = now;
-        let Some(at) = taken.iter().position(|leaving| leaving.ptr == ptr) else {
-            return;
-        };
-        let leaving = taken.swap_remove(at);
-        let mut queue = lock(&outgoing.queue);
-        queue.busy.retain(|busy| *busy != leaving);
-        queue.ended += 1;
-        outgoing.pending.fetch_sub(1, SeqCst);
-        drop(queue);
-        outgoing.changed.notify_all();
+        end(state, taken, counted, ptr, moved)
     });
+}
+
+/// Ends the move of the block at `ptr`, over (`moved`: made): counted, with
+/// the thread's time since `counted`, then taken out of `taken` and of the
+/// queue, and the threads waiting for room or for the move told. Counted
+/// first: the process's exit waits only while moves are under way (in the
+/// queue's `busy`) before it writes the trace. A block is in `taken` once: it is moving in the
+/// ledger until its move is over, and no other move of it begins till then.
+fn end(
+    state: &State,
+    taken: &mut Vec<Leaving>,
+    counted: &mut std::time::Instant,
+    ptr: usize,
+    moved: bool,
+) {
+    let outgoing = &state.tier.outgoing;
+    if moved {
+        outgoing.made.fetch_add(1, Relaxed);
+    }
+    let now = std::time::Instant::now();
+    let spent = now.duration_since(*counted).as_nanos() as u64;
+    outgoing.busy_ns.fetch_add(spent, Relaxed);
+    *counted = now;
+    let Some(at) = taken.iter().position(|leaving| leaving.ptr == ptr) else {
+        return;
+    };
+    let leaving = taken.swap_remove(at);
+    let mut queue = lock(&outgoing.queue);
+    queue.busy.retain(|busy| *busy != leaving);
+    queue.ended += 1;
+    outgoing.pending.fetch_sub(1, SeqCst);
+    drop(queue);
+    outgoing.changed.notify_all();
 }
