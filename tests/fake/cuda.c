@@ -259,8 +259,8 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
     trace("cuMemMap ptr=%#llx size=%zu handle=%llu rc=%d", ptr, size, handle, rc);
     return rc;
 }
-/* Access is always granted here: mappings are readable and writable. */
-/* FAKE_CUDA_HOST_ACCESS_DELAY_MS holds the caller that long when the range
+/* Access is always granted here: mappings are readable and writable.
+ * FAKE_CUDA_HOST_ACCESS_DELAY_MS holds the caller that long when the range
  * maps host memory, as setting access to host memory does on a GPU whose
  * copy engine is copying out (about a millisecond there). */
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t count) {
