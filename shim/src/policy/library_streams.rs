@@ -11,14 +11,26 @@
 //! the default stream until its stream is set, and its calls wait on the
 //! calling thread meanwhile.
 
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 
 use crate::state::{lock, State};
 
-/// After a handle's stream was set to `stream` (null: the default
-/// stream).
-pub fn set(state: &State, handle: *mut c_void, stream: *mut c_void) {
-    lock(&state.library_streams).insert(handle as usize, stream as usize);
+/// Sets `handle`'s stream to `stream` (null: the default stream) by
+/// `call`, the library's own setter, and keeps it where the library
+/// answered 0 (success). Forgotten first: if the call goes wrong, no stream
+/// is trusted. The library's answer.
+pub fn set(
+    state: &State,
+    handle: *mut c_void,
+    stream: *mut c_void,
+    call: impl FnOnce() -> c_int,
+) -> c_int {
+    forget(state, handle);
+    let rc = call();
+    if rc == 0 {
+        lock(&state.library_streams).insert(handle as usize, stream as usize);
+    }
+    rc
 }
 
 /// Before `handle` is destroyed, or where setting its stream failed.

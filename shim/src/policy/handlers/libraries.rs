@@ -13,7 +13,7 @@ use crate::policy::{blas_workspaces, library_streams, variant_packs};
 use crate::state::state;
 
 /// The stream set on a library call's handle, if it was.
-fn streams(handle: LibraryHandle) -> Option<usize> {
+fn handle_stream(handle: LibraryHandle) -> Option<usize> {
     library_streams::of(state(), handle)
 }
 
@@ -97,7 +97,7 @@ pub unsafe fn cublasGemmEx(
 ) -> cudaError_t {
     let workspace = blas_workspaces::of(state(), handle);
     let operands = [a, b, c as *const c_void, alpha, beta, workspace];
-    super::super::library_call(Api::cublasGemmEx, &operands, streams(handle), || {
+    super::super::library_call(Api::cublasGemmEx, &operands, handle_stream(handle), || {
         // SAFETY: the caller's arguments, as cuBLAS would receive them.
         unsafe {
             real::cublasGemmEx(
@@ -138,7 +138,7 @@ pub unsafe fn cublasGemmStridedBatchedEx(
     super::super::library_call(
         Api::cublasGemmStridedBatchedEx,
         &operands,
-        streams(handle),
+        handle_stream(handle),
         || {
             // SAFETY: the caller's arguments, as cuBLAS would receive them.
             unsafe {
@@ -170,14 +170,19 @@ pub unsafe fn cublasSgemm_v2(
     let workspace = blas_workspaces::of(state(), handle);
     let operands = [a, b, c as *const f32, alpha, beta].map(|p| p as *const c_void);
     let operands = [&operands[..], &[workspace]].concat();
-    super::super::library_call(Api::cublasSgemm_v2, &operands, streams(handle), || {
-        // SAFETY: the caller's arguments, as cuBLAS would receive them.
-        unsafe {
-            real::cublasSgemm_v2(
-                handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
-            )
-        }
-    })
+    super::super::library_call(
+        Api::cublasSgemm_v2,
+        &operands,
+        handle_stream(handle),
+        || {
+            // SAFETY: the caller's arguments, as cuBLAS would receive them.
+            unsafe {
+                real::cublasSgemm_v2(
+                    handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                )
+            }
+        },
+    )
 }
 
 pub unsafe fn cublasSgemmStridedBatched(
@@ -206,7 +211,7 @@ pub unsafe fn cublasSgemmStridedBatched(
     super::super::library_call(
         Api::cublasSgemmStridedBatched,
         &operands,
-        streams(handle),
+        handle_stream(handle),
         || {
             // SAFETY: the caller's arguments, as cuBLAS would receive them.
             unsafe {
@@ -233,25 +238,17 @@ pub unsafe fn cublasSetWorkspace_v2(
 }
 
 pub unsafe fn cublasSetStream_v2(handle: LibraryHandle, stream: cudaStream_t) -> cudaError_t {
-    // Forgotten first: if the call goes wrong, no stream is trusted.
-    library_streams::forget(state(), handle);
-    // SAFETY: the caller's arguments, as cuBLAS would receive them.
-    let rc = unsafe { real::cublasSetStream_v2(handle, stream) };
-    if rc == 0 {
-        library_streams::set(state(), handle, stream);
-    }
-    rc
+    library_streams::set(state(), handle, stream, || {
+        // SAFETY: the caller's arguments, as cuBLAS would receive them.
+        unsafe { real::cublasSetStream_v2(handle, stream) }
+    })
 }
 
 pub unsafe fn cudnnSetStream(handle: LibraryHandle, stream: cudaStream_t) -> cudaError_t {
-    // Forgotten first: if the call goes wrong, no stream is trusted.
-    library_streams::forget(state(), handle);
-    // SAFETY: the caller's arguments, as cuDNN would receive them.
-    let rc = unsafe { real::cudnnSetStream(handle, stream) };
-    if rc == 0 {
-        library_streams::set(state(), handle, stream);
-    }
-    rc
+    library_streams::set(state(), handle, stream, || {
+        // SAFETY: the caller's arguments, as cuDNN would receive them.
+        unsafe { real::cudnnSetStream(handle, stream) }
+    })
 }
 
 pub unsafe fn cublasDestroy_v2(handle: LibraryHandle) -> cudaError_t {
@@ -273,10 +270,15 @@ pub unsafe fn cudnnBackendExecute(
     pack: LibraryHandle,
 ) -> cudaError_t {
     let operands = variant_packs::pointers(state(), pack);
-    super::super::library_call(Api::cudnnBackendExecute, &operands, streams(handle), || {
-        // SAFETY: the caller's arguments, as cuDNN would receive them.
-        unsafe { real::cudnnBackendExecute(handle, plan, pack) }
-    })
+    super::super::library_call(
+        Api::cudnnBackendExecute,
+        &operands,
+        handle_stream(handle),
+        || {
+            // SAFETY: the caller's arguments, as cuDNN would receive them.
+            unsafe { real::cudnnBackendExecute(handle, plan, pack) }
+        },
+    )
 }
 
 pub unsafe fn cudnnBackendSetAttribute(
@@ -333,7 +335,7 @@ pub unsafe fn cudnnBatchNormalizationForwardTrainingEx(
         reserve as _,
     ];
     let api = Api::cudnnBatchNormalizationForwardTrainingEx;
-    super::super::library_call(api, &operands, streams(handle), || {
+    super::super::library_call(api, &operands, handle_stream(handle), || {
         // SAFETY: the caller's arguments, as cuDNN would receive them.
         unsafe {
             real::cudnnBatchNormalizationForwardTrainingEx(
@@ -415,7 +417,7 @@ pub unsafe fn cudnnBatchNormalizationBackwardEx(
         reserve as _,
     ];
     let api = Api::cudnnBatchNormalizationBackwardEx;
-    super::super::library_call(api, &operands, streams(handle), || {
+    super::super::library_call(api, &operands, handle_stream(handle), || {
         // SAFETY: the caller's arguments, as cuDNN would receive them.
         unsafe {
             real::cudnnBatchNormalizationBackwardEx(
@@ -472,7 +474,7 @@ pub unsafe fn cudnnBatchNormalizationForwardInference(
 ) -> cudaError_t {
     let operands = [x, y as _, scale, bias, mean, var];
     let api = Api::cudnnBatchNormalizationForwardInference;
-    super::super::library_call(api, &operands, streams(handle), || {
+    super::super::library_call(api, &operands, handle_stream(handle), || {
         // SAFETY: the caller's arguments, as cuDNN would receive them.
         unsafe {
             real::cudnnBatchNormalizationForwardInference(

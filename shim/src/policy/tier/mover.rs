@@ -327,8 +327,9 @@ fn finish(
 /// the thread's time since `counted`, then taken out of `taken` and of the
 /// queue, and the threads waiting for room or for the move told. Counted
 /// first: the process's exit waits only while moves are under way (in the
-/// queue's `busy`) before it writes the trace. A block is in `taken` once: it is moving in the
-/// ledger until its move is over, and no other move of it begins till then.
+/// queue's `busy`) before it writes the trace. A block is in `taken` once:
+/// it is moving in the ledger until its move is over, and no other move of
+/// it begins till then.
 fn end(
     state: &State,
     taken: &mut Vec<Leaving>,
