@@ -22,6 +22,7 @@
 
 use std::cell::Cell;
 use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::time::Instant;
 
@@ -33,6 +34,7 @@ use crate::state::ledger::Block;
 use crate::state::State;
 
 use super::backing::{self, Direction};
+use super::copier::{self, Ticket};
 use super::spare;
 
 /// A move whose copy has been queued.
@@ -48,6 +50,8 @@ pub struct Staged {
     made_host: bool,
     /// Recorded after its copy (`None`: the move waits for its stream).
     copied: Option<usize>,
+    /// Its copy out, handed to the copier thread ([`super::copier`]).
+    handed: Option<Arc<Ticket>>,
     /// No work has entered since the block was handed out.
     fresh: bool,
     /// Onto the device, with the block's own event recorded after its
@@ -154,6 +158,7 @@ pub fn stage_in(state: &State, ptr: usize, block: Block, overlap: bool) -> Optio
             from: host,
             made_host: false,
             copied: None,
+            handed: None,
             fresh: backing.born == tier.gate.entered(),
             ordered: false,
         };
@@ -221,12 +226,24 @@ pub fn stage_begun_out(state: &State, ptr: usize, size: u64, device: Device) -> 
             from: backing.on_device,
             made_host,
             copied: None,
+            handed: None,
             fresh: false,
             ordered: false,
         };
         let queued = timed(&tier.queue_ns, || {
-            backing::copy(staging, ptr as CUdeviceptr, size, device, Direction::ToHost)
-                .map(|()| after_copy(state, staged))
+            // Beside the job's kernels, in pieces on the copier thread, so
+            // that remaps beside them do not wait for long copies.
+            let handed = super::uses::overlapping()
+                .then(|| copier::hand(staging, ptr as CUdeviceptr, size, device))
+                .flatten();
+            match handed {
+                Some(ticket) => Ok(Staged {
+                    handed: Some(ticket),
+                    ..staged
+                }),
+                None => backing::copy(staging, ptr as CUdeviceptr, size, device, Direction::ToHost)
+                    .map(|()| after_copy(state, staged)),
+            }
         });
         match queued {
             Ok(staged) => Some(staged),
@@ -278,8 +295,13 @@ pub fn finish_each(
     let mut order: Vec<(usize, Staged)> = staged.into_iter().enumerate().collect();
     order.sort_by_key(|(_, move_)| move_.direction != Direction::ToHost);
     let mut waited: Vec<(Device, Direction, backing::Result<()>)> = Vec::new();
-    for (i, move_) in order {
+    for (i, mut move_) in order {
+        let handed = move_.handed.take();
         let copied = match move_.copied {
+            _ if handed.is_some() => {
+                let ticket = handed.expect("handed");
+                timed(&state.tier.copy_ns, || ticket.wait())
+            }
             _ if move_.ordered => Ok(()),
             Some(event) => {
                 let landed = timed(&state.tier.copy_ns, || backing::wait_event(event));
@@ -323,6 +345,7 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
         from,
         made_host,
         copied: _,
+        handed: _,
         fresh,
         ordered: _,
     } = staged;

@@ -1,0 +1,181 @@
+//! The copier thread, where moves overlap the job's kernels: it makes the
+//! tier's copies out of the device in pieces of [`PIECE`], one at a time,
+//! each queued once the one before has landed.
+//!
+//! Why: setting the device's access to a mapping waits for the copy out
+//! of the device the copy engine is making, about 1 ms a mapping beside
+//! copies queued back to back, which is what every move's remap paid while
+//! later moves copied. Beside copies of 4 MiB queued one at a time, the
+//! same mapping costs about what it costs with the link idle (0.17 against
+//! 0.10 ms for 4 MiB of host memory, 0.28 against 0.25 for 16 MiB), while
+//! the copies still carry 48 to 49 GB/s against 53 queued back to back
+//! (`scripts/gpu/bench/remap_beside.cu`, bench/RESULTS.md). So the mover
+//! thread's remaps run beside the copies after them at their own cost.
+//!
+//! A copy handed over is waited for with its [`Ticket`]. Where the thread
+//! does not run (it could not start, or this is a forked child, which the
+//! parent's thread did not follow), the caller queues the copy itself.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
+
+use cudart_sys::*;
+
+use crate::config::Device;
+use crate::cuda::real;
+use crate::state::lock;
+
+use super::backing::{self, Direction};
+
+/// A piece of a copy out: 4 MiB cross the link in about 75 µs, the most
+/// a remap beside it waits for.
+pub const PIECE: u64 = 4 << 20;
+
+/// A copy out handed to the thread, and what became of it.
+#[derive(Default)]
+pub struct Ticket {
+    /// `None` until every piece has landed (`Ok`) or one failed.
+    landed: Mutex<Option<backing::Result<()>>>,
+    changed: Condvar,
+}
+
+impl Ticket {
+    /// Waits until the copy has landed, or failed.
+    pub fn wait(&self) -> backing::Result<()> {
+        let mut landed = lock(&self.landed);
+        loop {
+            if let Some(result) = *landed {
+                return result;
+            }
+            landed = self
+                .changed
+                .wait(landed)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    fn end(&self, result: backing::Result<()>) {
+        *lock(&self.landed) = Some(result);
+        self.changed.notify_all();
+    }
+}
+
+struct Copy {
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    size: u64,
+    device: Device,
+    /// The context current where it was handed over: the stream's.
+    context: usize,
+    ticket: Arc<Ticket>,
+}
+
+#[derive(Default)]
+struct Copier {
+    waiting: Mutex<VecDeque<Copy>>,
+    handed: Condvar,
+}
+
+static COPIER: OnceLock<Copier> = OnceLock::new();
+/// The process whose thread runs (0: none runs).
+static RUNS_IN: AtomicU32 = AtomicU32::new(0);
+
+/// Hands the copy of `size` bytes from `src` (on `device`) to `dst` (host
+/// memory mapped for it) to the thread: its ticket, or `None` where the
+/// thread does not run (the caller copies).
+pub fn hand(dst: CUdeviceptr, src: CUdeviceptr, size: u64, device: Device) -> Option<Arc<Ticket>> {
+    let copier = COPIER.get_or_init(|| {
+        if start() {
+            RUNS_IN.store(std::process::id(), SeqCst);
+        }
+        Copier::default()
+    });
+    if RUNS_IN.load(SeqCst) != std::process::id() {
+        return None;
+    }
+    let context = current_context()?;
+    let ticket = Arc::new(Ticket::default());
+    lock(&copier.waiting).push_back(Copy {
+        dst,
+        src,
+        size,
+        device,
+        context,
+        ticket: ticket.clone(),
+    });
+    copier.handed.notify_one();
+    Some(ticket)
+}
+
+fn current_context() -> Option<usize> {
+    let mut context = std::ptr::null_mut();
+    // SAFETY: writes the pointer we own.
+    let rc = unsafe { real::cuCtxGetCurrent(&mut context) };
+    (rc == CUDA_SUCCESS && !context.is_null()).then_some(context as usize)
+}
+
+fn start() -> bool {
+    let started = std::thread::Builder::new()
+        .name("vramshare-copier".into())
+        .spawn(run);
+    if let Err(error) = started {
+        warn!("the spill tier could not start its copier thread ({error}); copies out are queued whole");
+        return false;
+    }
+    true
+}
+
+fn run() {
+    // `hand` made it before the thread could be asked for anything.
+    let Some(copier) = COPIER.get() else {
+        return;
+    };
+    let mut current = 0;
+    loop {
+        let next = {
+            let mut waiting = lock(&copier.waiting);
+            loop {
+                if let Some(next) = waiting.pop_front() {
+                    break next;
+                }
+                waiting = copier
+                    .handed
+                    .wait(waiting)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+        };
+        let copied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| copy(&next, &mut current)))
+            .unwrap_or(Err(CUDA_ERROR_UNKNOWN));
+        next.ticket.end(copied);
+    }
+}
+
+/// Makes `copy` piece by piece, each waited for before the next is queued.
+fn copy(copy: &Copy, current: &mut usize) -> backing::Result<()> {
+    if *current != copy.context {
+        // SAFETY: a context the job's thread or the mover had current as it
+        // handed the copy over; the job's own.
+        let rc = unsafe { real::cuCtxSetCurrent(copy.context as *mut std::ffi::c_void) };
+        if rc != CUDA_SUCCESS {
+            return Err(rc);
+        }
+        *current = copy.context;
+    }
+    let mut offset = 0;
+    while offset < copy.size {
+        let bytes = PIECE.min(copy.size - offset);
+        backing::copy(
+            copy.dst + offset,
+            copy.src + offset,
+            bytes,
+            copy.device,
+            Direction::ToHost,
+        )?;
+        // Only the tier's copies out are queued on that stream, and only
+        // from here: this waits for the piece just queued.
+        backing::wait(copy.device, Direction::ToHost)?;
+        offset += bytes;
+    }
+    Ok(())
+}
