@@ -145,8 +145,9 @@ fn run() {
                     .unwrap_or_else(PoisonError::into_inner);
             }
         };
-        let copied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| copy(&next, &mut current)))
-            .unwrap_or(Err(CUDA_ERROR_UNKNOWN));
+        let copied =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| copy(&next, &mut current)))
+                .unwrap_or(Err(CUDA_ERROR_UNKNOWN));
         next.ticket.end(copied);
     }
 }

@@ -22,8 +22,8 @@
 
 use std::cell::Cell;
 use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::Arc;
 use std::time::Instant;
 
 use cudart_sys::*;
