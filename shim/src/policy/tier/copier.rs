@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 
 use cudart_sys::*;
+use vramshare_common::size::MAX_DEVICES;
 
 use crate::config::Device;
 use crate::cuda::real;
@@ -31,6 +32,10 @@ use super::backing::{self, Direction};
 /// A piece of a copy out: 4 MiB cross the link in about 75 µs, the most
 /// a remap beside it waits for.
 pub const PIECE: u64 = 4 << 20;
+
+/// `CU_STREAM_CAPTURE_MODE_RELAXED`: the thread's calls never end a
+/// capture another thread is making.
+const CAPTURE_MODE_RELAXED: i32 = 2;
 
 /// A copy out handed to the thread, and what became of it.
 #[derive(Default)]
@@ -61,7 +66,25 @@ impl Ticket {
     }
 }
 
-struct Copy {
+/// The caller's hold on a copy handed over: dropped unwaited (a move
+/// given up on a panic), it still waits for the copy, whose pieces would
+/// otherwise go on writing into host memory that may be given to another
+/// block.
+pub struct Handed(Arc<Ticket>);
+
+impl Handed {
+    pub fn wait(&self) -> backing::Result<()> {
+        self.0.wait()
+    }
+}
+
+impl Drop for Handed {
+    fn drop(&mut self) {
+        let _ = self.0.wait();
+    }
+}
+
+struct CopyOut {
     dst: CUdeviceptr,
     src: CUdeviceptr,
     size: u64,
@@ -71,32 +94,45 @@ struct Copy {
     ticket: Arc<Ticket>,
 }
 
-#[derive(Default)]
+/// A device's copier: its copies waiting, and its thread.
 struct Copier {
-    waiting: Mutex<VecDeque<Copy>>,
+    waiting: Mutex<VecDeque<CopyOut>>,
     handed: Condvar,
+    /// Whether the thread started, once asked.
+    started: OnceLock<bool>,
+    /// The process whose thread runs: a forked child's parent's thread did
+    /// not follow it.
+    runs_in: AtomicU32,
 }
 
-static COPIER: OnceLock<Copier> = OnceLock::new();
-/// The process whose thread runs (0: none runs).
-static RUNS_IN: AtomicU32 = AtomicU32::new(0);
+/// One a device, so that one device's copies out do not wait for
+/// another's.
+static COPIERS: [Copier; MAX_DEVICES] = [const {
+    Copier {
+        waiting: Mutex::new(VecDeque::new()),
+        handed: Condvar::new(),
+        started: OnceLock::new(),
+        runs_in: AtomicU32::new(0),
+    }
+}; MAX_DEVICES];
 
 /// Hands the copy of `size` bytes from `src` (on `device`) to `dst` (host
-/// memory mapped for it) to the thread: its ticket, or `None` where the
-/// thread does not run (the caller copies).
-pub fn hand(dst: CUdeviceptr, src: CUdeviceptr, size: u64, device: Device) -> Option<Arc<Ticket>> {
-    let copier = COPIER.get_or_init(|| {
-        if start() {
-            RUNS_IN.store(std::process::id(), SeqCst);
-        }
-        Copier::default()
-    });
-    if RUNS_IN.load(SeqCst) != std::process::id() {
+/// memory mapped for it) to `device`'s copier thread: the caller's hold on
+/// it, or `None` where the thread does not run (the caller copies).
+pub fn hand(dst: CUdeviceptr, src: CUdeviceptr, size: u64, device: Device) -> Option<Handed> {
+    let copier = &COPIERS[device.index()];
+    if *copier.started.get_or_init(|| start(copier)) {
+        // Once: the child of a fork starts none (its pid differs).
+        let _ = copier
+            .runs_in
+            .compare_exchange(0, std::process::id(), SeqCst, SeqCst);
+    }
+    if copier.runs_in.load(SeqCst) != std::process::id() {
         return None;
     }
     let context = current_context()?;
     let ticket = Arc::new(Ticket::default());
-    lock(&copier.waiting).push_back(Copy {
+    lock(&copier.waiting).push_back(CopyOut {
         dst,
         src,
         size,
@@ -105,7 +141,7 @@ pub fn hand(dst: CUdeviceptr, src: CUdeviceptr, size: u64, device: Device) -> Op
         ticket: ticket.clone(),
     });
     copier.handed.notify_one();
-    Some(ticket)
+    Some(Handed(ticket))
 }
 
 fn current_context() -> Option<usize> {
@@ -115,22 +151,24 @@ fn current_context() -> Option<usize> {
     (rc == CUDA_SUCCESS && !context.is_null()).then_some(context as usize)
 }
 
-fn start() -> bool {
+fn start(copier: &'static Copier) -> bool {
     let started = std::thread::Builder::new()
         .name("vramshare-copier".into())
-        .spawn(run);
+        .spawn(move || run(copier));
     if let Err(error) = started {
-        warn!("the spill tier could not start its copier thread ({error}); copies out are queued whole");
+        warn!(
+            "the spill tier could not start a copier thread ({error}); copies out are queued whole"
+        );
         return false;
     }
     true
 }
 
-fn run() {
-    // `hand` made it before the thread could be asked for anything.
-    let Some(copier) = COPIER.get() else {
-        return;
-    };
+fn run(copier: &'static Copier) {
+    let mut mode = CAPTURE_MODE_RELAXED;
+    // SAFETY: writes the mode we own. Refused only by a driver without
+    // graphs, where no capture can be under way either.
+    let _ = unsafe { real::cuThreadExchangeStreamCaptureMode(&mut mode) };
     let mut current = 0;
     loop {
         let next = {
@@ -147,35 +185,40 @@ fn run() {
         };
         let copied =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| copy(&next, &mut current)))
-                .unwrap_or(Err(CUDA_ERROR_UNKNOWN));
+                .unwrap_or_else(|_| {
+                    error!(
+                "the spill tier's copier thread failed copying a block out; it stays on the device"
+            );
+                    Err(CUDA_ERROR_UNKNOWN)
+                });
         next.ticket.end(copied);
     }
 }
 
-/// Makes `copy` piece by piece, each waited for before the next is queued.
-fn copy(copy: &Copy, current: &mut usize) -> backing::Result<()> {
-    if *current != copy.context {
+/// Makes `out` piece by piece, each waited for before the next is queued.
+fn copy(out: &CopyOut, current: &mut usize) -> backing::Result<()> {
+    if *current != out.context {
         // SAFETY: a context the job's thread or the mover had current as it
         // handed the copy over; the job's own.
-        let rc = unsafe { real::cuCtxSetCurrent(copy.context as *mut std::ffi::c_void) };
+        let rc = unsafe { real::cuCtxSetCurrent(out.context as *mut std::ffi::c_void) };
         if rc != CUDA_SUCCESS {
             return Err(rc);
         }
-        *current = copy.context;
+        *current = out.context;
     }
     let mut offset = 0;
-    while offset < copy.size {
-        let bytes = PIECE.min(copy.size - offset);
+    while offset < out.size {
+        let bytes = PIECE.min(out.size - offset);
         backing::copy(
-            copy.dst + offset,
-            copy.src + offset,
+            out.dst + offset,
+            out.src + offset,
             bytes,
-            copy.device,
+            out.device,
             Direction::ToHost,
         )?;
-        // Only the tier's copies out are queued on that stream, and only
-        // from here: this waits for the piece just queued.
-        backing::wait(copy.device, Direction::ToHost)?;
+        // The stream runs its copies in order: this waits for the piece
+        // just queued (and anything queued before it).
+        backing::wait(out.device, Direction::ToHost)?;
         offset += bytes;
     }
     Ok(())

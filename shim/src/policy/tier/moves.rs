@@ -19,11 +19,14 @@
 //! is finished (its range remapped, which costs about half its copy's time
 //! again: the driver writes a page table entry for each host page) as soon
 //! as its copy has landed, while the copies queued after it still run.
+//! Where moves overlap the job's kernels, a copy to the host is handed to
+//! the copier thread instead ([`super::copier`]), which makes it in small
+//! pieces so that those remaps do not wait for long copies; the move waits
+//! for it there.
 
 use std::cell::Cell;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
-use std::sync::Arc;
 use std::time::Instant;
 
 use cudart_sys::*;
@@ -34,7 +37,7 @@ use crate::state::ledger::Block;
 use crate::state::State;
 
 use super::backing::{self, Direction};
-use super::copier::{self, Ticket};
+use super::copier;
 use super::spare;
 
 /// A move whose copy has been queued.
@@ -51,7 +54,7 @@ pub struct Staged {
     /// Recorded after its copy (`None`: the move waits for its stream).
     copied: Option<usize>,
     /// Its copy out, handed to the copier thread ([`super::copier`]).
-    handed: Option<Arc<Ticket>>,
+    handed: Option<copier::Handed>,
     /// No work has entered since the block was handed out.
     fresh: bool,
     /// Onto the device, with the block's own event recorded after its
@@ -72,7 +75,9 @@ impl Drop for WaitOnDrop {
     fn drop(&mut self) {
         // Beside the kernels, moves to the host still copying (the mover
         // thread's) change nothing the job sees until they are finished:
-        // no wait for them either.
+        // no wait for them either. (A copy handed to the copier thread is
+        // not on the stream until the thread queues it: a move dropped
+        // unfinished waits for its own, [`copier::Handed`].)
         if !self.ordered_in {
             for direction in [Direction::ToDevice, Direction::ToHost] {
                 let _ = backing::wait(self.device, direction);
@@ -237,8 +242,8 @@ pub fn stage_begun_out(state: &State, ptr: usize, size: u64, device: Device) -> 
                 .then(|| copier::hand(staging, ptr as CUdeviceptr, size, device))
                 .flatten();
             match handed {
-                Some(ticket) => Ok(Staged {
-                    handed: Some(ticket),
+                Some(handed) => Ok(Staged {
+                    handed: Some(handed),
                     ..staged
                 }),
                 None => backing::copy(staging, ptr as CUdeviceptr, size, device, Direction::ToHost)
@@ -296,19 +301,15 @@ pub fn finish_each(
     order.sort_by_key(|(_, move_)| move_.direction != Direction::ToHost);
     let mut waited: Vec<(Device, Direction, backing::Result<()>)> = Vec::new();
     for (i, mut move_) in order {
-        let handed = move_.handed.take();
-        let copied = match move_.copied {
-            _ if handed.is_some() => {
-                let ticket = handed.expect("handed");
-                timed(&state.tier.copy_ns, || ticket.wait())
-            }
+        let copied = match (move_.handed.take(), move_.copied) {
+            (Some(handed), _) => timed(&state.tier.copy_ns, || handed.wait()),
             _ if move_.ordered => Ok(()),
-            Some(event) => {
+            (None, Some(event)) => {
                 let landed = timed(&state.tier.copy_ns, || backing::wait_event(event));
                 super::kept::give_back_event(state, event, false);
                 landed
             }
-            None => wait_stream(state, &mut waited, move_.device, move_.direction),
+            (None, None) => wait_stream(state, &mut waited, move_.device, move_.direction),
         };
         let ptr = move_.ptr;
         moved[i] = finish_one(state, move_, copied);
