@@ -1,6 +1,6 @@
-//! The copier thread, where moves overlap the job's kernels: it makes the
-//! tier's copies out of the device in pieces of [`PIECE`], one at a time,
-//! each queued once the one before has landed.
+//! The copier threads, one a device, where moves overlap the job's
+//! kernels: each makes the tier's copies out of its device in pieces of
+//! [`PIECE`], one at a time, each queued once the one before has landed.
 //!
 //! Why: setting the device's access to a mapping waits for the copy out
 //! of the device the copy engine is making, about 1 ms a mapping beside
@@ -12,9 +12,10 @@
 //! (`scripts/gpu/bench/remap_beside.cu`, bench/RESULTS.md). So the mover
 //! thread's remaps run beside the copies after them at their own cost.
 //!
-//! A copy handed over is waited for with its [`Ticket`]. Where the thread
-//! does not run (it could not start, or this is a forked child, which the
-//! parent's thread did not follow), the caller queues the copy itself.
+//! A copy handed over is waited for through its [`Handed`]. Where the
+//! thread does not run (it could not start, or this is a forked child,
+//! which the parent's threads did not follow), the caller queues the copy
+//! itself.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
@@ -116,13 +117,28 @@ static COPIERS: [Copier; MAX_DEVICES] = [const {
     }
 }; MAX_DEVICES];
 
+/// `runs_in` in a forked child: the parent's threads did not follow, and
+/// one may have been starting as it forked, so the child copies itself.
+const FORKED: u32 = u32::MAX;
+
+/// In a forked child, before anything else runs there: no copier thread
+/// is taken for running.
+pub fn forget_after_fork() {
+    for copier in &COPIERS {
+        copier.runs_in.store(FORKED, SeqCst);
+    }
+}
+
 /// Hands the copy of `size` bytes from `src` (on `device`) to `dst` (host
 /// memory mapped for it) to `device`'s copier thread: the caller's hold on
 /// it, or `None` where the thread does not run (the caller copies).
 pub fn hand(dst: CUdeviceptr, src: CUdeviceptr, size: u64, device: Device) -> Option<Handed> {
     let copier = &COPIERS[device.index()];
+    if copier.runs_in.load(SeqCst) == FORKED {
+        return None;
+    }
     if *copier.started.get_or_init(|| start(copier)) {
-        // Once: the child of a fork starts none (its pid differs).
+        // Claimed by the process that started it.
         let _ = copier
             .runs_in
             .compare_exchange(0, std::process::id(), SeqCst, SeqCst);

@@ -26,7 +26,7 @@
 
 pub mod ahead;
 pub mod backing;
-mod copier;
+pub mod copier;
 pub mod faults;
 pub mod kept;
 pub mod mover;
