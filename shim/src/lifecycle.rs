@@ -109,6 +109,7 @@ fn install_process_hooks() {
 extern "C" fn after_fork_in_child() {
     state::forget_after_fork();
     cuda::backend::forget_streams();
+    crate::policy::forget_copiers_after_fork();
     // The parent's thread did not come along: the child starts its own.
     THREAD.store(false, Ordering::Release);
 }

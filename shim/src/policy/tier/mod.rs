@@ -26,6 +26,7 @@
 
 pub mod ahead;
 pub mod backing;
+pub mod copier;
 pub mod faults;
 pub mod kept;
 pub mod mover;

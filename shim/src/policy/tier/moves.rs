@@ -19,6 +19,10 @@
 //! is finished (its range remapped, which costs about half its copy's time
 //! again: the driver writes a page table entry for each host page) as soon
 //! as its copy has landed, while the copies queued after it still run.
+//! Where moves overlap the job's kernels, a copy to the host is handed to
+//! the copier thread instead ([`super::copier`]), which makes it in small
+//! pieces so that those remaps do not wait for long copies; the move waits
+//! for it there.
 
 use std::cell::Cell;
 use std::sync::atomic::AtomicU64;
@@ -33,6 +37,7 @@ use crate::state::ledger::Block;
 use crate::state::State;
 
 use super::backing::{self, Direction};
+use super::copier;
 use super::spare;
 
 /// A move whose copy has been queued.
@@ -48,6 +53,8 @@ pub struct Staged {
     made_host: bool,
     /// Recorded after its copy (`None`: the move waits for its stream).
     copied: Option<usize>,
+    /// Its copy out, handed to the copier thread ([`super::copier`]).
+    handed: Option<copier::Handed>,
     /// No work has entered since the block was handed out.
     fresh: bool,
     /// Onto the device, with the block's own event recorded after its
@@ -68,7 +75,9 @@ impl Drop for WaitOnDrop {
     fn drop(&mut self) {
         // Beside the kernels, moves to the host still copying (the mover
         // thread's) change nothing the job sees until they are finished:
-        // no wait for them either.
+        // no wait for them either. (A copy handed to the copier thread is
+        // not on the stream until the thread queues it: a move dropped
+        // unfinished waits for its own, [`copier::Handed`].)
         if !self.ordered_in {
             for direction in [Direction::ToDevice, Direction::ToHost] {
                 let _ = backing::wait(self.device, direction);
@@ -154,6 +163,7 @@ pub fn stage_in(state: &State, ptr: usize, block: Block, overlap: bool) -> Optio
             from: host,
             made_host: false,
             copied: None,
+            handed: None,
             fresh: backing.born == tier.gate.entered(),
             ordered: false,
         };
@@ -221,12 +231,24 @@ pub fn stage_begun_out(state: &State, ptr: usize, size: u64, device: Device) -> 
             from: backing.on_device,
             made_host,
             copied: None,
+            handed: None,
             fresh: false,
             ordered: false,
         };
         let queued = timed(&tier.queue_ns, || {
-            backing::copy(staging, ptr as CUdeviceptr, size, device, Direction::ToHost)
-                .map(|()| after_copy(state, staged))
+            // Beside the job's kernels, in pieces on the copier thread, so
+            // that remaps beside them do not wait for long copies.
+            let handed = super::uses::overlapping()
+                .then(|| copier::hand(staging, ptr as CUdeviceptr, size, device))
+                .flatten();
+            match handed {
+                Some(handed) => Ok(Staged {
+                    handed: Some(handed),
+                    ..staged
+                }),
+                None => backing::copy(staging, ptr as CUdeviceptr, size, device, Direction::ToHost)
+                    .map(|()| after_copy(state, staged)),
+            }
         });
         match queued {
             Ok(staged) => Some(staged),
@@ -278,15 +300,16 @@ pub fn finish_each(
     let mut order: Vec<(usize, Staged)> = staged.into_iter().enumerate().collect();
     order.sort_by_key(|(_, move_)| move_.direction != Direction::ToHost);
     let mut waited: Vec<(Device, Direction, backing::Result<()>)> = Vec::new();
-    for (i, move_) in order {
-        let copied = match move_.copied {
+    for (i, mut move_) in order {
+        let copied = match (move_.handed.take(), move_.copied) {
+            (Some(handed), _) => timed(&state.tier.copy_ns, || handed.wait()),
             _ if move_.ordered => Ok(()),
-            Some(event) => {
+            (None, Some(event)) => {
                 let landed = timed(&state.tier.copy_ns, || backing::wait_event(event));
                 super::kept::give_back_event(state, event, false);
                 landed
             }
-            None => wait_stream(state, &mut waited, move_.device, move_.direction),
+            (None, None) => wait_stream(state, &mut waited, move_.device, move_.direction),
         };
         let ptr = move_.ptr;
         moved[i] = finish_one(state, move_, copied);
@@ -323,6 +346,7 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
         from,
         made_host,
         copied: _,
+        handed: _,
         fresh,
         ordered: _,
     } = staged;
