@@ -36,6 +36,27 @@ pub fn ready(api: Api) -> Result<()> {
     Ok(())
 }
 
+/// The calling thread's current context, if it has one: where a thread of
+/// the shim's is handed work, the context to make it in.
+pub fn current_context() -> Option<usize> {
+    let mut context = std::ptr::null_mut();
+    // SAFETY: writes the pointer we own.
+    let rc = unsafe { real::cuCtxGetCurrent(&mut context) };
+    (rc == CUDA_SUCCESS && !context.is_null()).then_some(context as usize)
+}
+
+/// `CU_STREAM_CAPTURE_MODE_RELAXED`.
+const CAPTURE_MODE_RELAXED: i32 = 2;
+
+/// On a thread of the shim's: its calls never end a graph capture another
+/// thread is making.
+pub fn relax_capture_mode() {
+    let mut mode = CAPTURE_MODE_RELAXED;
+    // SAFETY: writes the mode we own. Refused only by a driver without
+    // graphs, where no capture can be under way either.
+    let _ = unsafe { real::cuThreadExchangeStreamCaptureMode(&mut mode) };
+}
+
 /// Reserves the range of a block of `size` bytes and its staging half.
 pub fn reserve(size: u64) -> Result<CUdeviceptr> {
     let mut ptr: CUdeviceptr = 0;

@@ -34,10 +34,6 @@ use super::backing::{self, Direction};
 /// a remap beside it waits for.
 pub const PIECE: u64 = 4 << 20;
 
-/// `CU_STREAM_CAPTURE_MODE_RELAXED`: the thread's calls never end a
-/// capture another thread is making.
-const CAPTURE_MODE_RELAXED: i32 = 2;
-
 /// A copy out handed to the thread, and what became of it.
 #[derive(Default)]
 pub struct Ticket {
@@ -146,7 +142,7 @@ pub fn hand(dst: CUdeviceptr, src: CUdeviceptr, size: u64, device: Device) -> Op
     if copier.runs_in.load(SeqCst) != std::process::id() {
         return None;
     }
-    let context = current_context()?;
+    let context = backing::current_context()?;
     let ticket = Arc::new(Ticket::default());
     lock(&copier.waiting).push_back(CopyOut {
         dst,
@@ -158,13 +154,6 @@ pub fn hand(dst: CUdeviceptr, src: CUdeviceptr, size: u64, device: Device) -> Op
     });
     copier.handed.notify_one();
     Some(Handed(ticket))
-}
-
-fn current_context() -> Option<usize> {
-    let mut context = std::ptr::null_mut();
-    // SAFETY: writes the pointer we own.
-    let rc = unsafe { real::cuCtxGetCurrent(&mut context) };
-    (rc == CUDA_SUCCESS && !context.is_null()).then_some(context as usize)
 }
 
 fn start(copier: &'static Copier) -> bool {
@@ -181,10 +170,7 @@ fn start(copier: &'static Copier) -> bool {
 }
 
 fn run(copier: &'static Copier) {
-    let mut mode = CAPTURE_MODE_RELAXED;
-    // SAFETY: writes the mode we own. Refused only by a driver without
-    // graphs, where no capture can be under way either.
-    let _ = unsafe { real::cuThreadExchangeStreamCaptureMode(&mut mode) };
+    backing::relax_capture_mode();
     let mut current = 0;
     loop {
         let next = {

@@ -26,11 +26,8 @@ use crate::cuda::real;
 use crate::state::outgoing::{Leaving, Outgoing, Queue};
 use crate::state::{lock, State};
 
+use super::backing;
 use super::moves::{self, Staged};
-
-/// `CU_STREAM_CAPTURE_MODE_RELAXED`: the thread's calls never end a
-/// capture another thread is making.
-const CAPTURE_MODE_RELAXED: i32 = 2;
 
 /// Hands the move of the block at `ptr` (`size` bytes, on the device, not
 /// moving) to the mover thread. False if it was not handed over (no
@@ -41,7 +38,7 @@ pub fn send(state: &'static State, ptr: usize, size: u64) -> bool {
     if outgoing.exiting.load(SeqCst) || !*outgoing.thread.get_or_init(|| start(state)) {
         return false;
     }
-    let Some(context) = current_context() else {
+    let Some(context) = backing::current_context() else {
         return false;
     };
     let Some(block) = state.ledger.begin_tier_move(ptr, Placement::Device, size) else {
@@ -186,14 +183,6 @@ fn wait<'a>(outgoing: &Outgoing, queue: MutexGuard<'a, Queue>) -> MutexGuard<'a,
         .unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The calling thread's current context, if it has one.
-fn current_context() -> Option<usize> {
-    let mut context = std::ptr::null_mut();
-    // SAFETY: writes the pointer we own.
-    let rc = unsafe { real::cuCtxGetCurrent(&mut context) };
-    (rc == CUDA_SUCCESS && !context.is_null()).then_some(context as usize)
-}
-
 /// Starts the mover thread; whether it runs.
 fn start(state: &'static State) -> bool {
     let started = std::thread::Builder::new()
@@ -215,10 +204,7 @@ pub const BATCH: usize = 32;
 fn run(state: &'static State) {
     let outgoing = &state.tier.outgoing;
     moves::on_mover_thread(state);
-    let mut mode = CAPTURE_MODE_RELAXED;
-    // SAFETY: writes the mode we own. Refused only by a driver without
-    // graphs, where no capture can be under way either.
-    let _ = unsafe { real::cuThreadExchangeStreamCaptureMode(&mut mode) };
+    backing::relax_capture_mode();
     let mut context = 0;
     loop {
         {
