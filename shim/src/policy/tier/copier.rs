@@ -32,11 +32,11 @@ use super::backing::{self, Direction};
 
 /// A piece of a copy out: 4 MiB cross the link in about 75 µs, the most
 /// a remap beside it waits for.
-pub const PIECE: u64 = 4 << 20;
+const PIECE: u64 = 4 << 20;
 
 /// A copy out handed to the thread, and what became of it.
 #[derive(Default)]
-pub struct Ticket {
+struct Ticket {
     /// `None` until every piece has landed (`Ok`) or one failed.
     landed: Mutex<Option<backing::Result<()>>>,
     changed: Condvar,
@@ -44,7 +44,7 @@ pub struct Ticket {
 
 impl Ticket {
     /// Waits until the copy has landed, or failed.
-    pub fn wait(&self) -> backing::Result<()> {
+    fn wait(&self) -> backing::Result<()> {
         let mut landed = lock(&self.landed);
         loop {
             if let Some(result) = *landed {
@@ -70,6 +70,7 @@ impl Ticket {
 pub struct Handed(Arc<Ticket>);
 
 impl Handed {
+    /// Waits until the copy has landed, or failed.
     pub fn wait(&self) -> backing::Result<()> {
         self.0.wait()
     }
@@ -185,14 +186,11 @@ fn run(copier: &'static Copier) {
                     .unwrap_or_else(PoisonError::into_inner);
             }
         };
-        let copied =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| copy(&next, &mut current)))
-                .unwrap_or_else(|_| {
-                    error!(
-                "the spill tier's copier thread failed copying a block out; it stays on the device"
-            );
-                    Err(CUDA_ERROR_UNKNOWN)
-                });
+        let copying = std::panic::AssertUnwindSafe(|| copy(&next, &mut current));
+        let copied = std::panic::catch_unwind(copying).unwrap_or_else(|_| {
+            error!("the spill tier's copier failed a copy out; the block stays on the device");
+            Err(CUDA_ERROR_UNKNOWN)
+        });
         next.ticket.end(copied);
     }
 }

@@ -1,11 +1,11 @@
 //! The shim's mover thread, where moves overlap the job's kernels: a block
 //! chosen to go out ahead of need (its last use finished, its uses known)
 //! is handed to it, and the thread makes the whole move (host memory made
-//! or taken, the copy out, made by the copier thread, [`super::copier`],
-//! the wait for it, the remap, the device memory given back) while the
-//! job's threads go on giving work. Pinning host
-//! memory and remapping a range to it are the costliest parts of a move;
-//! made here, they no longer hold the job back.
+//! or taken, the copy out, which a copier thread makes in pieces,
+//! [`super::copier`], the wait for it, the remap, the device memory given
+//! back) while the job's threads go on giving work. Pinning host memory and
+//! remapping a range to it are the costliest parts of a move; made here,
+//! they no longer hold the job back.
 //!
 //! Until the move ends, the block is on the device for everyone: its
 //! device memory stays mapped, with its bytes, and counts under the quota.
