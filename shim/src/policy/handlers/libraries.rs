@@ -17,6 +17,21 @@ fn handle_stream(handle: LibraryHandle) -> Option<usize> {
     library_streams::of(state(), handle)
 }
 
+/// A cuBLAS product on `handle` (`operands`: its matrices and scalars),
+/// made by `real`: named with the workspace set on the handle, which its
+/// kernels may use, and ordered on the handle's stream.
+fn cublas_product(
+    api: Api,
+    handle: LibraryHandle,
+    operands: [*const c_void; 5],
+    real: impl FnOnce() -> c_int,
+) -> cudaError_t {
+    let workspace = blas_workspaces::of(state(), handle);
+    let [a, b, c, alpha, beta] = operands;
+    let operands = [a, b, c, alpha, beta, workspace];
+    super::super::library_call(api, &operands, handle_stream(handle), real)
+}
+
 pub unsafe fn cublasLtMatmul(
     handle: LibraryHandle,
     desc: LibraryHandle,
@@ -95,9 +110,8 @@ pub unsafe fn cublasGemmEx(
     compute: c_int,
     algo: c_int,
 ) -> cudaError_t {
-    let workspace = blas_workspaces::of(state(), handle);
-    let operands = [a, b, c as *const c_void, alpha, beta, workspace];
-    super::super::library_call(Api::cublasGemmEx, &operands, handle_stream(handle), || {
+    let operands = [a, b, c as *const c_void, alpha, beta];
+    cublas_product(Api::cublasGemmEx, handle, operands, || {
         // SAFETY: the caller's arguments, as cuBLAS would receive them.
         unsafe {
             real::cublasGemmEx(
@@ -133,22 +147,16 @@ pub unsafe fn cublasGemmStridedBatchedEx(
     compute: c_int,
     algo: c_int,
 ) -> cudaError_t {
-    let workspace = blas_workspaces::of(state(), handle);
-    let operands = [a, b, c as *const c_void, alpha, beta, workspace];
-    super::super::library_call(
-        Api::cublasGemmStridedBatchedEx,
-        &operands,
-        handle_stream(handle),
-        || {
-            // SAFETY: the caller's arguments, as cuBLAS would receive them.
-            unsafe {
-                real::cublasGemmStridedBatchedEx(
-                    handle, transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type,
-                    ldb, stride_b, beta, c, c_type, ldc, stride_c, batch, compute, algo,
-                )
-            }
-        },
-    )
+    let operands = [a, b, c as *const c_void, alpha, beta];
+    cublas_product(Api::cublasGemmStridedBatchedEx, handle, operands, || {
+        // SAFETY: the caller's arguments, as cuBLAS would receive them.
+        unsafe {
+            real::cublasGemmStridedBatchedEx(
+                handle, transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type, ldb,
+                stride_b, beta, c, c_type, ldc, stride_c, batch, compute, algo,
+            )
+        }
+    })
 }
 
 pub unsafe fn cublasSgemm_v2(
@@ -167,22 +175,15 @@ pub unsafe fn cublasSgemm_v2(
     c: *mut f32,
     ldc: c_int,
 ) -> cudaError_t {
-    let workspace = blas_workspaces::of(state(), handle);
     let operands = [a, b, c as *const f32, alpha, beta].map(|p| p as *const c_void);
-    let operands = [&operands[..], &[workspace]].concat();
-    super::super::library_call(
-        Api::cublasSgemm_v2,
-        &operands,
-        handle_stream(handle),
-        || {
-            // SAFETY: the caller's arguments, as cuBLAS would receive them.
-            unsafe {
-                real::cublasSgemm_v2(
-                    handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
-                )
-            }
-        },
-    )
+    cublas_product(Api::cublasSgemm_v2, handle, operands, || {
+        // SAFETY: the caller's arguments, as cuBLAS would receive them.
+        unsafe {
+            real::cublasSgemm_v2(
+                handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+            )
+        }
+    })
 }
 
 pub unsafe fn cublasSgemmStridedBatched(
@@ -205,23 +206,16 @@ pub unsafe fn cublasSgemmStridedBatched(
     stride_c: i64,
     batch: c_int,
 ) -> cudaError_t {
-    let workspace = blas_workspaces::of(state(), handle);
     let operands = [a, b, c as *const f32, alpha, beta].map(|p| p as *const c_void);
-    let operands = [&operands[..], &[workspace]].concat();
-    super::super::library_call(
-        Api::cublasSgemmStridedBatched,
-        &operands,
-        handle_stream(handle),
-        || {
-            // SAFETY: the caller's arguments, as cuBLAS would receive them.
-            unsafe {
-                real::cublasSgemmStridedBatched(
-                    handle, transa, transb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b,
-                    beta, c, ldc, stride_c, batch,
-                )
-            }
-        },
-    )
+    cublas_product(Api::cublasSgemmStridedBatched, handle, operands, || {
+        // SAFETY: the caller's arguments, as cuBLAS would receive them.
+        unsafe {
+            real::cublasSgemmStridedBatched(
+                handle, transa, transb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta,
+                c, ldc, stride_c, batch,
+            )
+        }
+    })
 }
 
 pub unsafe fn cublasSetWorkspace_v2(
