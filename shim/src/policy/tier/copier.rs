@@ -19,7 +19,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, Once, PoisonError};
 
 use cudart_sys::*;
 use vramshare_common::size::MAX_DEVICES;
@@ -96,8 +96,8 @@ struct CopyOut {
 struct Copier {
     waiting: Mutex<VecDeque<CopyOut>>,
     handed: Condvar,
-    /// Whether the thread started, once asked.
-    started: OnceLock<bool>,
+    /// The thread asked to start, once (whether it did: `runs_in`).
+    started: Once,
     /// The process whose thread runs: a forked child's parent's thread did
     /// not follow it.
     runs_in: AtomicU32,
@@ -109,7 +109,7 @@ static COPIERS: [Copier; MAX_DEVICES] = [const {
     Copier {
         waiting: Mutex::new(VecDeque::new()),
         handed: Condvar::new(),
-        started: OnceLock::new(),
+        started: Once::new(),
         runs_in: AtomicU32::new(0),
     }
 }; MAX_DEVICES];
@@ -134,12 +134,7 @@ pub fn hand(dst: CUdeviceptr, src: CUdeviceptr, size: u64, device: Device) -> Op
     if copier.runs_in.load(SeqCst) == FORKED {
         return None;
     }
-    if *copier.started.get_or_init(|| start(copier)) {
-        // Claimed by the process that started it.
-        let _ = copier
-            .runs_in
-            .compare_exchange(0, std::process::id(), SeqCst, SeqCst);
-    }
+    copier.started.call_once(|| start(copier));
     if copier.runs_in.load(SeqCst) != std::process::id() {
         return None;
     }
@@ -157,7 +152,7 @@ pub fn hand(dst: CUdeviceptr, src: CUdeviceptr, size: u64, device: Device) -> Op
     Some(Handed(ticket))
 }
 
-fn start(copier: &'static Copier) -> bool {
+fn start(copier: &'static Copier) {
     let started = std::thread::Builder::new()
         .name("vramshare-copier".into())
         .spawn(move || run(copier));
@@ -165,9 +160,10 @@ fn start(copier: &'static Copier) -> bool {
         warn!(
             "the spill tier could not start a copier thread ({error}); copies out are queued whole"
         );
-        return false;
+        return;
     }
-    true
+    // Claimed by the process that started it.
+    copier.runs_in.store(std::process::id(), SeqCst);
 }
 
 fn run(copier: &'static Copier) {
