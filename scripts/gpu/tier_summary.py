@@ -5,7 +5,15 @@ the most device bytes seen against the quota, and the link's bytes per step.
 The floor of a run with S bytes over its quota (native peak less quota) is
 max(native step, S / 55 GB/s): each of those bytes must cross the link at
 least once a step, at the copy engines' measured 51-55 GB/s, overlapped
-with compute at best."""
+with compute at best.
+
+The two-way floor of a training step is max(native step, 2 S / 55 GB/s):
+at the step's peak S bytes are off the device; each was written before
+the peak and is read after it (activations, the optimizer's state, the
+weights it updates), so S bytes cross to the host before the peak and S
+bytes back after it, and the two cannot overlap within the step. Not
+given for the inference and sparse jobs, which read what is over the
+quota in place once a step."""
 import functools
 import json
 import os
@@ -16,6 +24,9 @@ import tarfile
 import run_trace
 
 LINK_BYTES_PER_S = 55e9
+# Jobs whose steps read everything over the quota in place once, not
+# written before a peak and read after it: no two-way floor.
+ONE_WAY_JOBS = {"inference", "sparse"}
 # FROM_STEP=N: the second table counts the timed steps from the Nth on
 # (the first ones may still pin host memory the later ones reuse).
 FROM_STEP = max(1, int(os.environ.get("FROM_STEP", "1")))
@@ -121,21 +132,24 @@ natives = list(runs)
 if os.environ.get("NATIVE_FROM"):
     natives += [json.loads(line) for line in open(os.environ["NATIVE_FROM"])]
 native = {r["job"]: r for r in natives if r["name"].endswith("-native") and r["result"]}
-print("| run | exit | step ms (median) | x native | x floor | losses = native | most device bytes / quota | link GB/step (rx+tx) | moved GB/step | copy+remap ms/step | drain ms/step | of copy+remap: copies / remaps / memory ms | pinning ms/step | drains/step | host GB pinned / given back (run) |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| run | exit | step ms (median) | x native | x floor | x two-way floor | losses = native | most device bytes / quota | link GB/step (rx+tx) | moved GB/step | copy+remap ms/step | drain ms/step | of copy+remap: copies / remaps / memory ms | pinning ms/step | drains/step | host GB pinned / given back (run) |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for run in runs:
     result = run["result"]
     base = native.get(run["job"])
     if not result or not base:
-        print(f"| {run['name']} | {run['exit']} | - | - | - | - | - | - | - | - | - | - | - | - | - |")
+        print(f"| {run['name']} | {run['exit']} | - | - | - | - | - | - | - | - | - | - | - | - | - | - |")
         continue
     step = median_step(result)
     native_step = median_step(base["result"])
     quota = quota_of(run["env"])
     peak = base["result"]["max_allocated"]
-    floor = native_step
+    floor = two_way = native_step
     if quota:
-        floor = max(native_step, 1e3 * max(peak - quota, 0) / LINK_BYTES_PER_S)
+        over = max(peak - quota, 0)
+        floor = max(native_step, 1e3 * over / LINK_BYTES_PER_S)
+        two_way = max(native_step, 2e3 * over / LINK_BYTES_PER_S)
+    two_way_cell = "-" if run["job"] in ONE_WAY_JOBS else f"{step / two_way:.2f}"
     same = result["values"] == base["result"]["values"]
     seen = run.get("sampled_max_device_bytes", 0)
     held = f"{seen / 2**30:.2f} / {quota / 2**30:.2f} GiB" if quota else "-"
@@ -153,7 +167,7 @@ for run in runs:
         if moved
         else "- | - | - | - | - | - | -"
     )
-    print(f"| {run['name']} | {run['exit']} | {step:.1f} | {step / native_step:.2f} | {step / floor:.2f} | {same} | {held} | {link} | {tier} |")
+    print(f"| {run['name']} | {run['exit']} | {step:.1f} | {step / native_step:.2f} | {step / floor:.2f} | {two_way_cell} | {same} | {held} | {link} | {tier} |")
 
 print()
 print("Timed steps only (the trace's samples inside them):" if FROM_STEP == 1 else

@@ -2,7 +2,7 @@
 // by where the copies come from and how they are queued. Setting access
 // costs about 1 ms more a mapping while a copy engine copies out of the
 // device (remap_batch.cu); this asks whether that holds when the copies
-// are queued one at a time, on a stream of the lowest priority, or by
+// are queued one, two or three at a time, on a stream of the lowest priority, or by
 // another process (its own address space on the GPU).
 //   remap_beside [BLOCKS [MIB [COPY_MIB [host|device]]]]
 // Prints one JSON object per measure: milliseconds to set access to all
@@ -199,6 +199,8 @@ int main(int argc, char **argv) {
     report("idle", b, measure(b), 0);
     beside_thread("out, this process, 16 queued", b, context, copy_mib, 16, true, 0);
     beside_thread("out, this process, 1 at a time", b, context, copy_mib, 1, true, 0);
+    beside_thread("out, this process, 2 at a time", b, context, copy_mib, 2, true, 0);
+    beside_thread("out, this process, 3 at a time", b, context, copy_mib, 3, true, 0);
     beside_thread("out, this process, lowest priority", b, context, copy_mib, 16, true, least);
     beside_thread("out, this process, highest priority", b, context, copy_mib, 16, true, greatest);
     beside_thread("in, this process, 16 queued", b, context, copy_mib, 16, false, 0);
