@@ -7,13 +7,18 @@ max(native step, S / 55 GB/s): each of those bytes must cross the link at
 least once a step, at the copy engines' measured 51-55 GB/s, overlapped
 with compute at best.
 
-The two-way floor of a training step is max(native step, 2 S / 55 GB/s):
-at the step's peak S bytes are off the device; each was written before
-the peak and is read after it (activations, the optimizer's state, the
-weights it updates), so S bytes cross to the host before the peak and S
-bytes back after it, and the two cannot overlap within the step. Not
-given for the inference and sparse jobs, which read what is over the
-quota in place once a step."""
+The floor for moves bounds what moving blocks can reach, not what any
+placement can: max(native step, 2 S / 55 GB/s), for a training step whose
+peak comes as its forward ends (the CNN's and the LM's). At that peak S
+bytes are off the device; each was last written before it (in the
+forward, or at the step before's optimizer step) and is read after it.
+Moved, each crosses to the host between the step's start and the peak
+and back between the peak and the step's end, so the two directions do
+not overlap. Bytes read and written in place over the link (an optimizer
+step over state that stays in host memory) could cross both ways at
+once, which is why the floor above counts S once. Not given for the
+other jobs: the dense job may peak inside its optimizer step; the
+inference and sparse jobs read what is over the quota once a step."""
 import functools
 import json
 import os
@@ -24,9 +29,8 @@ import tarfile
 import run_trace
 
 LINK_BYTES_PER_S = 55e9
-# Jobs whose steps read everything over the quota in place once, not
-# written before a peak and read after it: no two-way floor.
-ONE_WAY_JOBS = {"inference", "sparse"}
+# The training jobs whose peak comes as the forward ends (above).
+MOVED_FLOOR_JOBS = {"cnn", "cnn-marked", "lm", "lm-marked"}
 # FROM_STEP=N: the second table counts the timed steps from the Nth on
 # (the first ones may still pin host memory the later ones reuse).
 FROM_STEP = max(1, int(os.environ.get("FROM_STEP", "1")))
@@ -132,7 +136,7 @@ natives = list(runs)
 if os.environ.get("NATIVE_FROM"):
     natives += [json.loads(line) for line in open(os.environ["NATIVE_FROM"])]
 native = {r["job"]: r for r in natives if r["name"].endswith("-native") and r["result"]}
-print("| run | exit | step ms (median) | x native | x floor | x two-way floor | losses = native | most device bytes / quota | link GB/step (rx+tx) | moved GB/step | copy+remap ms/step | drain ms/step | of copy+remap: copies / remaps / memory ms | pinning ms/step | drains/step | host GB pinned / given back (run) |")
+print("| run | exit | step ms (median) | x native | x floor | x floor for moves | losses = native | most device bytes / quota | link GB/step (rx+tx) | moved GB/step | copy+remap ms/step | drain ms/step | of copy+remap: copies / remaps / memory ms | pinning ms/step | drains/step | host GB pinned / given back (run) |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for run in runs:
     result = run["result"]
@@ -144,12 +148,12 @@ for run in runs:
     native_step = median_step(base["result"])
     quota = quota_of(run["env"])
     peak = base["result"]["max_allocated"]
-    floor = two_way = native_step
+    floor = moved_floor = native_step
     if quota:
         over = max(peak - quota, 0)
         floor = max(native_step, 1e3 * over / LINK_BYTES_PER_S)
-        two_way = max(native_step, 2e3 * over / LINK_BYTES_PER_S)
-    two_way_cell = "-" if run["job"] in ONE_WAY_JOBS else f"{step / two_way:.2f}"
+        moved_floor = max(native_step, 2e3 * over / LINK_BYTES_PER_S)
+    moved_floor_cell = f"{step / moved_floor:.2f}" if run["job"] in MOVED_FLOOR_JOBS else "-"
     same = result["values"] == base["result"]["values"]
     seen = run.get("sampled_max_device_bytes", 0)
     held = f"{seen / 2**30:.2f} / {quota / 2**30:.2f} GiB" if quota else "-"
@@ -167,7 +171,7 @@ for run in runs:
         if moved
         else "- | - | - | - | - | - | -"
     )
-    print(f"| {run['name']} | {run['exit']} | {step:.1f} | {step / native_step:.2f} | {step / floor:.2f} | {two_way_cell} | {same} | {held} | {link} | {tier} |")
+    print(f"| {run['name']} | {run['exit']} | {step:.1f} | {step / native_step:.2f} | {step / floor:.2f} | {moved_floor_cell} | {same} | {held} | {link} | {tier} |")
 
 print()
 print("Timed steps only (the trace's samples inside them):" if FROM_STEP == 1 else
