@@ -2,8 +2,8 @@
 // by where the copies come from and how they are queued. Setting access
 // costs about 1 ms more a mapping while a copy engine copies out of the
 // device (remap_batch.cu); this asks whether that holds when the copies
-// are queued one, two or three at a time, on a stream of the lowest priority, or by
-// another process (its own address space on the GPU).
+// are queued one, two or three at a time, on a stream of the lowest
+// priority, or by another process (its own address space on the GPU).
 //   remap_beside [BLOCKS [MIB [COPY_MIB [host|device]]]]
 // Prints one JSON object per measure: milliseconds to set access to all
 // BLOCKS mappings of MIB each (median of three rounds) and what the copies
