@@ -14,8 +14,10 @@ const PIECE: u64 = 4 * MIB;
 fn a_block_goes_out_in_pieces_one_at_a_time_and_comes_back_whole() {
     // Two 12 MiB blocks fill 24 MiB of a 32 MiB quota, each with one byte
     // in its first 8 MiB and another in its last 4 (its third piece). c
-    // (12 MiB) finds no room: a block goes out for it. Then the kernels
-    // read a and b through pointers the shim does not see.
+    // (12 MiB) finds no room: a block goes out for it. Then, once any move
+    // the mover thread was handed has landed, the kernels read a and b
+    // through pointers the shim does not see (`overlap` may move a block
+    // beside such a kernel: the README says what `overlap` trusts).
     let steps = [
         "malloc:a:12M",
         "malloc:b:12M",
@@ -27,6 +29,7 @@ fn a_block_goes_out_in_pieces_one_at_a_time_and_comes_back_whole() {
         "malloc:c:12M",
         "fill:c:5:1",
         "sync",
+        "sleep:300",
         "peekvia:a:1",
         "peekvia:b:1",
         "peekvia:c:1",
