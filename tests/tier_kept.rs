@@ -522,3 +522,41 @@ fn an_allocation_waiting_for_a_kept_blocks_free_counts_the_wait() {
     // Bounded: an allocation waits for a free at most 20 ms.
     assert!(waited < 0.1, "{moves:#}");
 }
+
+#[test]
+fn kept_blocks_given_back_for_room_kept_free_ahead_of_need_are_counted_apart() {
+    // a and two blocks to be kept fill a 16 MiB quota; h, made after them,
+    // is made in host memory. Once k1 and k2 are kept, h's fill brings it
+    // in: the first kept block is given back for it (room needed now), the
+    // second for the move budget kept free (2 MiB, ahead of need).
+    let run = client(
+        Runtime::Fake13,
+        &moving("16MiB", &[]),
+        &[
+            "async:a:8M",
+            "async:k1:4M",
+            "async:k2:4M",
+            "fill:a:1:0",
+            "fill:k1:2:0",
+            "fill:k2:3:0",
+            "async:h:4M",
+            "freeasync:k1",
+            "freeasync:k2",
+            "sync",
+            "fill:h:4:0",
+            "sync",
+            "meminfo",
+        ],
+    );
+    run.assert_ok();
+    assert_eq!(run.meminfo(), vec![(4 * MIB, 16 * MIB)], "{}", run.stdout);
+    let samples = run.trace()["processes"][0]["moves"]["samples"]
+        .as_array()
+        .unwrap();
+    let last = samples.last().unwrap();
+    let (all, ahead) = (
+        last["give_back_ns"].as_u64().unwrap(),
+        last["give_back_ahead_ns"].as_u64().unwrap(),
+    );
+    assert!(ahead > 0 && ahead < all, "{last:#}");
+}

@@ -265,6 +265,9 @@ pub struct MovesSample {
     /// Giving kept blocks' device memory back, inside moves, at
     /// allocations and at quota cuts (not a part of `move_ns`).
     pub give_back_ns: u64,
+    /// Of `give_back_ns`: for the room kept free ahead of need, not for a
+    /// block or an allocation that needs room now.
+    pub give_back_ahead_ns: u64,
     /// Mapping memory at a kept block's empty range as it is handed out
     /// again, at allocations (not a part of `move_ns`).
     pub hand_out_ns: u64,

@@ -13,10 +13,13 @@ threads spent making memory (pinning host memory for a block's first move
 out is most of it), remapping, and waiting for the room the mover thread's
 moves free, and the ms the mover thread spent remapping; the ms the job's
 threads spent ordering work after blocks' uses and recording their events,
-and of it waiting on the host where a call's stream was not known; last,
-the ms both threads spent pinning host memory (a block's first move out makes it): a
+and of it waiting on the host where a call's stream was not known; the ms
+both threads spent pinning host memory (a block's first move out makes it): a
 step that pins is slow for that, and the steps after it stop pinning once
-each block of the step has host memory of its own."""
+each block of the step has host memory of its own; last, the ms the job's
+threads spent giving kept blocks' device memory back (of it, for the room
+kept free ahead of need) and mapping memory at kept blocks' empty ranges
+as they are handed out again."""
 import json
 import os
 import sys
@@ -32,7 +35,7 @@ def main():
     samples = trace["processes"][0]["moves"].get("samples", [])
     events = trace["events"]
     print(f"{run}: each timed step")
-    print("step | ms | GB to the host | GB onto the device | job's memory ms | job's remaps ms | job's waits for room ms | mover's remaps ms | uses ms | of which waits ms | pinning ms")
+    print("step | ms | GB to the host | GB onto the device | job's memory ms | job's remaps ms | job's waits for room ms | mover's remaps ms | uses ms | of which waits ms | pinning ms | kept blocks given back ms | of which ahead of need ms | kept ranges filled ms")
     begin = result["timed_ns"][0]
     for step, length in enumerate(result["step_ms_each"]):
         end = begin + length * 1e6
@@ -42,8 +45,11 @@ def main():
                 moved[event["op"]] += event["size"]
         inside = [s for s in samples if begin <= s["t_ns"] <= end]
         spent = {}
-        for key in ("memory_ns", "remap_ns", "mover_room_wait_ns", "mover_remap_ns", "uses_ns", "uses_wait_ns", "pinning_ns"):
-            spent[key] = (inside[-1].get(key, 0) - inside[0].get(key, 0)) / 1e6 if len(inside) > 1 else None
+        for key in ("memory_ns", "remap_ns", "mover_room_wait_ns", "mover_remap_ns", "uses_ns", "uses_wait_ns", "pinning_ns",
+                    "give_back_ns", "give_back_ahead_ns", "hand_out_ns"):
+            # A trace from a build before the counter was added: "-".
+            known = len(inside) > 1 and key in inside[0]
+            spent[key] = (inside[-1][key] - inside[0][key]) / 1e6 if known else None
         cells = ["-" if spent[k] is None else f"{spent[k]:.0f}" for k in spent]
         print(f"{step + 1} | {length:.1f} | {moved['demote'] / 1e9:.2f} | {moved['promote'] / 1e9:.2f} | " + " | ".join(cells))
         begin = end

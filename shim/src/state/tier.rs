@@ -133,6 +133,10 @@ pub struct Tier {
     /// block's host memory in its place where it has some), inside moves,
     /// at allocations and at quota cuts: not a part of `move_ns`.
     pub give_back_ns: AtomicU64,
+    /// Of `give_back_ns`: for the room kept free ahead of need
+    /// ([`crate::policy::tier`]'s `room::evict_ahead`), not for a block or
+    /// an allocation that needs room now.
+    pub give_back_ahead_ns: AtomicU64,
     /// Mapping memory at a kept block's empty range as it is handed out
     /// again (device memory where there is room, else its host memory), at
     /// allocations: not a part of `move_ns`.
@@ -322,6 +326,7 @@ impl Tier {
             queue_ns: self.queue_ns.load(Relaxed),
             choose_ns: self.choose_ns.load(Relaxed),
             give_back_ns: self.give_back_ns.load(Relaxed),
+            give_back_ahead_ns: self.give_back_ahead_ns.load(Relaxed),
             hand_out_ns: self.hand_out_ns.load(Relaxed),
             uses_ns: self.uses_ns.load(Relaxed),
             uses_wait_ns: self.uses_wait_ns.load(Relaxed),

@@ -67,7 +67,9 @@ pub(super) fn evict_ahead(
         return staged;
     }
     // Kept blocks go first: giving them back moves nothing.
-    room += kept::give_back_while(state, device, false, |given| room + given < budget);
+    room += timed(&state.tier.give_back_ahead_ns, || {
+        kept::give_back_while(state, device, false, |given| room + given < budget)
+    });
     if room >= budget {
         return staged;
     }
