@@ -45,6 +45,21 @@ pub fn current_context() -> Option<usize> {
     (rc == CUDA_SUCCESS && !context.is_null()).then_some(context as usize)
 }
 
+/// On a thread of the shim's, makes `context` current unless it is
+/// already (`current`: the one the thread made current last, updated).
+pub fn make_current(context: usize, current: &mut usize) -> Result<()> {
+    if *current != context {
+        // SAFETY: a context a job's thread had current as it handed the
+        // work over; the job's own.
+        let rc = unsafe { real::cuCtxSetCurrent(context as *mut std::ffi::c_void) };
+        if rc != CUDA_SUCCESS {
+            return Err(rc);
+        }
+        *current = context;
+    }
+    Ok(())
+}
+
 /// `CU_STREAM_CAPTURE_MODE_RELAXED`.
 const CAPTURE_MODE_RELAXED: i32 = 2;
 

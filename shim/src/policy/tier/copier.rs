@@ -25,7 +25,6 @@ use cudart_sys::*;
 use vramshare_common::size::MAX_DEVICES;
 
 use crate::config::Device;
-use crate::cuda::real;
 use crate::state::lock;
 
 use super::backing::{self, Direction};
@@ -45,16 +44,12 @@ struct Ticket {
 impl Ticket {
     /// Waits until the copy has landed, or failed.
     fn wait(&self) -> backing::Result<()> {
-        let mut landed = lock(&self.landed);
-        loop {
-            if let Some(result) = *landed {
-                return result;
-            }
-            landed = self
-                .changed
-                .wait(landed)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
+        let landed = self
+            .changed
+            .wait_while(lock(&self.landed), |landed| landed.is_none())
+            .unwrap_or_else(PoisonError::into_inner);
+        // Always landed here; an error rather than a panic all the same.
+        landed.unwrap_or(Err(CUDA_ERROR_UNKNOWN))
     }
 
     fn end(&self, result: backing::Result<()>) {
@@ -193,15 +188,7 @@ fn run(copier: &'static Copier) {
 
 /// Makes `out` piece by piece, each waited for before the next is queued.
 fn copy(out: &CopyOut, current: &mut usize) -> backing::Result<()> {
-    if *current != out.context {
-        // SAFETY: a context the job's thread or the mover had current as it
-        // handed the copy over; the job's own.
-        let rc = unsafe { real::cuCtxSetCurrent(out.context as *mut std::ffi::c_void) };
-        if rc != CUDA_SUCCESS {
-            return Err(rc);
-        }
-        *current = out.context;
-    }
+    backing::make_current(out.context, current)?;
     let mut offset = 0;
     while offset < out.size {
         let bytes = PIECE.min(out.size - offset);

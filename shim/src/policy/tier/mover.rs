@@ -18,11 +18,9 @@
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::{MutexGuard, PoisonError};
 
-use cudart_sys::*;
 use vramshare_common::event::Placement;
 
 use crate::config::Device;
-use crate::cuda::real;
 use crate::state::outgoing::{Leaving, Outgoing, Queue};
 use crate::state::{lock, State};
 
@@ -272,20 +270,14 @@ fn make(
             next
         };
         taken.push(next);
-        if *current != next.context {
-            if !staged.is_empty() {
-                // Finished in the context they were queued in.
-                finish(state, std::mem::take(&mut staged), taken, counted);
-            }
-            // SAFETY: a context the job's thread had current when it handed
-            // the move over; the job's own.
-            let rc = unsafe { real::cuCtxSetCurrent(next.context as *mut std::ffi::c_void) };
-            if rc != CUDA_SUCCESS {
-                state.ledger.end_tier_move(next.ptr, Placement::Device);
-                end(state, taken, counted, next.ptr, false);
-                continue;
-            }
-            *current = next.context;
+        if *current != next.context && !staged.is_empty() {
+            // Finished in the context they were queued in.
+            finish(state, std::mem::take(&mut staged), taken, counted);
+        }
+        if backing::make_current(next.context, current).is_err() {
+            state.ledger.end_tier_move(next.ptr, Placement::Device);
+            end(state, taken, counted, next.ptr, false);
+            continue;
         }
         // Ends the ledger's move if it cannot be staged.
         match moves::stage_begun_out(state, next.ptr, next.size, next.device) {
