@@ -11,12 +11,7 @@ mod common;
 use common::*;
 
 fn overlapping(quota: &str) -> Vec<(&str, &str)> {
-    vec![
-        ("VRAMSHARE_QUOTA", quota),
-        ("VRAMSHARE_MOVES", "overlap"),
-        ("FAKE_CUDA_DEVICES", "1"),
-        ("FAKE_CUDA_STREAM_DELAY_US", "20000"),
-    ]
+    moving_beside(quota, &[("FAKE_CUDA_STREAM_DELAY_US", "20000")])
 }
 
 /// Four 4 MiB blocks under 12 MiB (the tier holds them), a, b and c filled

@@ -34,14 +34,9 @@ fn a_block_goes_out_in_pieces_one_at_a_time_and_comes_back_whole() {
         "peekvia:b:1",
         "peekvia:c:1",
     ];
-    let vars = [
-        ("VRAMSHARE_QUOTA", "32MiB"),
-        ("VRAMSHARE_MOVES", "overlap"),
-        ("FAKE_CUDA_DEVICES", "1"),
-        // Copies land only when their stream is waited for: a piece queued
-        // before the last one was waited for would still be held back.
-        ("FAKE_CUDA_DEFER_COPIES", "1"),
-    ];
+    // Copies land only when their stream is waited for: a piece queued
+    // before the last one was waited for would still be held back.
+    let vars = moving_beside("32MiB", &[("FAKE_CUDA_DEFER_COPIES", "1")]);
     let run = client(Runtime::Fake13, &vars, &steps);
     run.assert_ok();
     for (name, first, last) in [("a", "1", "2"), ("b", "3", "4"), ("c", "5", "5")] {

@@ -14,12 +14,7 @@ fn a_fault_while_blocks_move_is_said_once_with_the_tiers_last_moves() {
     // launch fails with an illegal address, as after a kernel's fault.
     let mut steps = THIRD_COMES_IN.to_vec();
     steps.extend(["fill:a:4:1", "fill:b:5:1", "fill:c:6:1"]);
-    let env = [
-        ("VRAMSHARE_QUOTA", "8MiB"),
-        ("VRAMSHARE_MOVES", "overlap"),
-        ("FAKE_CUDA_DEVICES", "1"),
-        ("FAKE_CUDA_FAULT_AFTER", "5"),
-    ];
+    let env = moving_beside("8MiB", &[("FAKE_CUDA_FAULT_AFTER", "5")]);
     let run = client(Runtime::Fake13, &env, &steps);
     // The job sees CUDA's own error, each time.
     let rcs: Vec<i32> = run

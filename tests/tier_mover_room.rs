@@ -22,12 +22,7 @@ fn an_allocation_waiting_for_room_goes_on_once_one_move_out_has_landed() {
     }
     steps.extend(["sync", "malloc:i:4M", "malloc:j:2M", "sync"].map(String::from));
     let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
-    let vars = [
-        ("VRAMSHARE_QUOTA", "32MiB"),
-        ("VRAMSHARE_MOVES", "overlap"),
-        ("FAKE_CUDA_DEVICES", "1"),
-        ("FAKE_CUDA_HOST_ACCESS_DELAY_MS", "300"),
-    ];
+    let vars = moving_beside("32MiB", &[("FAKE_CUDA_HOST_ACCESS_DELAY_MS", "300")]);
     let run = client(Runtime::Fake13, &vars, &steps);
     run.assert_ok();
     let j = run.field("malloc j", "ptr");

@@ -15,13 +15,8 @@ use common::*;
 use sampler::{run_sampled, Sampled};
 
 fn overlapping<'a>(quota: &'a str, more: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
-    let mut vars = vec![
-        ("VRAMSHARE_QUOTA", quota),
-        ("VRAMSHARE_MOVES", "overlap"),
-        ("FAKE_CUDA_DEVICES", "1"),
-        // Every piece of work on a stream runs 20 ms after it is reached.
-        ("FAKE_CUDA_STREAM_DELAY_US", "20000"),
-    ];
+    // Every piece of work on a stream runs 20 ms after it is reached.
+    let mut vars = moving_beside(quota, &[("FAKE_CUDA_STREAM_DELAY_US", "20000")]);
     vars.extend_from_slice(more);
     vars
 }

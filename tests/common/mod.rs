@@ -16,9 +16,22 @@ pub const MIB: u64 = 1 << 20;
 /// The variables of a run with moves on, on one fake GPU (a process that
 /// sees two makes no tier blocks), under `quota`, and `more`.
 pub fn moving<'a>(quota: &'a str, more: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    moves_of("on", quota, more)
+}
+
+/// As [`moving`], with moves beside the kernels (`VRAMSHARE_MOVES=overlap`).
+pub fn moving_beside<'a>(quota: &'a str, more: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    moves_of("overlap", quota, more)
+}
+
+fn moves_of<'a>(
+    moves: &'a str,
+    quota: &'a str,
+    more: &[(&'a str, &'a str)],
+) -> Vec<(&'a str, &'a str)> {
     let mut vars = vec![
         ("VRAMSHARE_QUOTA", quota),
-        ("VRAMSHARE_MOVES", "on"),
+        ("VRAMSHARE_MOVES", moves),
         ("FAKE_CUDA_DEVICES", "1"),
     ];
     vars.extend_from_slice(more);
