@@ -316,14 +316,18 @@ fn a_block_goes_out_ahead_of_need_on_the_mover_thread_with_its_bytes() {
 #[test]
 fn work_that_names_a_block_handed_to_the_mover_keeps_it_or_waits_for_its_move() {
     // b, the least recently used left on the device, is handed to the
-    // mover as i comes in; a kernel writes it at once.
+    // mover as i comes in; a kernel writes it at once. Mapping host memory
+    // takes 50 ms, so that b's move cannot have ended before the kernel
+    // names it however the threads are scheduled; the sleep outlasts the
+    // mover's moves before the peeks.
     let mut steps = ninth_comes_in();
     steps.extend(["fill:b:7:1".into(), "sync".into(), "sleep:200".into()]);
     for name in ["b", "c", "i"] {
         steps.push(format!("peekvia:{name}:1"));
     }
     let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
-    let run = client(Runtime::Fake13, &overlapping("32MiB", &[]), &steps);
+    let vars = overlapping("32MiB", &[("FAKE_CUDA_HOST_ACCESS_DELAY_MS", "50")]);
+    let run = client(Runtime::Fake13, &vars, &steps);
     run.assert_ok();
     let moves = moves(&run);
     let handed = moves["mover_moves"].as_u64().unwrap() + moves["mover_claimed"].as_u64().unwrap();
