@@ -295,6 +295,17 @@ pub struct MovesSample {
     pub free_wait_ns: u64,
     /// Of `bytes_to_device`: brought ahead of need.
     pub ahead_bytes: u64,
+    /// Why blocks did or did not come ahead: looks at the uses to come
+    /// made while blocks were in host memory; of them, those that found no
+    /// block there that could come; blocks passed over as queued work still
+    /// read them in place; looks that stopped at a block for want of room.
+    pub ahead_looks: u64,
+    pub ahead_none_in_host: u64,
+    pub ahead_passed_busy: u64,
+    pub ahead_short_of_room: u64,
+    /// Bytes of kept blocks (freed, kept for reuse) on the device at the
+    /// sample: room counted under the quota that no live block holds.
+    pub kept_on_device_bytes: u64,
     /// New blocks made on the device by moving others out.
     pub made_with_room_bytes: u64,
 }

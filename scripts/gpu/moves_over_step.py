@@ -17,7 +17,15 @@ At each bin's end, too: the bytes of the job's live blocks (allocated, not
 freed) on the device and in host memory, followed from the run's first
 event. What the quota holds beyond the live bytes on the device is free,
 or kept by the tier for reuse (freed in stream order). Where the trace
-dropped events (its `events_dropped`), these are not exact."""
+dropped events (its `events_dropped`), these are not exact.
+
+Then, from the tier's samples inside the step (taken about every 50 ms),
+for each stretch between two: the GB brought ahead of need, why blocks
+did or did not come ahead (the looks at the uses to come made after uses;
+of them, those that found no block in host memory that could come; blocks
+passed over as queued work still read them in place; looks stopped for
+want of room to spare), and the GB of kept blocks on the device at the
+stretch's end."""
 import json
 import math
 import os
@@ -61,6 +69,18 @@ def main():
         last = live_at[b] or last
         held_text = f"{last[0] / 1e9:.2f} / {last[1] / 1e9:.2f}" if last else "-"
         print(f"{b * width:.0f}-{(b + 1) * width:.0f} | {allocs[b]} | {out[b] / 1e9:.2f} | {into[b] / 1e9:.2f} | {held_text}")
+    samples = trace["processes"][0]["moves"].get("samples", [])
+    inside = [s for s in samples if begin <= s["t_ns"] <= begin + length * 1e6]
+    if len(inside) < 2 or "ahead_looks" not in inside[0]:
+        # A trace from a build before these counters, or too few samples.
+        return
+    print()
+    print("ms into the step | GB brought ahead | looks ahead | found none in host | passed over, in use | short of room | kept GB on the device")
+    for a, b in zip(inside, inside[1:]):
+        gone = lambda key: b[key] - a[key]
+        print(f"{(a['t_ns'] - begin) / 1e6:.0f}-{(b['t_ns'] - begin) / 1e6:.0f} | {gone('ahead_bytes') / 1e9:.2f} | "
+              f"{gone('ahead_looks')} | {gone('ahead_none_in_host')} | {gone('ahead_passed_busy')} | "
+              f"{gone('ahead_short_of_room')} | {b['kept_on_device_bytes'] / 1e9:.2f}")
 
 
 def follow(live, held, event):

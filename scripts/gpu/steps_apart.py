@@ -19,7 +19,10 @@ step that pins is slow for that, and the steps after it stop pinning once
 each block of the step has host memory of its own; last, the ms the job's
 threads spent giving kept blocks' device memory back (of it, for the room
 kept free ahead of need) and mapping memory at kept blocks' empty ranges
-as they are handed out again."""
+as they are handed out again; then why blocks did or did not come ahead of
+need: the looks at the uses to come, those that found no block in host
+memory that could come, blocks passed over as queued work still read them
+in place, and looks stopped for want of room to spare."""
 import json
 import os
 import sys
@@ -35,7 +38,7 @@ def main():
     samples = trace["processes"][0]["moves"].get("samples", [])
     events = trace["events"]
     print(f"{run}: each timed step")
-    print("step | ms | GB to the host | GB onto the device | job's memory ms | job's remaps ms | job's waits for room ms | mover's remaps ms | uses ms | of which waits ms | pinning ms | kept blocks given back ms | of which ahead of need ms | kept ranges filled ms")
+    print("step | ms | GB to the host | GB onto the device | job's memory ms | job's remaps ms | job's waits for room ms | mover's remaps ms | uses ms | of which waits ms | pinning ms | kept blocks given back ms | of which ahead of need ms | kept ranges filled ms | looks ahead | found none in host | passed over, in use | short of room")
     begin = result["timed_ns"][0]
     for step, length in enumerate(result["step_ms_each"]):
         end = begin + length * 1e6
@@ -51,6 +54,9 @@ def main():
             known = len(inside) > 1 and key in inside[0]
             spent[key] = (inside[-1][key] - inside[0][key]) / 1e6 if known else None
         cells = ["-" if spent[k] is None else f"{spent[k]:.0f}" for k in spent]
+        for key in ("ahead_looks", "ahead_none_in_host", "ahead_passed_busy", "ahead_short_of_room"):
+            known = len(inside) > 1 and key in inside[0]
+            cells.append(str(inside[-1][key] - inside[0][key]) if known else "-")
         print(f"{step + 1} | {length:.1f} | {moved['demote'] / 1e9:.2f} | {moved['promote'] / 1e9:.2f} | " + " | ".join(cells))
         begin = end
 

@@ -172,6 +172,15 @@ pub struct Tier {
     /// `moves_in` and `moved_in`.
     pub ahead_moves: AtomicU64,
     pub ahead_bytes: AtomicU64,
+    /// Why blocks did or did not come ahead: the looks at the uses to come
+    /// made after uses, while blocks were in host memory; of them, those
+    /// that found no block there that could come; blocks in host memory
+    /// passed over as work queued still read them in place; and the looks
+    /// that stopped at a block for want of room to spare.
+    pub ahead_looks: AtomicU64,
+    pub ahead_none_in_host: AtomicU64,
+    pub ahead_passed_busy: AtomicU64,
+    pub ahead_short_of_room: AtomicU64,
     /// By device: the tier's blocks that serve stream-ordered allocations
     /// of the device's default pool.
     pub ordered: [Ordered; MAX_DEVICES],
@@ -310,6 +319,16 @@ impl Tier {
         lock(&self.samples).offer(MOVES_SAMPLES_MAX, || self.snapshot(t_ns));
     }
 
+    /// Bytes of kept blocks on devices' memory: room that no live block
+    /// holds, counted under the quota until given back.
+    fn kept_on_device(&self) -> u64 {
+        lock(&self.kept)
+            .iter()
+            .filter(|kept| kept.backing.on_device != 0)
+            .map(|kept| kept.backing.size)
+            .sum()
+    }
+
     /// The moves' counters now (`t_ns`).
     pub fn snapshot(&self, t_ns: u64) -> MovesSample {
         MovesSample {
@@ -341,6 +360,11 @@ impl Tier {
             mover_room_wait_ns: self.outgoing.room_wait_ns.load(Relaxed),
             free_wait_ns: self.free_wait_ns.load(Relaxed),
             ahead_bytes: self.ahead_bytes.load(Relaxed),
+            ahead_looks: self.ahead_looks.load(Relaxed),
+            ahead_none_in_host: self.ahead_none_in_host.load(Relaxed),
+            ahead_passed_busy: self.ahead_passed_busy.load(Relaxed),
+            ahead_short_of_room: self.ahead_short_of_room.load(Relaxed),
+            kept_on_device_bytes: self.kept_on_device(),
             made_with_room_bytes: self.room_at_birth.load(Relaxed),
         }
     }

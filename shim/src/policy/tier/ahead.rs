@@ -73,9 +73,12 @@ pub(super) fn bring(state: &'static State, api: Api) {
         return;
     };
     let _timed = Timed(state, std::time::Instant::now());
+    let tier = &state.tier;
+    tier.ahead_looks.fetch_add(1, Relaxed);
     let mut staged: Vec<Staged> = Vec::new();
     let mut spare = room::spare_beyond_budget(state, device, bound);
     let mut looked = last + 1;
+    let mut found = false;
     for (distance, start) in upcoming {
         let Some(block) = state.ledger.block_at(start) else {
             continue;
@@ -85,23 +88,32 @@ pub(super) fn bring(state: &'static State, api: Api) {
             && block.placement == Placement::Host
             && block.device == device
             && block.size <= bound / 2;
+        if !comes {
+            continue;
+        }
+        found = true;
         // A block still read in place by work queued is left to come when
         // work names it: what was looked at is not looked at again.
-        if !comes || !uses::idle(state, start) {
+        if !uses::idle(state, start) {
+            tier.ahead_passed_busy.fetch_add(1, Relaxed);
             continue;
         }
         if block.size > spare || !state.ledger.try_reserve(device, block.size, quota) {
             // No room to spare: looked at again after a later use, once
             // room has been made for a block a use names.
+            tier.ahead_short_of_room.fetch_add(1, Relaxed);
             looked = distance;
             break;
         }
         spare -= block.size;
         if let Some(move_in) = moves::stage_in(state, start, block, true) {
-            state.tier.ahead_moves.fetch_add(1, Relaxed);
-            state.tier.ahead_bytes.fetch_add(block.size, Relaxed);
+            tier.ahead_moves.fetch_add(1, Relaxed);
+            tier.ahead_bytes.fetch_add(block.size, Relaxed);
             staged.push(move_in);
         }
+    }
+    if !found {
+        tier.ahead_none_in_host.fetch_add(1, Relaxed);
     }
     replay.looked_to(looked);
     let came = !staged.is_empty();

@@ -1,0 +1,100 @@
+//! Why blocks come ahead of need or not, as the trace counts it, on the
+//! fake runtime (`VRAMSHARE_MOVES=overlap`, steps marked).
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+/// A marked step five times under 32 MiB, as a training step's forward and
+/// backward passes: 24 blocks of 2 MiB made and filled in turn, then filled
+/// again in the reverse order and freed in stream order, kept for the next
+/// step's. Each fill is waited for.
+fn forward_and_backward(more: &[(&str, &str)]) -> Run {
+    let blocks: Vec<String> = (0..24).map(|i| format!("a{i}")).collect();
+    let mut step = vec!["step".to_string()];
+    for (byte, name) in blocks.iter().enumerate() {
+        step.extend([
+            format!("async:{name}:2M:1"),
+            format!("fill:{name}:{}:1", byte + 1),
+            "sync".into(),
+        ]);
+    }
+    for (byte, name) in blocks.iter().enumerate().rev() {
+        step.extend([
+            format!("fill:{name}:{}:1", byte + 101),
+            "sync".into(),
+            format!("freeasync:{name}:1"),
+        ]);
+    }
+    step.push("sync".into());
+    let mut steps = vec![format!("repeat:5:{}", step.len())];
+    steps.extend(step);
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let mut vars = moving_beside("32MiB", &[("FAKE_CUDA_STREAM_DELAY_US", "1000")]);
+    vars.extend_from_slice(more);
+    let run = client(Runtime::Fake13, &vars, &steps);
+    run.assert_ok();
+    run
+}
+
+fn last_sample(run: &Run) -> &Value {
+    let samples = run.trace()["processes"][0]["moves"]["samples"].as_array();
+    samples
+        .and_then(|s| s.last())
+        .expect("samples of the moves")
+}
+
+#[test]
+fn the_trace_says_why_blocks_came_ahead_or_not() {
+    // In the forward, the uses to come name blocks not yet made, or on the
+    // device: looks that find none in host memory. In the backward, the
+    // blocks the forward sent out come back ahead as room is made, and a
+    // look stops where there is no room to spare. Every fill is waited for,
+    // so no block in host memory is still being read in place when looked
+    // at.
+    let run = forward_and_backward(&[]);
+    let moves = &run.trace()["processes"][0]["moves"];
+    let last = last_sample(&run);
+    let count = |key: &str| last[key].as_u64().unwrap();
+    assert!(moves["ahead_moves"].as_u64().unwrap() > 0, "{moves:#}");
+    assert_eq!(count("ahead_bytes"), moves["ahead_bytes"].as_u64().unwrap());
+    let looks = count("ahead_looks");
+    let (none, short) = (count("ahead_none_in_host"), count("ahead_short_of_room"));
+    assert!(none > 0 && short > 0, "{last:#}");
+    // A look that found no block in host memory did not stop for room.
+    assert!(none + short <= looks, "{last:#}");
+    assert_eq!(count("ahead_passed_busy"), 0, "{last:#}");
+    // At the end every block was freed in stream order and kept, those on
+    // the device counted there, under the quota.
+    let kept = count("kept_on_device_bytes");
+    assert!((2 * MIB..=32 * MIB).contains(&kept), "{last:#}");
+    assert_eq!(kept % (2 * MIB), 0, "{last:#}");
+}
+
+#[test]
+fn blocks_still_read_in_place_by_queued_work_are_passed_over() {
+    // Twenty 2 MiB blocks under 32 MiB, each step filled in turn, then
+    // each filled twice more, nothing waited for until the step's end, and
+    // work run 2 ms after it is given. A block comes onto the device once a
+    // step: in the second round those sent out for others are read in
+    // place, and the look after a block's first fill there finds its second
+    // fill coming while the first is still queued.
+    let blocks: Vec<String> = (0..20).map(|i| format!("b{i}")).collect();
+    let mut steps: Vec<String> = blocks.iter().map(|b| format!("malloc:{b}:2M")).collect();
+    let mut step = vec!["step".to_string()];
+    step.extend(blocks.iter().map(|b| format!("fill:{b}:1:1")));
+    for b in &blocks {
+        step.extend([format!("fill:{b}:2:1"), format!("fill:{b}:3:1")]);
+    }
+    step.push("sync".into());
+    steps.push(format!("repeat:4:{}", step.len()));
+    steps.extend(step);
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let vars = moving_beside("32MiB", &[("FAKE_CUDA_STREAM_DELAY_US", "2000")]);
+    let run = client(Runtime::Fake13, &vars, &steps);
+    run.assert_ok();
+    let last = last_sample(&run);
+    let count = |key: &str| last[key].as_u64().unwrap();
+    assert!(count("ahead_passed_busy") >= 1, "{last:#}");
+}
