@@ -14,7 +14,7 @@ use std::sync::atomic::{
     AtomicBool, AtomicU64,
     Ordering::{Relaxed, SeqCst},
 };
-use std::sync::{Mutex, MutexGuard, RwLock};
+use std::sync::{Mutex, MutexGuard, RwLock, TryLockError};
 
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
@@ -181,6 +181,8 @@ pub struct Tier {
     pub ahead_none_in_host: AtomicU64,
     pub ahead_passed_busy: AtomicU64,
     pub ahead_short_of_room: AtomicU64,
+    /// Kept blocks' bytes on devices' memory as a sample last found them.
+    pub kept_on_device_seen: AtomicU64,
     /// By device: the tier's blocks that serve stream-ordered allocations
     /// of the device's default pool.
     pub ordered: [Ordered; MAX_DEVICES],
@@ -320,13 +322,23 @@ impl Tier {
     }
 
     /// Bytes of kept blocks on devices' memory: room that no live block
-    /// holds, counted under the quota until given back.
+    /// holds, counted under the quota until given back. The kept blocks'
+    /// lock is held across event queries, which may wait on the driver:
+    /// where another thread holds it, the count the last look found, so
+    /// that the trace written at exit never waits for it.
     fn kept_on_device(&self) -> u64 {
-        lock(&self.kept)
+        let list = match self.kept.try_lock() {
+            Ok(list) => list,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return self.kept_on_device_seen.load(Relaxed),
+        };
+        let bytes = list
             .iter()
             .filter(|kept| kept.backing.on_device != 0)
             .map(|kept| kept.backing.size)
-            .sum()
+            .sum();
+        self.kept_on_device_seen.store(bytes, Relaxed);
+        bytes
     }
 
     /// The moves' counters now (`t_ns`).
