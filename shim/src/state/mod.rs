@@ -21,6 +21,7 @@ use vramshare_common::ring::Ring;
 
 use crate::config::{Config, Device, MAX_DEVICES};
 pub mod access;
+pub mod gate;
 mod launch_counts;
 pub mod ledger;
 pub mod outgoing;

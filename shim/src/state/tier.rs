@@ -1,5 +1,6 @@
 //! What the spill tier keeps: the physical memory behind each of its blocks,
-//! and the gate that holds the job's launches back while blocks are remapped.
+//! its kept blocks, its counters, and the gate ([`super::gate`]) that holds
+//! the job's launches back while blocks are remapped.
 //!
 //! A tier block is a reserved address range twice its size: the block at
 //! its start, and a staging half where its host memory stays mapped, for
@@ -8,13 +9,9 @@
 //! later move pays no pinning) are handles of the virtual memory API. The
 //! ledger says where it lives; this says with what.
 
-use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{
-    AtomicBool, AtomicU64,
-    Ordering::{Relaxed, SeqCst},
-};
-use std::sync::{Mutex, MutexGuard, RwLock, TryLockError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, RwLock, TryLockError};
 
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
@@ -23,6 +20,7 @@ use crate::config::Device;
 use vramshare_common::size::MAX_DEVICES;
 use vramshare_common::trace_json::{MovesSample, MOVES_SAMPLES_MAX};
 
+use super::gate::Gate;
 use super::lock;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -399,123 +397,6 @@ pub struct Ordered {
     pub reserved_high: AtomicU64,
 }
 
-/// Launches, copies and library calls enter the gate while they hand work
-/// to CUDA; a move closes it, waits until no thread is inside, and then
-/// waits for the device to finish everything the job gave it. While it
-/// remaps, no kernel of the job is queued or running, so none can read a
-/// block's range between its unmapping and its new mapping, or before the
-/// copy into its new memory has landed, whether or not the shim saw the
-/// kernel's pointer to it.
-#[derive(Default)]
-pub struct Gate {
-    closed: AtomicBool,
-    inside: AtomicU64,
-    /// Work (launches, copies, library calls) entered so far.
-    entered: AtomicU64,
-    mover: Mutex<()>,
-}
-
-/// How long a move waits for the threads inside to leave before it gives
-/// way (and the block it was for is read where it is).
-const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
-
-thread_local! {
-    /// How deep this thread is in gated calls (a library call's own
-    /// launches are inside its call).
-    static DEPTH: Cell<u32> = const { Cell::new(0) };
-}
-
-/// A thread inside the gate; leaves it when dropped.
-pub struct Inside<'a> {
-    gate: &'a Gate,
-    /// Whether this entry is counted in `inside` (the thread's outermost).
-    counted: bool,
-}
-
-/// The gate closed for a move; opens when dropped.
-pub struct Closed<'a> {
-    gate: &'a Gate,
-    _mover: MutexGuard<'a, ()>,
-}
-
-impl Gate {
-    /// Enters, waiting while a move holds the gate closed. A thread
-    /// already inside (a library call's launches) goes on.
-    pub fn enter(&self) -> Inside<'_> {
-        let depth = DEPTH.try_with(|d| d.replace(d.get() + 1)).unwrap_or(1);
-        let counted = depth == 0;
-        if counted {
-            self.entered.fetch_add(1, Relaxed);
-            loop {
-                self.inside.fetch_add(1, SeqCst);
-                if !self.closed.load(SeqCst) {
-                    break;
-                }
-                self.inside.fetch_sub(1, SeqCst);
-                while self.closed.load(SeqCst) {
-                    std::thread::yield_now();
-                }
-            }
-        }
-        Inside {
-            gate: self,
-            counted,
-        }
-    }
-
-    /// Work entered so far.
-    pub fn entered(&self) -> u64 {
-        self.entered.load(Relaxed)
-    }
-
-    /// Closes the gate for a move, once no other thread is inside; `None`
-    /// if this thread is inside (the move would wait for itself) or another
-    /// thread is moving (the caller's blocks are read where they are).
-    pub fn close(&self) -> Option<Closed<'_>> {
-        if DEPTH.try_with(|d| d.get()).unwrap_or(1) != 0 {
-            return None;
-        }
-        // A panic in an earlier move (caught at the hook) leaves no state
-        // behind the lock: its guard is taken back.
-        let mover = match self.mover.try_lock() {
-            Ok(guard) => guard,
-            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return None,
-        };
-        self.closed.store(true, SeqCst);
-        let closed = Closed {
-            gate: self,
-            _mover: mover,
-        };
-        // A thread inside may be waiting for work that another thread has
-        // yet to launch (a synchronous copy after an event): the move gives
-        // way rather than wait for ever.
-        let began = std::time::Instant::now();
-        while self.inside.load(SeqCst) != 0 {
-            if began.elapsed() > CLOSE_WAIT {
-                return None;
-            }
-            std::thread::yield_now();
-        }
-        Some(closed)
-    }
-}
-
-impl Drop for Inside<'_> {
-    fn drop(&mut self) {
-        let _ = DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
-        if self.counted {
-            self.gate.inside.fetch_sub(1, SeqCst);
-        }
-    }
-}
-
-impl Drop for Closed<'_> {
-    fn drop(&mut self) {
-        self.gate.closed.store(false, SeqCst);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -549,7 +430,6 @@ mod tests {
         assert!(tier.remove(0x4000_0000).is_some());
         assert_eq!(one(0x4010_0008), None, "gone");
     }
-    use std::time::{Duration, Instant};
 
     #[test]
     fn samples_stay_evenly_spread_from_the_first_when_thinned() {
@@ -562,35 +442,5 @@ mod tests {
         }
         let taken: Vec<u64> = samples.taken.iter().map(|s| s.t_ns).collect();
         assert_eq!(taken, [1, 17, 33, 49, 65]);
-    }
-
-    #[test]
-    fn a_move_waits_for_work_inside_gives_way_to_a_long_one_and_holds_new_work_back() {
-        let gate: &'static Gate = Box::leak(Box::default());
-        let inside = gate.enter();
-        // Nested entries (a library call's launches) do not wait.
-        drop(gate.enter());
-        assert!(gate.close().is_none(), "a thread inside cannot close");
-        // Another thread's move gives way to work that stays inside.
-        let began = Instant::now();
-        let gave_way = std::thread::spawn(move || gate.close().is_none());
-        assert!(gave_way.join().unwrap());
-        assert!(began.elapsed() >= CLOSE_WAIT);
-        // Work that leaves in time lets the move close the gate.
-        let mover = std::thread::spawn(move || {
-            let closed = gate.close().expect("the thread inside leaves in time");
-            std::thread::sleep(Duration::from_millis(50));
-            drop(closed);
-        });
-        std::thread::sleep(Duration::from_millis(2));
-        drop(inside);
-        std::thread::sleep(Duration::from_millis(10));
-        let began = Instant::now();
-        drop(gate.enter());
-        assert!(
-            began.elapsed() >= Duration::from_millis(20),
-            "new work waits for the move"
-        );
-        mover.join().unwrap();
     }
 }

@@ -15,7 +15,7 @@
 //! furthest away (the access profile's prediction, from the step before),
 //! its range is remapped to device memory, and its bytes cross the link on
 //! a copy engine from the host memory kept at the staging half. Moves
-//! happen behind the gate ([`crate::state::tier::Gate`]): the job's other
+//! happen behind the gate ([`crate::state::gate::Gate`]): the job's other
 //! threads hold their work back, and the device has finished everything
 //! given to it, so no kernel is queued or running while a range is
 //! remapped or before its copy has landed.
@@ -43,8 +43,9 @@ use vramshare_common::event::{Api, Placement};
 
 use crate::config::{human_bytes, Device, Moves, Spill};
 use crate::cuda::backend::Backend;
+use crate::state::gate::Inside;
 use crate::state::ledger::Block;
-use crate::state::tier::{Backing, Inside};
+use crate::state::tier::Backing;
 use crate::state::{config, State};
 
 use super::allocate::record_allocation;
