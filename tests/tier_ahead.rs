@@ -98,3 +98,43 @@ fn blocks_still_read_in_place_by_queued_work_are_passed_over() {
     let count = |key: &str| last[key].as_u64().unwrap();
     assert!(count("ahead_passed_busy") >= 1, "{last:#}");
 }
+
+#[test]
+fn the_trace_names_the_uses_the_step_before_did_not_foretell() {
+    // Twenty 2 MiB blocks under 32 MiB, filled in turn each marked step;
+    // the fourth step fills the second block first. The trace lists that
+    // step's first misses: its first use named the second block where the
+    // step before had named the first, one use on.
+    let blocks: Vec<String> = (0..20).map(|i| format!("b{i}")).collect();
+    let mut steps: Vec<String> = blocks.iter().map(|b| format!("malloc:{b}:2M")).collect();
+    let fill = |b: &String| [format!("fill:{b}:1:1"), "sync".to_string()];
+    let mut step = vec!["step".to_string()];
+    step.extend(blocks.iter().flat_map(fill));
+    steps.push(format!("repeat:3:{}", step.len()));
+    steps.extend(step);
+    let mut order: Vec<&String> = blocks.iter().collect();
+    order.swap(0, 1);
+    steps.push("step".into());
+    steps.extend(order.into_iter().flat_map(fill));
+    steps.push("step".into());
+    steps.extend(fill(&blocks[0]));
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let vars = moving_beside("32MiB", &[]);
+    let run = client(Runtime::Fake13, &vars, &steps);
+    run.assert_ok();
+    let start = |name: &str| {
+        let line = run.line(&format!("malloc {name}"));
+        format!("older block at {:#x}", hex(&log_field(line, "ptr")))
+    };
+    let moves = &run.trace()["processes"][0]["moves"];
+    let first = &moves["replay_misses"][0];
+    assert_eq!(first["at"], 0, "{moves:#}");
+    assert_eq!(first["named"], start("b1"), "{moves:#}");
+    assert_eq!(first["expected"], start("b0"), "{moves:#}");
+    assert_eq!(first["found_at"], 1, "{moves:#}");
+    // The samples count the same uses as the totals.
+    let last = last_sample(&run);
+    assert_eq!(last["replay_matched"], moves["replay_matched"]);
+    assert_eq!(last["replay_missed"], moves["replay_missed"]);
+    assert!(moves["replay_missed"].as_u64() >= Some(1), "{moves:#}");
+}

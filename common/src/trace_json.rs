@@ -225,6 +225,9 @@ pub struct MovesJson {
     pub replay_matched: u64,
     pub replay_missed: u64,
     pub replay_unseen: u64,
+    /// The first uses of the last complete step (at most 16) that did not
+    /// name first what the step before had named first at their place.
+    pub replay_misses: Vec<ReplayMiss>,
     /// Steps begun while the process ran (0: none found).
     pub steps: u64,
     /// The counters over time, so that a part of the run (its timed steps,
@@ -232,6 +235,21 @@ pub struct MovesJson {
     /// at most [`MOVES_SAMPLES_MAX`] spread over the whole run, then one at
     /// the run's end.
     pub samples: Vec<MovesSample>,
+}
+
+/// A use that the step before did not foretell: its place in its step,
+/// what the step before's use there named first (none past its end) and
+/// what this one named first (a block as the so-manieth allocation of its
+/// step or of the step before, or an older block by its start), and how
+/// many uses away the step before had a use naming that block first (none
+/// within 16 uses either way).
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct ReplayMiss {
+    pub at: u64,
+    pub expected: Option<String>,
+    pub named: String,
+    pub found_at: Option<i64>,
 }
 
 /// The most samples of the moves' counters a trace holds.
@@ -308,6 +326,10 @@ pub struct MovesSample {
     pub kept_on_device_bytes: u64,
     /// New blocks made on the device by moving others out.
     pub made_with_room_bytes: u64,
+    /// Uses the step before foretold and those it did not (the totals of
+    /// `replay_matched` and `replay_missed` so far).
+    pub replay_matched: u64,
+    pub replay_missed: u64,
 }
 
 /// Launches of one call by what their operands named.

@@ -22,7 +22,11 @@ kept free ahead of need) and mapping memory at kept blocks' empty ranges
 as they are handed out again; then why blocks did or did not come ahead of
 need: the looks at the uses to come, those that found no block in host
 memory that could come, blocks passed over as queued work still read them
-in place, and looks stopped for want of room to spare."""
+in place, and looks stopped for want of room to spare; and the uses the
+step before foretold (named first what it had named first there) and those
+it did not. After the table, the last complete step's first uses that the
+step before did not foretell, each with what it and the step before named
+first."""
 import json
 import os
 import sys
@@ -38,7 +42,7 @@ def main():
     samples = trace["processes"][0]["moves"].get("samples", [])
     events = trace["events"]
     print(f"{run}: each timed step")
-    print("step | ms | GB to the host | GB onto the device | job's memory ms | job's remaps ms | job's waits for room ms | mover's remaps ms | uses ms | of which waits ms | pinning ms | kept blocks given back ms | of which ahead of need ms | kept ranges filled ms | looks ahead | found none in host | passed over, in use | short of room")
+    print("step | ms | GB to the host | GB onto the device | job's memory ms | job's remaps ms | job's waits for room ms | mover's remaps ms | uses ms | of which waits ms | pinning ms | kept blocks given back ms | of which ahead of need ms | kept ranges filled ms | looks ahead | found none in host | passed over, in use | short of room | uses foretold | not foretold")
     begin = result["timed_ns"][0]
     for step, length in enumerate(result["step_ms_each"]):
         end = begin + length * 1e6
@@ -54,11 +58,19 @@ def main():
             known = len(inside) > 1 and key in inside[0]
             spent[key] = (inside[-1][key] - inside[0][key]) / 1e6 if known else None
         cells = ["-" if spent[k] is None else f"{spent[k]:.0f}" for k in spent]
-        for key in ("ahead_looks", "ahead_none_in_host", "ahead_passed_busy", "ahead_short_of_room"):
+        for key in ("ahead_looks", "ahead_none_in_host", "ahead_passed_busy", "ahead_short_of_room",
+                    "replay_matched", "replay_missed"):
             known = len(inside) > 1 and key in inside[0]
             cells.append(str(inside[-1][key] - inside[0][key]) if known else "-")
         print(f"{step + 1} | {length:.1f} | {moved['demote'] / 1e9:.2f} | {moved['promote'] / 1e9:.2f} | " + " | ".join(cells))
         begin = end
+    misses = trace["processes"][0]["moves"].get("replay_misses", [])
+    if misses:
+        print()
+        print("The last complete step's first uses not foretold (place in the step: named first; the step before there; its use naming that block first, uses away):")
+        for miss in misses:
+            found = "not within 16" if miss.get("found_at") is None else f"{miss['found_at']:+d}"
+            print(f"{miss['at']}: {miss['named']}; {miss.get('expected') or 'past its end'}; {found}")
 
 
 if __name__ == "__main__":

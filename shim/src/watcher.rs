@@ -56,7 +56,10 @@ pub fn watch() {
         }
         let _ = state.repair_lost_pages();
         state.publish_launches();
-        state.tier.sample(vramshare_common::process::monotonic_ns());
+        let (matched, missed, _) = state.access.replay.agreement();
+        state
+            .tier
+            .sample(vramshare_common::process::monotonic_ns(), (matched, missed));
         if let (Some((index, pool)), Some(registry)) = (state.pool, state.registry) {
             // Members killed without leaving give their bytes back here.
             registry.reap_dead(index, |dead| crate::state::reap(dead, Some((index, pool))));

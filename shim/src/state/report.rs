@@ -18,8 +18,11 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 
 use crate::config::{Limit, Quota};
+use crate::state::access::replay::{describe, Miss};
 use crate::state::{config, State, QUOTA_UNRESOLVED};
-use vramshare_common::trace_json::{CoverageJson, EventJson, LeakJson, ProcessJson, TraceJson};
+use vramshare_common::trace_json::{
+    CoverageJson, EventJson, LeakJson, ProcessJson, ReplayMiss, TraceJson,
+};
 
 /// The variable that ties the processes of one job together.
 pub const JOB_VARIABLE: &str = "VRAMSHARE_JOB";
@@ -231,6 +234,7 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
     let (to_device, to_host) = (tier.moves_in.load(Relaxed), tier.moves_out.load(Relaxed));
     // Waits for room are the tier's costs too, with or without moves.
     let waited = tier.free_wait_ns.load(Relaxed) + tier.outgoing.room_wait_ns.load(Relaxed) > 0;
+    let (matched, missed, unseen) = state.access.replay.agreement();
     (to_device + to_host > 0 || waited).then(|| vramshare_common::trace_json::MovesJson {
         to_device,
         to_host,
@@ -259,15 +263,33 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
         free_wait_seconds: tier.free_wait_ns.load(Relaxed) as f64 / 1e9,
         ahead_moves: tier.ahead_moves.load(Relaxed),
         ahead_bytes: tier.ahead_bytes.load(Relaxed),
-        replay_matched: state.access.replay.agreement().0,
-        replay_missed: state.access.replay.agreement().1,
-        replay_unseen: state.access.replay.agreement().2,
+        replay_matched: matched,
+        replay_missed: missed,
+        replay_unseen: unseen,
+        replay_misses: state
+            .access
+            .replay
+            .last_misses()
+            .iter()
+            .map(miss_json)
+            .collect(),
         steps: state.access.steps.current(),
         // The last sample is now: the run's end.
         samples: {
             let mut samples = crate::state::lock(&tier.samples).taken.clone();
-            samples.push(tier.snapshot(vramshare_common::process::monotonic_ns()));
+            let now = vramshare_common::process::monotonic_ns();
+            samples.push(tier.snapshot(now, (matched, missed)));
             samples
         },
     })
+}
+
+/// A use the step before did not foretell, as the trace writes it.
+fn miss_json(miss: &Miss) -> ReplayMiss {
+    ReplayMiss {
+        at: miss.at as u64,
+        expected: miss.expected.map(describe),
+        named: describe(miss.named),
+        found_at: miss.found_at.map(|d| d as i64),
+    }
 }

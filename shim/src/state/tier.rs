@@ -312,11 +312,11 @@ impl Tier {
     /// Takes a sample of the moves' counters at `t_ns`, once the tier has
     /// moved anything: at most [`MOVES_SAMPLES_MAX`], spread over the run
     /// ([`Samples::offer`]).
-    pub fn sample(&self, t_ns: u64) {
+    pub fn sample(&self, t_ns: u64, replay: (u64, u64)) {
         if self.moves_in.load(Relaxed) + self.moves_out.load(Relaxed) == 0 {
             return;
         }
-        lock(&self.samples).offer(MOVES_SAMPLES_MAX, || self.snapshot(t_ns));
+        lock(&self.samples).offer(MOVES_SAMPLES_MAX, || self.snapshot(t_ns, replay));
     }
 
     /// Bytes of kept blocks on devices' memory: room that no live block
@@ -339,8 +339,9 @@ impl Tier {
         bytes
     }
 
-    /// The moves' counters now (`t_ns`).
-    pub fn snapshot(&self, t_ns: u64) -> MovesSample {
+    /// The moves' counters now (`t_ns`), with the uses the step before
+    /// foretold and those it did not (`replay`).
+    pub fn snapshot(&self, t_ns: u64, replay: (u64, u64)) -> MovesSample {
         MovesSample {
             t_ns,
             bytes_to_device: self.moved_in.load(Relaxed),
@@ -376,6 +377,8 @@ impl Tier {
             ahead_short_of_room: self.ahead_short_of_room.load(Relaxed),
             kept_on_device_bytes: self.kept_on_device(),
             made_with_room_bytes: self.room_at_birth.load(Relaxed),
+            replay_matched: replay.0,
+            replay_missed: replay.1,
         }
     }
 }

@@ -169,7 +169,39 @@ struct Inner {
     missed: u64,
     /// Of those missed, uses whose first block the step before never named.
     unseen: u64,
+    /// The first misses of the step under way, and of the last complete
+    /// one ([`Replay::last_misses`]).
+    misses: Vec<Miss>,
+    last_misses: Vec<Miss>,
     births: Births,
+}
+
+/// The most misses kept a step ([`Replay::last_misses`]).
+const MISSES_KEPT: usize = 16;
+
+/// A use that did not name first what the step before had its use at that
+/// place name first: where it fell, what each named first (as names: see
+/// [`describe`]), and how far away the record found the same first block
+/// (`None`: not within [`RESYNC`] uses).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Miss {
+    pub at: usize,
+    pub expected: Option<usize>,
+    pub named: usize,
+    pub found_at: Option<isize>,
+}
+
+/// A block's name as a reader of the trace can take it: the so-manieth
+/// allocation of the step under way or of the one before, or an older
+/// block's start.
+pub fn describe(name: usize) -> String {
+    if name & BORN_BEFORE != 0 {
+        format!("allocation {} of the step before", name & !BORN_BEFORE)
+    } else if name & BORN_NOW != 0 {
+        format!("allocation {} of its step", name & !BORN_NOW)
+    } else {
+        format!("older block at {name:#x}")
+    }
 }
 
 impl Inner {
@@ -218,11 +250,16 @@ impl Replay {
                     .find(|d| at.checked_add_signed(*d).is_some_and(same))
             }
         });
-        match found {
-            Some(Some(0)) => inner.matched += 1,
+        // Where the record found the use's first block, for a miss.
+        let missed = match found {
+            Some(Some(0)) => {
+                inner.matched += 1;
+                None
+            }
             Some(Some(d)) => {
                 inner.missed += 1;
                 inner.shift += d;
+                Some(Some(d))
             }
             Some(None) => {
                 inner.missed += 1;
@@ -230,8 +267,20 @@ impl Replay {
                 if (inner.before.as_ref()).is_some_and(|b| !b.positions.contains_key(&first)) {
                     inner.unseen += 1;
                 }
+                Some(None)
             }
-            None => {}
+            None => None,
+        };
+        if let Some(found_at) = missed.filter(|_| inner.misses.len() < MISSES_KEPT) {
+            let expected = (inner.before.as_ref())
+                .and_then(|before| (at < before.uses()).then(|| before.recording.named(at)[0]));
+            let miss = Miss {
+                at,
+                expected,
+                named: named[0],
+                found_at,
+            };
+            inner.misses.push(miss);
         }
         inner.now.push(&named);
     }
@@ -245,6 +294,7 @@ impl Replay {
         // [`Replay::upcoming`] wrapped it.
         inner.looked = inner.looked.saturating_sub(length);
         inner.shift = 0;
+        inner.last_misses = std::mem::take(&mut inner.misses);
         inner.before = Recorded::of(ended);
         inner.births.step();
     }
@@ -326,6 +376,13 @@ impl Replay {
         let inner = self.lock();
         (inner.matched, inner.missed, inner.unseen)
     }
+
+    /// The first misses ([`MISSES_KEPT`]) of the last complete step: what
+    /// tells a record that fails to foretell the next step from one that
+    /// follows it, late or early.
+    pub fn last_misses(&self) -> Vec<Miss> {
+        self.lock().last_misses.clone()
+    }
 }
 
 #[cfg(test)]
@@ -372,6 +429,45 @@ mod tests {
         replay.step();
         assert_eq!(replay.looked_ahead(), 2);
         assert_eq!(replay.upcoming(3, 10), vec![(2, 3)]);
+    }
+
+    #[test]
+    fn the_last_steps_first_misses_say_where_and_what_each_named() {
+        let replay = Replay::default();
+        step_of(&replay, &[&[7], &[1], &[2], &[3]]);
+        // The first use left out (its block found one on), and a block
+        // never named.
+        step_of(&replay, &[&[1], &[2], &[8], &[3]]);
+        let misses = replay.last_misses();
+        let wanted = [
+            Miss {
+                at: 0,
+                expected: Some(7),
+                named: 1,
+                found_at: Some(1),
+            },
+            Miss {
+                at: 3,
+                expected: Some(3),
+                named: 8,
+                found_at: None,
+            },
+            // Followed one on, the step's last use falls past the record's
+            // end, where it finds its block one back.
+            Miss {
+                at: 4,
+                expected: None,
+                named: 3,
+                found_at: Some(-1),
+            },
+        ];
+        assert_eq!(misses, wanted);
+        assert_eq!(describe(misses[0].named), "older block at 0x1");
+        assert_eq!(describe(BORN_NOW | 5), "allocation 5 of its step");
+        assert_eq!(describe(BORN_BEFORE | 2), "allocation 2 of the step before");
+        // A step that matched throughout leaves none.
+        step_of(&replay, &[&[1], &[2], &[8], &[3]]);
+        assert!(replay.last_misses().is_empty());
     }
 
     #[test]
