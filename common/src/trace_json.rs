@@ -238,11 +238,13 @@ pub struct MovesJson {
 }
 
 /// A use that the step before did not foretell: its place in its step,
-/// what the step before's use there named first (none past its end) and
-/// what this one named first (a block as the so-manieth allocation of its
+/// what the step before named first at the place the record had reached
+/// (none past its end; the record follows a job whose uses came early or
+/// late, so that place may differ from the use's own) and what this one
+/// named first (a block as the so-manieth allocation of its
 /// step or of the step before, or an older block by its start), and how
-/// many uses away the step before had a use naming that block first (none
-/// within 16 uses either way).
+/// many uses from that place the step before had a use naming that block
+/// first (none within 16 uses either way).
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
 #[serde(default)]
 pub struct ReplayMiss {

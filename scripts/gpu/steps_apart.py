@@ -67,7 +67,7 @@ def main():
     misses = trace["processes"][0]["moves"].get("replay_misses", [])
     if misses:
         print()
-        print("The last complete step's first uses not foretold (place in the step: named first; the step before there; its use naming that block first, uses away):")
+        print("The last complete step's first uses not foretold (place in the step: named first; the step before, where the record had reached; its use naming that block first, uses from there):")
         for miss in misses:
             found = "not within 16" if miss.get("found_at") is None else f"{miss['found_at']:+d}"
             print(f"{miss['at']}: {miss['named']}; {miss.get('expected') or 'past its end'}; {found}")

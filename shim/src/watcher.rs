@@ -56,10 +56,13 @@ pub fn watch() {
         }
         let _ = state.repair_lost_pages();
         state.publish_launches();
-        let (matched, missed, _) = state.access.replay.agreement();
+        let replay = || {
+            let (matched, missed, _) = state.access.replay.agreement();
+            (matched, missed)
+        };
         state
             .tier
-            .sample(vramshare_common::process::monotonic_ns(), (matched, missed));
+            .sample(vramshare_common::process::monotonic_ns(), replay);
         if let (Some((index, pool)), Some(registry)) = (state.pool, state.registry) {
             // Members killed without leaving give their bytes back here.
             registry.reap_dead(index, |dead| crate::state::reap(dead, Some((index, pool))));

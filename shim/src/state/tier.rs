@@ -171,7 +171,9 @@ pub struct Tier {
     pub ahead_moves: AtomicU64,
     pub ahead_bytes: AtomicU64,
     /// Why blocks did or did not come ahead: the looks at the uses to come
-    /// made after uses, while blocks were in host memory; of them, those
+    /// made after uses, while blocks were in host memory (once the gate
+    /// closed for them: a look given up before, as while a graph is being
+    /// captured or another thread moves blocks, is not counted); of them, those
     /// that found no block there that could come; blocks in host memory
     /// passed over as work queued still read them in place; and the looks
     /// that stopped at a block for want of room to spare.
@@ -312,10 +314,13 @@ impl Tier {
     /// Takes a sample of the moves' counters at `t_ns`, once the tier has
     /// moved anything: at most [`MOVES_SAMPLES_MAX`], spread over the run
     /// ([`Samples::offer`]).
-    pub fn sample(&self, t_ns: u64, replay: (u64, u64)) {
+    /// `replay` reads the uses the step before foretold and those it did
+    /// not, only when a sample is to be taken.
+    pub fn sample(&self, t_ns: u64, replay: impl FnOnce() -> (u64, u64)) {
         if self.moves_in.load(Relaxed) + self.moves_out.load(Relaxed) == 0 {
             return;
         }
+        let replay = replay();
         lock(&self.samples).offer(MOVES_SAMPLES_MAX, || self.snapshot(t_ns, replay));
     }
 

@@ -179,10 +179,11 @@ struct Inner {
 /// The most misses kept a step ([`Replay::last_misses`]).
 const MISSES_KEPT: usize = 16;
 
-/// A use that did not name first what the step before had its use at that
-/// place name first: where it fell, what each named first (as names: see
-/// [`describe`]), and how far away the record found the same first block
-/// (`None`: not within [`RESYNC`] uses).
+/// A use that did not name first what the step before had named first at
+/// the place the record had reached: the use's own place in its step, what
+/// the step before named first there (`None`: past its end) and what the use
+/// named first (as names: see [`describe`]), and how far from there the
+/// record found the same first block (`None`: not within [`RESYNC`] uses).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Miss {
     pub at: usize,
@@ -275,7 +276,7 @@ impl Replay {
             let expected = (inner.before.as_ref())
                 .and_then(|before| (at < before.uses()).then(|| before.recording.named(at)[0]));
             let miss = Miss {
-                at,
+                at: inner.now.uses(),
                 expected,
                 named: named[0],
                 found_at,
@@ -447,15 +448,15 @@ mod tests {
                 found_at: Some(1),
             },
             Miss {
-                at: 3,
+                at: 2,
                 expected: Some(3),
                 named: 8,
                 found_at: None,
             },
-            // Followed one on, the step's last use falls past the record's
-            // end, where it finds its block one back.
+            // Followed one on, the step's last use is compared past the
+            // record's end, and finds its block one back.
             Miss {
-                at: 4,
+                at: 3,
                 expected: None,
                 named: 3,
                 found_at: Some(-1),
