@@ -51,17 +51,19 @@ def main():
             if begin <= event["t_ns"] < end and event["op"] in moved and event.get("rc", 0) == 0:
                 moved[event["op"]] += event["size"]
         inside = [s for s in samples if begin <= s["t_ns"] <= end]
-        spent = {}
-        for key in ("memory_ns", "remap_ns", "mover_room_wait_ns", "mover_remap_ns", "uses_ns", "uses_wait_ns", "pinning_ns",
-                    "give_back_ns", "give_back_ahead_ns", "hand_out_ns"):
+
+        def grew(key, unit, form):
             # A trace from a build before the counter was added: "-".
-            known = len(inside) > 1 and key in inside[0]
-            spent[key] = (inside[-1][key] - inside[0][key]) / 1e6 if known else None
-        cells = ["-" if spent[k] is None else f"{spent[k]:.0f}" for k in spent]
-        for key in ("ahead_looks", "ahead_none_in_host", "ahead_passed_busy", "ahead_short_of_room",
-                    "replay_matched", "replay_missed"):
-            known = len(inside) > 1 and key in inside[0]
-            cells.append(str(inside[-1][key] - inside[0][key]) if known else "-")
+            if len(inside) < 2 or key not in inside[0]:
+                return "-"
+            return format((inside[-1][key] - inside[0][key]) / unit, form)
+
+        cells = [grew(key, 1e6, ".0f") for key in (
+            "memory_ns", "remap_ns", "mover_room_wait_ns", "mover_remap_ns", "uses_ns", "uses_wait_ns", "pinning_ns",
+            "give_back_ns", "give_back_ahead_ns", "hand_out_ns")]
+        cells += [grew(key, 1, ".0f") for key in (
+            "ahead_looks", "ahead_none_in_host", "ahead_passed_busy", "ahead_short_of_room",
+            "replay_matched", "replay_missed")]
         print(f"{step + 1} | {length:.1f} | {moved['demote'] / 1e9:.2f} | {moved['promote'] / 1e9:.2f} | " + " | ".join(cells))
         begin = end
     misses = trace["processes"][0]["moves"].get("replay_misses", [])
