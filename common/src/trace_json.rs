@@ -332,6 +332,14 @@ pub struct MovesSample {
     /// `replay_matched` and `replay_missed` so far).
     pub replay_matched: u64,
     pub replay_missed: u64,
+    /// Uses that read their block in host memory because it had come onto
+    /// the device once in the step already (`left_in_place` so far).
+    pub left_in_place: u64,
+    /// The mover thread's moves made, and those claimed back before they
+    /// began by work that named their block (`mover_moves` and
+    /// `mover_claimed` so far).
+    pub mover_moves: u64,
+    pub mover_claimed: u64,
 }
 
 /// Launches of one call by what their operands named.

@@ -384,6 +384,9 @@ impl Tier {
             made_with_room_bytes: self.room_at_birth.load(Relaxed),
             replay_matched: replay.0,
             replay_missed: replay.1,
+            left_in_place: self.left_in_place.load(Relaxed),
+            mover_moves: self.outgoing.made.load(Relaxed),
+            mover_claimed: self.outgoing.claimed.load(Relaxed),
         }
     }
 }
