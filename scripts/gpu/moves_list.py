@@ -17,7 +17,6 @@ between its first and last move out beyond what its moves' bytes take at
 50 GB/s (the copy engines' 51 to 55 GB/s, less the remaps beside them); the
 first move in, and the GB the job's main thread brought in (at the step's
 end, an optimizer's reads of blocks that did not come ahead of need)."""
-import json
 import os
 import sys
 
@@ -48,11 +47,7 @@ def roles(events):
 def main():
     results, run = sys.argv[1], sys.argv[2]
     step = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-    line = next(line for line in map(json.loads, open(results)) if line["name"] == run)
-    result = line["result"]
-    each = result["step_ms_each"]
-    begin = result["timed_ns"][0] + sum(each[:step]) * 1e6
-    length = each[step]
+    _, begin, length = run_trace.timed_step(results, run, step)
     events = run_trace.load(os.path.dirname(results), run)["events"]
     role = roles(events)
     moves = []

@@ -26,7 +26,6 @@ of them, those that found no block in host memory that could come; blocks
 passed over as queued work still read them in place; looks stopped for
 want of room to spare), and the GB of kept blocks on the device at the
 stretch's end."""
-import json
 import math
 import os
 import sys
@@ -38,11 +37,7 @@ def main():
     results, run = sys.argv[1], sys.argv[2]
     step = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     width = float(sys.argv[4]) if len(sys.argv) > 4 else 20.0
-    line = next(line for line in map(json.loads, open(results)) if line["name"] == run)
-    result = line["result"]
-    each = result["step_ms_each"]
-    begin = result["timed_ns"][0] + sum(each[:step]) * 1e6
-    length = each[step]
+    _, begin, length = run_trace.timed_step(results, run, step)
     trace = run_trace.load(os.path.dirname(results), run)
     bins = max(1, math.ceil(length / width))
     allocs, out, into = [0] * bins, [0] * bins, [0] * bins
