@@ -360,7 +360,7 @@ fn where_the_job_marks_its_steps_a_block_comes_once_a_step_and_elsewhere_wheneve
             .count();
         let steps = moves["steps"].as_u64().unwrap();
         // The samples count them as they come; the last, at exit, all.
-        let last = moves["samples"].as_array().unwrap().last().unwrap();
+        let last = run.last_sample();
         assert_eq!(last["left_in_place"], moves["left_in_place"], "{moves:#}");
         (promotes, moves["left_in_place"].as_u64().unwrap(), steps)
     };

@@ -38,13 +38,6 @@ fn forward_and_backward(more: &[(&str, &str)]) -> Run {
     run
 }
 
-fn last_sample(run: &Run) -> &Value {
-    let samples = run.trace()["processes"][0]["moves"]["samples"].as_array();
-    samples
-        .and_then(|s| s.last())
-        .expect("samples of the moves")
-}
-
 #[test]
 fn the_trace_says_why_blocks_came_ahead_or_not() {
     // In the forward, the uses to come name blocks not yet made, or on the
@@ -55,7 +48,7 @@ fn the_trace_says_why_blocks_came_ahead_or_not() {
     // at.
     let run = forward_and_backward(&[]);
     let moves = &run.trace()["processes"][0]["moves"];
-    let last = last_sample(&run);
+    let last = run.last_sample();
     let count = |key: &str| last[key].as_u64().unwrap();
     assert!(moves["ahead_moves"].as_u64().unwrap() > 0, "{moves:#}");
     let (none, short) = (count("ahead_none_in_host"), count("ahead_short_of_room"));
@@ -90,7 +83,7 @@ fn blocks_still_read_in_place_by_queued_work_are_passed_over() {
     let vars = moving_beside("32MiB", &[("FAKE_CUDA_STREAM_DELAY_US", "2000")]);
     let run = client(Runtime::Fake13, &vars, &steps);
     run.assert_ok();
-    let last = last_sample(&run);
+    let last = run.last_sample();
     let count = |key: &str| last[key].as_u64().unwrap();
     assert!(count("ahead_passed_busy") >= 1, "{last:#}");
 }

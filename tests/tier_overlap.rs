@@ -295,7 +295,7 @@ fn a_block_goes_out_ahead_of_need_on_the_mover_thread_with_its_bytes() {
     assert!(moves["mover_moves"].as_u64().unwrap() >= 1, "{moves:#}");
     assert!(moves["mover_seconds"].as_f64().unwrap() > 0.0, "{moves:#}");
     // The samples count them as they are made; the last, at exit, all.
-    let last = moves["samples"].as_array().unwrap().last().unwrap();
+    let last = run.last_sample();
     assert_eq!(last["mover_moves"], moves["mover_moves"], "{moves:#}");
     // Its time is split by what it waited for, its own and not the job's
     // threads': its copies (the fake's streams run 20 ms late) and remaps.
@@ -341,7 +341,7 @@ fn work_that_names_a_block_handed_to_the_mover_keeps_it_or_waits_for_its_move() 
     let waited = moves["mover_claim_wait_seconds"].as_f64().unwrap();
     assert!(claimed >= 1 || waited > 0.0, "{moves:#}");
     // The samples count the claims too; the last, at exit, all of them.
-    let last = moves["samples"].as_array().unwrap().last().unwrap();
+    let last = run.last_sample();
     assert_eq!(last["mover_claimed"], moves["mover_claimed"], "{moves:#}");
     assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
     peeks_hold(&run, &[("b", "7"), ("c", "3"), ("i", "9")]);

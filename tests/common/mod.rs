@@ -171,6 +171,15 @@ impl Run {
         self.traces.values().next().unwrap()
     }
 
+    /// The last sample of the trace's moves (the one taken at exit, which
+    /// holds the totals).
+    pub fn last_sample(&self) -> &Value {
+        let samples = self.trace()["processes"][0]["moves"]["samples"].as_array();
+        samples
+            .and_then(|s| s.last())
+            .expect("samples of the moves")
+    }
+
     /// Calls the fake runtime received whose line contains every word given.
     pub fn calls_with(&self, words: &[&str]) -> Vec<&String> {
         self.calls
