@@ -24,7 +24,8 @@
  *   bn:X:Y:SCALE (cuDNN's cudnnBatchNormalizationForwardTrainingEx)
  *   capture (begin capturing stream 0x51)  endcapture (its graph)
  *   instantiate (an executable graph of it)  replay (launch it)  destroy
- *   lasterror (the runtime's cudaGetLastError)  step (vramshare_step, if loaded)
+ *   lasterror (the runtime's cudaGetLastError)  step (vramshare_step, if loaded;
+ *   it prints when, in microseconds of CLOCK_MONOTONIC)
  *   repeat:N:K (the K steps after this one, N times over)  rss (resident KiB)
  *   fill:NAME:BYTE:S (a kernel that sets every byte of NAME to BYTE, on stream
  *   S: 0 the null stream, 1 to 3 streams of the client's; NAME+OFFSET: from
@@ -49,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <dlfcn.h>
 
@@ -417,7 +419,9 @@ static int run(char *step) {
     } else if (!strcmp(op, "step")) {
         void (*mark)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "vramshare_step");
         if (mark) mark();
-        printf("step found=%d\n", mark != NULL);
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        printf("step found=%d at_us=%lld\n", mark != NULL, (long long)now.tv_sec * 1000000 + now.tv_nsec / 1000);
     } else if (!strcmp(op, "repeat")) {
         int times = atoi(fields[1]), count = atoi(fields[2]);
         if (count > rest_count) count = rest_count;

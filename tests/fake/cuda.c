@@ -110,10 +110,13 @@ CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
     return fake_mem_info("cuMemGetInfo_v2", free_bytes, total);
 }
 
+/* The runtime's streams, with the cost model on (driver_copies.h). */
+static int on_runtime_streams(void);
+static void *runtime_stream_new(void);
 CUresult cuStreamCreate(CUstream *s, unsigned flags) {
     if (no_device()) return NO_DEVICE;
-    *s = malloc(1);
-    trace("cuStreamCreate flags=%u", flags);
+    *s = on_runtime_streams() ? runtime_stream_new() : malloc(1);
+    trace("cuStreamCreate flags=%u streams=%s", flags, on_runtime_streams() ? "runtime's" : "driver's");
     return OK;
 }
 
@@ -169,6 +172,8 @@ static void free_if_unused(int i) {
     close(handles[i].fd);
     handles[i].handle = 0;
 }
+
+#include "costs.h"
 
 /* FAKE_CUDA_NO_HOST_VMM=1: a driver that makes physical memory on devices
  * only, as drivers before CUDA 12.2 do. */
@@ -256,6 +261,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
                     break;
                 }
     pthread_mutex_unlock(&lock);
+    if (rc == OK) remap_cost(size);
     trace("cuMemMap ptr=%#llx size=%zu handle=%llu rc=%d", ptr, size, handle, rc);
     return rc;
 }
@@ -292,6 +298,7 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
             rc = OK;
         }
     pthread_mutex_unlock(&lock);
+    if (rc == OK) remap_cost(size);
     /* Kernels of the fake runtime's that may still touch the range: on a
      * GPU they would fault, or read what was mapped next. */
     static int (*kernels_using)(unsigned long long, unsigned long long);
@@ -408,6 +415,7 @@ CUresult cuGraphDestroy(void *graph) { trace("cuGraphDestroy graph=%p", graph); 
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
     trace("cuMemcpyAsync dst=%#llx src=%#llx size=%zu", dst, src, n);
     move_delay();
+    if (on_runtime_streams()) return runtime.copy((void *)dst, (const void *)src, n, s);
     if (env_size("FAKE_CUDA_DEFER_COPIES", 0)) {
         pthread_mutex_lock(&lock);
         int queued = deferred_queued - deferred_landed < MAX_DEFERRED;

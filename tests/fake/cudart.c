@@ -53,7 +53,10 @@ __attribute__((constructor)) static void load_driver(void) {
     snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "libcuda.so.1");
     void *driver = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     /* Loaded locally: its own symbols are found through its handle. */
-    if (driver) land_driver_copies = (void (*)(void))dlsym(driver, "cudaFakeLandCopies");
+    if (!driver) return;
+    land_driver_copies = (void (*)(void))dlsym(driver, "cudaFakeLandCopies");
+    driver_link_cost = (void (*)(const void *, const void *, size_t))dlsym(driver, "cudaFakeLinkCost");
+    driver_read_in_place = (size_t (*)(const unsigned char *, size_t))dlsym(driver, "cudaFakeReadInPlace");
 }
 
 /* As CUDA's legacy IPC: only memory cudaMalloc made can be exported. */

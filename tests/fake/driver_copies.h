@@ -3,6 +3,50 @@
  * once, or are held back until something waits for them, and events say
  * which held-back copies came before their record.
  */
+/* With the cost model on (costs.h) and the fake runtime loaded, the
+ * driver's streams, events and copies are the runtime's (as CUstream and
+ * cudaStream_t, CUevent and cudaEvent_t are one on a GPU): copies run in
+ * order on their stream's thread, beside the kernels, taking the link's
+ * time there, and events and waits order them against other streams. The
+ * runtime's functions for it are its own, not the hooked API's. */
+static struct {
+    void *(*stream_new)(void);
+    int (*copy)(void *dst, const void *src, size_t n, void *stream);
+    void *(*event_new)(void);
+    int (*record)(void *event, void *stream);
+    int (*wait)(void *stream, void *event);
+    int (*done)(void *event);
+    void (*event_sync)(void *event);
+    void (*stream_sync)(void *stream);
+    void (*sync_all)(void);
+} runtime;
+static pthread_once_t runtime_once = PTHREAD_ONCE_INIT;
+static int runtime_found;
+static void find_runtime(void) {
+    if (!link_mib_per_s) return;
+#define FIND(field, name) *(void **)&runtime.field = dlsym(RTLD_DEFAULT, name)
+    FIND(stream_new, "cudaFakeStreamNew");
+    FIND(copy, "cudaFakeCopyAsync");
+    FIND(event_new, "cudaFakeEventNew");
+    FIND(record, "cudaFakeEventRecord");
+    FIND(wait, "cudaFakeStreamWait");
+    FIND(done, "cudaFakeEventDone");
+    FIND(event_sync, "cudaFakeEventSync");
+    FIND(stream_sync, "cudaFakeStreamSync");
+    FIND(sync_all, "cudaFakeSyncAll");
+#undef FIND
+    runtime_found = runtime.stream_new && runtime.copy && runtime.event_new && runtime.record && runtime.wait &&
+                    runtime.done && runtime.event_sync && runtime.stream_sync && runtime.sync_all;
+}
+/* Whether the driver's streams are the runtime's. */
+static int on_runtime_streams(void) {
+    pthread_once(&runtime_once, find_runtime);
+    return runtime_found;
+}
+static void *runtime_stream_new(void) { return runtime.stream_new(); }
+/* Called by the runtime's streams for each copy they run. */
+void cudaFakeLinkCost(const void *dst, const void *src, size_t n) { link_cost((CUdeviceptr)dst, (CUdeviceptr)src, n); }
+
 /* The driver's asynchronous copies run at once here, or, with
  * FAKE_CUDA_DEFER_COPIES, only at the next wait for a stream or the
  * context: work that does not wait for a copy then sees its destination
@@ -27,6 +71,7 @@ static void land_locked(unsigned long upto, CUstream *one) {
 }
 /* Lands the held-back copies queued before the `upto`-th, in order. */
 static void land_copies_upto(unsigned long upto) {
+    if (on_runtime_streams()) runtime.sync_all();
     pthread_mutex_lock(&lock);
     land_locked(upto, NULL);
     pthread_mutex_unlock(&lock);
@@ -46,6 +91,7 @@ static void land_copies(void) { land_copies_upto((unsigned long)-1); }
 void cudaFakeLandCopies(void) { land_copies(); }
 /* A stream's own held-back copies land when it is waited for. */
 CUresult cuStreamSynchronize(CUstream stream) {
+    if (on_runtime_streams()) runtime.stream_sync(stream);
     pthread_mutex_lock(&lock);
     land_locked((unsigned long)-1, &stream);
     pthread_mutex_unlock(&lock);
@@ -63,6 +109,7 @@ static unsigned long driver_event_marks[DRIVER_EVENTS];
 static int driver_events_made;
 CUresult cuEventCreate(void **event, unsigned flags) {
     if (!event) return INVALID_VALUE;
+    if (on_runtime_streams()) return (*event = runtime.event_new()) ? OK : MEMORY_ALLOCATION;
     /* Made from several threads (the shim's mover among them). */
     *event = &driver_events[__atomic_fetch_add(&driver_events_made, 1, __ATOMIC_RELAXED) % DRIVER_EVENTS];
     return OK;
@@ -74,6 +121,7 @@ static unsigned long *mark_of(void *event) {
 CUresult cuEventRecord(void *event, CUstream stream) {
     trace("cuEventRecord stream=%p", (void *)stream);
     if (!event) return INVALID_VALUE;
+    if (on_runtime_streams()) return runtime.record(event, stream);
     unsigned long *mark = mark_of(event);
     pthread_mutex_lock(&lock);
     if (mark) *mark = deferred_queued;
@@ -84,12 +132,17 @@ CUresult cuEventRecord_ptsz(void *event, CUstream stream) { return cuEventRecord
 /* Reached once the copies held back before its record have landed. */
 CUresult cuEventQuery(void *event) {
     if (!event) return INVALID_VALUE;
+    if (on_runtime_streams()) return runtime.done(event) ? OK : 600;
     unsigned long *mark = mark_of(event);
     return !mark || landed_before(*mark) ? OK : 600; /* CUDA_ERROR_NOT_READY */
 }
 /* Waiting for an event lands the copies held back before its record. */
 CUresult cuEventSynchronize(void *event) {
     if (!event) return INVALID_VALUE;
+    if (on_runtime_streams()) {
+        runtime.event_sync(event);
+        return OK;
+    }
     unsigned long *mark = mark_of(event);
     if (mark) land_copies_upto(*mark);
     else land_copies();
@@ -100,6 +153,7 @@ CUresult cuEventSynchronize(void *event) {
  * held back before its record land now, before any of it is given. */
 CUresult cuStreamWaitEvent(CUstream stream, void *event, unsigned flags) {
     if (!event) return INVALID_VALUE;
+    if (on_runtime_streams()) return runtime.wait(stream, event);
     unsigned long *mark = mark_of(event);
     if (mark) land_copies_upto(*mark);
     trace("cuStreamWaitEvent stream=%p", (void *)stream);

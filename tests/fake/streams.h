@@ -11,6 +11,11 @@
  * (cudaFakeSetKernel); its arguments are copied at launch by its parameter
  * layout (memory.h), as CUDA copies them. Other launches only log.
  *
+ * FAKE_CUDA_KERNEL_US (default 0) gives kernels time, for benchmarks of
+ * the shim's moves beside them: each kernel then takes that long besides,
+ * and one whose parameters point into host-located memory of the fake
+ * driver also reads it in place, at the driver's cost (costs.h).
+ *
  * The null stream is a stream like the others here (no implicit
  * synchronisation with the rest); cudaMemcpy and cudaDeviceSynchronize wait
  * for every stream.
@@ -50,9 +55,21 @@ static struct fake_stream streams[MAX_STREAMS];
 static int streams_made = 1; /* streams[0] is the null stream */
 static pthread_mutex_t stream_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t stream_moved = PTHREAD_COND_INITIALIZER;
-static size_t stream_delay_us;
+static size_t stream_delay_us, kernel_us;
 __attribute__((constructor)) static void read_stream_settings(void) {
     stream_delay_us = env_size("FAKE_CUDA_STREAM_DELAY_US", 0);
+    kernel_us = env_size("FAKE_CUDA_KERNEL_US", 0);
+}
+
+/* The fake driver's costs (costs.h), found as the runtime loads it. */
+static void (*driver_link_cost)(const void *dst, const void *src, size_t n);
+static size_t (*driver_read_in_place)(const unsigned char *args, size_t n);
+
+/* A kernel's time, with its reads of host memory in place. */
+static void kernel_time(const unsigned char *values) {
+    if (!kernel_us) return;
+    usleep((useconds_t)kernel_us);
+    if (driver_read_in_place) driver_read_in_place(values, ARG_BYTES);
 }
 
 /* Kernels given a body by the test. */
@@ -70,9 +87,11 @@ static void *run_stream(void *arg) {
         } else {
             pthread_mutex_unlock(&stream_lock);
             if (stream_delay_us) usleep((useconds_t)stream_delay_us);
+            if (w->kind == WORK_COPY && driver_link_cost) driver_link_cost(w->dst, w->src, w->bytes);
             if (w->kind == WORK_COPY) memcpy(w->dst, w->src, w->bytes);
             if (w->kind == WORK_SET) memset(w->dst, (int)w->generation, w->bytes);
             if (w->kind == WORK_KERNEL) {
+                kernel_time(w->values);
                 void *args[MAX_PARAMS];
                 for (int i = 0; i < MAX_PARAMS; i++) args[i] = w->values + w->offsets[i];
                 w->body(args);
@@ -203,3 +222,19 @@ static int enqueue_kernel(const void *kernel, void **args, void *stream) {
     }
     return enqueue(stream, &w) == OK ? 1 : -1;
 }
+
+/* The fake driver's streams, events and copies are these, with its cost
+ * model on (driver_copies.h): the runtime's own functions for them, which
+ * no hook stands in front of. */
+void *cudaFakeStreamNew(void) { return new_stream(); }
+int cudaFakeCopyAsync(void *dst, const void *src, size_t n, void *stream) { return enqueue_copy(dst, src, n, stream); }
+void *cudaFakeEventNew(void) { return calloc(1, sizeof(struct fake_event)); }
+int cudaFakeEventRecord(void *event, void *stream) { return record_event(event, stream); }
+int cudaFakeStreamWait(void *stream, void *event) { return wait_event(stream, event); }
+int cudaFakeEventDone(void *event) { return event_done(event); }
+void cudaFakeEventSync(void *event) { sync_event(event); }
+void cudaFakeStreamSync(void *stream) {
+    struct fake_stream *s = stream_of(stream);
+    if (s) drain(s);
+}
+void cudaFakeSyncAll(void) { drain_all(); }

@@ -1,0 +1,96 @@
+/*
+ * What moving memory costs on a GPU, in the fake driver, for benchmarks of
+ * how the shim's moves overlap a job's kernels. Off unless set; the tests
+ * leave it off. Included by cuda.c after its tables of physical memory and
+ * mappings.
+ *
+ *   FAKE_CUDA_LINK_MIB_PER_S: a copy between host-located and
+ *     device-located memory of the virtual memory API holds its caller for
+ *     its size over this rate, and each direction of the link carries one
+ *     such copy at a time, as a GPU's copy engines share the two directions
+ *     of its PCIe link. (The fake's copies run on their caller: the thread
+ *     that made a move waits for it, as the shim's threads wait for a
+ *     move's copy before its remap.)
+ *   FAKE_CUDA_REMAP_US_PER_MIB: cuMemMap and cuMemUnmap hold their caller
+ *     this long for each MiB, one at a time, as the driver serialises them.
+ *   FAKE_CUDA_IN_PLACE_CROSSINGS: a kernel of the fake runtime whose
+ *     parameters point into host-located memory reads it in place: its stream waits for that many crossings
+ *     of those bytes over the link toward the device, sharing it with the
+ *     copies (a kernel reading host memory in place reads each byte many
+ *     times over: 16 for ResNet-50's spilled bytes on an H200).
+ *
+ * The rates are to be chosen in proportion to one another and to the
+ * kernels' time (the fake runtime's FAKE_CUDA_KERNEL_US), as a GPU's are;
+ * their size is the fake's, not a GPU's.
+ */
+static size_t link_mib_per_s, remap_us_per_mib, in_place_crossings;
+__attribute__((constructor)) static void read_costs(void) {
+    link_mib_per_s = env_size("FAKE_CUDA_LINK_MIB_PER_S", 0);
+    remap_us_per_mib = env_size("FAKE_CUDA_REMAP_US_PER_MIB", 0);
+    in_place_crossings = env_size("FAKE_CUDA_IN_PLACE_CROSSINGS", 0);
+}
+/* The link toward the device, and toward the host. */
+static pthread_mutex_t link_lock[2] = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER};
+static pthread_mutex_t remap_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void hold_link(int toward_host, double bytes) {
+    double us = bytes * 1e6 / ((double)link_mib_per_s * 1048576.0);
+    pthread_mutex_lock(&link_lock[toward_host]);
+    if (us >= 1) usleep((useconds_t)us);
+    pthread_mutex_unlock(&link_lock[toward_host]);
+}
+
+/* With `lock` held: the device the mapping holding `at` is located on (-1:
+ * the host), or -2 where no mapping holds it. */
+static int located(CUdeviceptr at) {
+    for (int m = 0; m < MAX_MAPPINGS; m++)
+        if (mappings[m].ptr && at >= mappings[m].ptr && at < mappings[m].ptr + mappings[m].size)
+            return handles[mappings[m].handle_index].device;
+    return -2;
+}
+
+/* A copy of `n` bytes from `src` to `dst` crossing the link. */
+static void link_cost(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+    if (!link_mib_per_s) return;
+    pthread_mutex_lock(&lock);
+    int to = located(dst), from = located(src);
+    pthread_mutex_unlock(&lock);
+    if (to == -1 && from >= 0) hold_link(1, (double)n);
+    if (to >= 0 && from == -1) hold_link(0, (double)n);
+}
+
+static void remap_cost(size_t size) {
+    if (!remap_us_per_mib) return;
+    pthread_mutex_lock(&remap_lock);
+    usleep((useconds_t)((double)size / 1048576.0 * (double)remap_us_per_mib));
+    pthread_mutex_unlock(&remap_lock);
+}
+
+/* Called by the fake runtime's streams before a kernel runs, with its
+ * argument bytes: holds the stream while the kernel reads in place each
+ * mapping of host-located memory that a pointer-sized word of them points
+ * into (a block moved in parts is counted by the part it is named by).
+ * The bytes read once, in place. */
+size_t cudaFakeReadInPlace(const unsigned char *args, size_t n) {
+    if (!link_mib_per_s || !in_place_crossings) return 0;
+    size_t host_bytes = 0;
+    int counted[64], found = 0;
+    pthread_mutex_lock(&lock);
+    for (size_t at = 0; at + sizeof(CUdeviceptr) <= n && found < 64; at += sizeof(CUdeviceptr)) {
+        CUdeviceptr word;
+        memcpy(&word, args + at, sizeof word);
+        for (int m = 0; m < MAX_MAPPINGS; m++) {
+            if (!mappings[m].ptr || word < mappings[m].ptr || word >= mappings[m].ptr + mappings[m].size) continue;
+            int seen = 0;
+            for (int k = 0; k < found; k++) seen |= counted[k] == m;
+            if (!seen && handles[mappings[m].handle_index].device == -1) {
+                counted[found++] = m;
+                host_bytes += mappings[m].size;
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    if (host_bytes) hold_link(0, (double)host_bytes * (double)in_place_crossings);
+    return host_bytes;
+}

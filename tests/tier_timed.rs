@@ -1,0 +1,88 @@
+//! The tier on the fake runtime with its cost model on: the driver's
+//! copies then run asynchronously on streams beside the kernels, taking the
+//! link's time, as a GPU runs them, so that a move finished before its copy
+//! landed, or a kernel let run before a copy of its block, shows up as wrong
+//! bytes or as a fault.
+
+mod common;
+
+use common::*;
+
+/// The fake's costs, scaled down from `bench/fake-training`'s so that a run
+/// takes about a second: kernels 200 us, the link 2 GiB/s each way.
+const COSTS: [(&str, &str); 4] = [
+    ("FAKE_CUDA_KERNEL_US", "200"),
+    ("FAKE_CUDA_LINK_MIB_PER_S", "2000"),
+    ("FAKE_CUDA_REMAP_US_PER_MIB", "80"),
+    ("FAKE_CUDA_IN_PLACE_CROSSINGS", "16"),
+];
+
+/// A training loop in miniature, marked, under `quota`: six weights of 4
+/// MiB; a forward making fifteen activations (72 MiB) in stream order, each
+/// layer writing its weight and its activation; a backward writing each
+/// again in reverse and freeing it; an optimizer writing each weight. Every
+/// layer's work is waited for only at the step's end, so moves overlap
+/// queued kernels. Then each weight and the last activation of the last
+/// backward are copied out and their bytes printed.
+fn training(quota: &str) -> Run {
+    let activations = [8u64, 8, 8, 8, 6, 6, 6, 4, 4, 4, 2, 2, 2, 2, 2];
+    let mut all: Vec<String> = (0..6).map(|w| format!("malloc:w{w}:4M")).collect();
+    all.extend((0..6).map(|w| format!("fill:w{w}:1:1")));
+    all.push("sync".into());
+    let mut step = vec!["step".to_string()];
+    for (layer, mib) in activations.iter().enumerate() {
+        step.extend([
+            format!("async:a{layer}:{mib}M:1"),
+            format!("fill:w{}:{}:1", layer % 6, layer + 1),
+            format!("fill:a{layer}:{}:1", layer + 1),
+        ]);
+    }
+    for layer in (0..activations.len()).rev() {
+        step.extend([
+            format!("fill:w{}:{}:1", layer % 6, layer + 1),
+            format!("fill:a{layer}:{}:1", layer + 101),
+            format!("freeasync:a{layer}:1"),
+        ]);
+    }
+    step.extend((0..6).map(|w| format!("fill:w{w}:{}:1", w + 50)));
+    step.push("sync".into());
+    all.push(format!("repeat:6:{}", step.len()));
+    all.extend(step);
+    for w in 0..6 {
+        all.extend([format!("copyout:w{w}:1"), "sync".into(), "hostbytes".into()]);
+    }
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    let run = client(Runtime::Fake13, &moving_beside(quota, &COSTS), &all);
+    run.assert_ok();
+    run
+}
+
+/// Each weight's first and last byte, as copied out at the end.
+fn weights(run: &Run) -> Vec<(String, String)> {
+    run.stdout
+        .lines()
+        .filter(|l| l.starts_with("hostbytes "))
+        .map(|l| (log_field(l, "first"), log_field(l, "last")))
+        .collect()
+}
+
+#[test]
+fn with_copies_beside_the_kernels_every_block_holds_its_last_bytes() {
+    for quota in ["72MiB", "48MiB"] {
+        let run = training(quota);
+        let expected: Vec<(String, String)> = (0..6)
+            .map(|w| ((w + 50).to_string(), (w + 50).to_string()))
+            .collect();
+        assert_eq!(weights(&run), expected, "under {quota}:\n{}", run.stderr);
+        let sample = run.last_sample();
+        assert!(
+            sample["bytes_to_host"].as_u64().unwrap() >= 6 * 24 * MIB,
+            "under {quota}, moves: {sample}"
+        );
+        assert!(
+            !run.calls_with(&["cuStreamCreate", "streams=runtime's"])
+                .is_empty(),
+            "the driver's copies ran at once"
+        );
+    }
+}
