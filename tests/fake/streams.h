@@ -24,7 +24,7 @@
 #define QUEUED 4096
 #define ARG_BYTES 512
 
-enum work_kind { WORK_COPY, WORK_SET, WORK_KERNEL, WORK_RECORD, WORK_WAIT };
+enum work_kind { WORK_COPY, WORK_SET, WORK_KERNEL, WORK_RECORD, WORK_WAIT, WORK_FREE };
 
 struct fake_event {
     unsigned long recorded; /* records made (on the host) */
@@ -90,6 +90,7 @@ static void *run_stream(void *arg) {
             if (w->kind == WORK_COPY && driver_link_cost) driver_link_cost(w->dst, w->src, w->bytes);
             if (w->kind == WORK_COPY) memcpy(w->dst, w->src, w->bytes);
             if (w->kind == WORK_SET) memset(w->dst, (int)w->generation, w->bytes);
+            if (w->kind == WORK_FREE) pool_free(w->dst);
             if (w->kind == WORK_KERNEL) {
                 kernel_time(w->values);
                 void *args[MAX_PARAMS];
@@ -171,6 +172,20 @@ static void drain_all(void) {
 static int enqueue_copy(void *dst, const void *src, size_t bytes, void *stream) {
     struct work w = {.kind = WORK_COPY, .dst = dst, .src = src, .bytes = bytes};
     return enqueue(stream, &w);
+}
+
+/* A stream-ordered free, where kernels take time (FAKE_CUDA_KERNEL_US):
+ * the block goes once the work queued before it has run, which may still
+ * write it. 0 where it is to be freed at once (no kernel time). */
+static int enqueue_free(void *p, void *stream) {
+    if (!kernel_us || !p) return 0;
+    pthread_mutex_lock(&lock);
+    struct block *b = find(p);
+    int pooled = b && b->pooled;
+    pthread_mutex_unlock(&lock);
+    if (!pooled) return 0;
+    struct work w = {.kind = WORK_FREE, .dst = p};
+    return enqueue(stream, &w) == OK;
 }
 
 static int enqueue_set(void *dst, int value, size_t bytes, void *stream) {
