@@ -32,7 +32,8 @@
  *   that byte of NAME on, given a pointer into it)  copyout:NAME:S (an
  *   asynchronous copy of NAME to the host, on S)  record:S (an event, recorded
  *   on S)  waitevent:S (S waits for it)  sync (cudaDeviceSynchronize)
- *   hostbytes (the first and last byte copied out)  memset:NAME:BYTE:S
+ *   hostbytes (the first and last byte copied out)  hostcount:BYTE (how many
+ *   bytes copied out differ from BYTE)  memset:NAME:BYTE:S
  *   (cudaMemsetAsync of NAME on S)  peekvia:NAME:S (a kernel on S that reads
  *   the first and last byte of NAME through a pointer kept in host memory,
  *   which its parameters do not show; then cudaDeviceSynchronize)
@@ -474,6 +475,11 @@ static int run(char *step) {
         printf("waitevent rc=%d\n", cudaStreamWaitEvent(stream_numbered(fields[1]), event, 0));
     } else if (!strcmp(op, "sync")) {
         printf("sync rc=%d\n", cudaDeviceSynchronize());
+    } else if (!strcmp(op, "hostcount")) {
+        size_t differ = 0;
+        int byte = atoi(fields[1]);
+        for (size_t i = 0; i < copied_size; i++) differ += copied[i] != byte;
+        printf("hostcount rc=0 size=%zu differ=%zu\n", copied_size, differ);
     } else if (!strcmp(op, "hostbytes")) {
         printf("hostbytes rc=0 first=%d last=%d\n", copied_size ? copied[0] : -1, copied_size ? copied[copied_size - 1] : -1);
     } else if (!strcmp(op, "ipc")) {

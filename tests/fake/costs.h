@@ -1,27 +1,27 @@
 /*
- * What moving memory costs on a GPU, in the fake driver, for benchmarks of
- * how the shim's moves overlap a job's kernels. Off unless set; the tests
- * leave it off. Included by cuda.c after its tables of physical memory and
- * mappings.
+ * What moving memory costs on a GPU, in the fake driver, for benchmarks and
+ * tests of how the shim's moves overlap a job's kernels. Off unless set.
+ * Included by cuda.c after its tables of physical memory and mappings.
  *
  *   FAKE_CUDA_LINK_MIB_PER_S: a copy between host-located and
- *     device-located memory of the virtual memory API holds its caller for
- *     its size over this rate, and each direction of the link carries one
- *     such copy at a time, as a GPU's copy engines share the two directions
- *     of its PCIe link. (The fake's copies run on their caller: the thread
- *     that made a move waits for it, as the shim's threads wait for a
- *     move's copy before its remap.)
+ *     device-located memory of the virtual memory API takes its size over
+ *     this rate, and each direction of the link carries one such copy at a
+ *     time, as a GPU's copy engines share the two directions of its PCIe
+ *     link. With it set and the fake runtime loaded, the driver's streams
+ *     are the runtime's (driver_copies.h), so the copy takes that time on
+ *     its stream's thread, beside the kernels; copies made at once (the
+ *     synchronous ones, or with no runtime loaded) take none.
  *   FAKE_CUDA_REMAP_US_PER_MIB: cuMemMap and cuMemUnmap hold their caller
  *     this long for each MiB, one at a time, as the driver serialises them.
- *   FAKE_CUDA_IN_PLACE_CROSSINGS: a kernel of the fake runtime whose
- *     parameters point into host-located memory reads it in place: its stream waits for that many crossings
- *     of those bytes over the link toward the device, sharing it with the
- *     copies (a kernel reading host memory in place reads each byte many
- *     times over: 16 for ResNet-50's spilled bytes on an H200).
+ *   FAKE_CUDA_IN_PLACE_CROSSINGS: with kernels taking time (the runtime's
+ *     FAKE_CUDA_KERNEL_US, streams.h), a kernel whose parameters point into
+ *     host-located memory reads it in place: its stream waits for that many
+ *     crossings of those bytes over the link toward the device, sharing it
+ *     with the copies (a kernel reading host memory in place reads each byte
+ *     many times over: 16 for ResNet-50's spilled bytes on an H200).
  *
  * The rates are to be chosen in proportion to one another and to the
- * kernels' time (the fake runtime's FAKE_CUDA_KERNEL_US), as a GPU's are;
- * their size is the fake's, not a GPU's.
+ * kernels' time, as a GPU's are; their size is the fake's, not a GPU's.
  */
 static size_t link_mib_per_s, remap_us_per_mib, in_place_crossings;
 __attribute__((constructor)) static void read_costs(void) {

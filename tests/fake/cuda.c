@@ -103,8 +103,8 @@ CUresult cuMemPoolSetAttribute(CUmemoryPool pool, int attribute, void *value) {
     return pool_set_attribute(pool, attribute, value);
 }
 CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) { return pool_trim("cuMemPoolTrimTo", pool, keep); }
-CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { return fake_free_async("cuMemFreeAsync", (void *)p); }
-CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return fake_free_async("cuMemFreeAsync_ptsz", (void *)p); }
+CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { return fake_free_async("cuMemFreeAsync", (void *)p, s); }
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return fake_free_async("cuMemFreeAsync_ptsz", (void *)p, s ? s : (void *)2); }
 
 CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
     return fake_mem_info("cuMemGetInfo_v2", free_bytes, total);
@@ -116,6 +116,7 @@ static void *runtime_stream_new(void);
 CUresult cuStreamCreate(CUstream *s, unsigned flags) {
     if (no_device()) return NO_DEVICE;
     *s = on_runtime_streams() ? runtime_stream_new() : malloc(1);
+    if (!*s) return MEMORY_ALLOCATION; /* the runtime's streams are all taken */
     trace("cuStreamCreate flags=%u streams=%s", flags, on_runtime_streams() ? "runtime's" : "driver's");
     return OK;
 }
@@ -409,7 +410,8 @@ CUresult cuGraphChildGraphNodeGetGraph(void *node, void **graph) {
 CUresult cuGraphDestroy(void *graph) { trace("cuGraphDestroy graph=%p", graph); return OK; }
 
 /* Copies and memsets of the driver, made at once (its streams do not run
- * work apart from the host's here). */
+ * work apart from the host's here), except on the runtime's streams
+ * (driver_copies.h). */
 /* Logged when called; FAKE_CUDA_MOVE_DELAY_MS holds the caller first, as a
  * large copy over the link does. */
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
@@ -427,7 +429,11 @@ CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
     memcpy((void *)dst, (void *)src, n);
     return OK;
 }
-CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s) { memcpy((void *)dst, src, n); return OK; }
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s) {
+    if (on_runtime_streams()) return runtime.copy((void *)dst, src, n, s);
+    memcpy((void *)dst, src, n);
+    return OK;
+}
 /* A copy of rows described by a CUDA_MEMCPY2D (host or device ends, which
  * are both plain memory here); the copies held back land first. */
 struct fake_memcpy2d {
@@ -456,10 +462,24 @@ CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned value, size_t n) {
     for (size_t i = 0; i < n; i++) ((unsigned *)dst)[i] = value;
     return OK;
 }
-CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) { memcpy(dst, (void *)src, n); return OK; }
-CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { memcpy((void *)dst, (void *)src, n); return OK; }
-CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream s) { memset((void *)dst, value, n); return OK; }
+CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) {
+    if (on_runtime_streams()) return runtime.copy(dst, (const void *)src, n, s);
+    memcpy(dst, (void *)src, n);
+    return OK;
+}
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+    if (on_runtime_streams()) return runtime.copy((void *)dst, (const void *)src, n, s);
+    memcpy((void *)dst, (void *)src, n);
+    return OK;
+}
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream s) {
+    if (on_runtime_streams()) return runtime.set((void *)dst, value, n, s);
+    memset((void *)dst, value, n);
+    return OK;
+}
+/* On the runtime's streams, made once the stream's work before it has run. */
 CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned value, size_t n, CUstream s) {
+    if (on_runtime_streams()) runtime.stream_sync(s);
     for (size_t i = 0; i < n; i++) ((unsigned *)dst)[i] = value;
     return OK;
 }

@@ -128,15 +128,8 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, int attribute, void *val
     return pool_set_attribute(pool, attribute, value);
 }
 cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) { return pool_trim("cudaMemPoolTrimTo", pool, keep); }
-/* Stream-ordered where kernels take time (streams.h), else at once. */
-cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
-    if (enqueue_free(p, s)) {
-        trace("cudaFreeAsync ptr=%p rc=0 queued=1", p);
-        return OK;
-    }
-    return fake_free_async("cudaFreeAsync", p);
-}
-cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s) { return fake_free_async("cudaFreeAsync_ptsz", p); }
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s) { return fake_free_async("cudaFreeAsync", p, s); }
+cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s) { return fake_free_async("cudaFreeAsync_ptsz", p, s ? s : (void *)2); }
 
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
     return fake_mem_info("cudaMemGetInfo", free_bytes, total);

@@ -12,6 +12,8 @@
 static struct {
     void *(*stream_new)(void);
     int (*copy)(void *dst, const void *src, size_t n, void *stream);
+    int (*set)(void *dst, int value, size_t n, void *stream);
+    int (*call)(void *stream, void (*fn)(void *), void *arg);
     void *(*event_new)(void);
     int (*record)(void *event, void *stream);
     int (*wait)(void *stream, void *event);
@@ -27,6 +29,8 @@ static void find_runtime(void) {
 #define FIND(field, name) *(void **)&runtime.field = dlsym(RTLD_DEFAULT, name)
     FIND(stream_new, "cudaFakeStreamNew");
     FIND(copy, "cudaFakeCopyAsync");
+    FIND(set, "cudaFakeSetAsync");
+    FIND(call, "cudaFakeCallAsync");
     FIND(event_new, "cudaFakeEventNew");
     FIND(record, "cudaFakeEventRecord");
     FIND(wait, "cudaFakeStreamWait");
@@ -35,7 +39,7 @@ static void find_runtime(void) {
     FIND(stream_sync, "cudaFakeStreamSync");
     FIND(sync_all, "cudaFakeSyncAll");
 #undef FIND
-    runtime_found = runtime.stream_new && runtime.copy && runtime.event_new && runtime.record && runtime.wait &&
+    runtime_found = runtime.stream_new && runtime.copy && runtime.set && runtime.call && runtime.event_new && runtime.record && runtime.wait &&
                     runtime.done && runtime.event_sync && runtime.stream_sync && runtime.sync_all;
 }
 /* Whether the driver's streams are the runtime's. */
@@ -44,6 +48,9 @@ static int on_runtime_streams(void) {
     return runtime_found;
 }
 static void *runtime_stream_new(void) { return runtime.stream_new(); }
+/* Stream-ordered frees (memory.h), on the runtime's streams. */
+static int ordered_frees(void) { return on_runtime_streams(); }
+static int queue_after(void *stream, void (*fn)(void *), void *arg) { return runtime.call(stream, fn, arg) == OK; }
 /* Called by the runtime's streams for each copy they run. */
 void cudaFakeLinkCost(const void *dst, const void *src, size_t n) { link_cost((CUdeviceptr)dst, (CUdeviceptr)src, n); }
 
@@ -99,8 +106,9 @@ CUresult cuStreamSynchronize(CUstream stream) {
     return OK;
 }
 CUresult cuCtxSynchronize(void) { land_copies(); trace("cuCtxSynchronize"); return OK; }
-/* Events: the driver's streams here do their work as it is given, so an
- * event is reached as soon as it is recorded; with FAKE_CUDA_DEFER_COPIES,
+/* Events (other than on the runtime's streams, above): the driver's streams
+ * here do their work as it is given, so an event is reached as soon as it
+ * is recorded; with FAKE_CUDA_DEFER_COPIES,
  * waiting for it lands only the copies held back before its record (of
  * any stream: the held-back copies are one queue). */
 #define DRIVER_EVENTS 1024

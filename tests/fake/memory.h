@@ -25,7 +25,7 @@ enum { OK = 0, INVALID_VALUE = 1, MEMORY_ALLOCATION = 2, NO_DEVICE = 100 };
 #define MAX_DEVICES 8
 #define BUCKETS 4096
 
-struct block { void *ptr; size_t size; int device; int managed; int pooled; struct block *next; };
+struct block { void *ptr; size_t size; int device; int managed; int pooled; int freeing; struct block *next; };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct block *table[BUCKETS];
@@ -90,7 +90,7 @@ static int fake_alloc(void **out, size_t size, int managed) {
     void *p = malloc(size);
     struct block *b = malloc(sizeof *b);
     if (!p || !b) { free(p); free(b); pthread_mutex_unlock(&lock); return MEMORY_ALLOCATION; }
-    *b = (struct block){p, size, dev, managed, 0, table[bucket(p)]};
+    *b = (struct block){p, size, dev, managed, 0, 0, table[bucket(p)]};
     table[bucket(p)] = b;
     if (!managed) used[dev] += size;
     pthread_mutex_unlock(&lock);
@@ -111,7 +111,8 @@ static int fake_free(void *p) {
     struct block **link = &table[bucket(p)];
     while (*link && (*link)->ptr != p) link = &(*link)->next;
     struct block *b = *link;
-    if (!b) { pthread_mutex_unlock(&lock); return INVALID_VALUE; }
+    /* Unknown, or its free queued on a stream already. */
+    if (!b || b->freeing) { pthread_mutex_unlock(&lock); return INVALID_VALUE; }
     *link = b->next;
     if (!b->managed) used[b->device] -= b->size;
     pthread_mutex_unlock(&lock);
@@ -233,11 +234,41 @@ static int is_managed(const void *p) {
     return managed;
 }
 
+/* Whether this library's stream-ordered frees wait for their stream (where
+ * kernels take time: the fake's cost model), and queues `fn(arg)` on
+ * `stream` after the work there (0 if it could not): each library's own. */
+static int ordered_frees(void);
+static int queue_after(void *stream, void (*fn)(void *), void *arg);
+
+/* A stream-ordered free reached on its stream. */
+static void free_queued(void *p) {
+    pthread_mutex_lock(&lock);
+    struct block *b = find(p);
+    if (b) b->freeing = 0;
+    pthread_mutex_unlock(&lock);
+    pool_free(p);
+}
+
 /* cudaFreeAsync, cuMemFreeAsync and their _ptsz forms (`name`, for the log):
- * the real libraries refuse managed memory here. */
-static int fake_free_async(const char *name, void *p) {
-    int rc = p && is_managed(p) ? INVALID_VALUE : pool_free(p);
-    trace("%s ptr=%p rc=%d", name, p, rc);
+ * the real libraries refuse managed memory here. A pooled block goes at
+ * once, or, where frees are stream-ordered, once the work queued before
+ * it on `stream` has run (which may still write it); freed again before
+ * then, it is refused. */
+static int fake_free_async(const char *name, void *p, void *stream) {
+    int rc = -1, queued = 0;
+    pthread_mutex_lock(&lock);
+    struct block *b = p ? find(p) : NULL;
+    if (b && b->freeing) rc = INVALID_VALUE;
+    else if (b && b->pooled && ordered_frees()) b->freeing = queued = 1;
+    pthread_mutex_unlock(&lock);
+    if (queued && queue_after(stream, free_queued, p)) rc = OK;
+    else if (queued) {
+        queued = 0;
+        free_queued(p);
+        rc = OK;
+    }
+    if (rc == -1) rc = p && is_managed(p) ? INVALID_VALUE : pool_free(p);
+    trace("%s ptr=%p rc=%d queued=%d", name, p, rc, queued);
     return rc;
 }
 

@@ -24,7 +24,7 @@
 #define QUEUED 4096
 #define ARG_BYTES 512
 
-enum work_kind { WORK_COPY, WORK_SET, WORK_KERNEL, WORK_RECORD, WORK_WAIT, WORK_FREE };
+enum work_kind { WORK_COPY, WORK_SET, WORK_KERNEL, WORK_RECORD, WORK_WAIT, WORK_CALL };
 
 struct fake_event {
     unsigned long recorded; /* records made (on the host) */
@@ -39,6 +39,7 @@ struct work {
     struct fake_event *event;
     unsigned long generation;
     void (*body)(void **args);
+    void (*call)(void *arg); /* WORK_CALL's, with `dst` */
     /* A kernel's argument values, and where each lies among them. */
     unsigned char values[ARG_BYTES];
     size_t offsets[MAX_PARAMS];
@@ -90,7 +91,7 @@ static void *run_stream(void *arg) {
             if (w->kind == WORK_COPY && driver_link_cost) driver_link_cost(w->dst, w->src, w->bytes);
             if (w->kind == WORK_COPY) memcpy(w->dst, w->src, w->bytes);
             if (w->kind == WORK_SET) memset(w->dst, (int)w->generation, w->bytes);
-            if (w->kind == WORK_FREE) pool_free(w->dst);
+            if (w->kind == WORK_CALL) w->call(w->dst);
             if (w->kind == WORK_KERNEL) {
                 kernel_time(w->values);
                 void *args[MAX_PARAMS];
@@ -130,6 +131,8 @@ int cudaFakeKernelsUsing(unsigned long long lo, unsigned long long hi) {
 }
 
 static struct fake_stream *stream_of(void *handle) {
+    /* CU_STREAM_LEGACY and CU_STREAM_PER_THREAD: the null stream here. */
+    if ((uintptr_t)handle == 1 || (uintptr_t)handle == 2) handle = NULL;
     struct fake_stream *s = handle ? handle : &streams[0];
     return s >= streams && s < streams + MAX_STREAMS ? s : NULL;
 }
@@ -174,17 +177,10 @@ static int enqueue_copy(void *dst, const void *src, size_t bytes, void *stream) 
     return enqueue(stream, &w);
 }
 
-/* A stream-ordered free, where kernels take time (FAKE_CUDA_KERNEL_US):
- * the block goes once the work queued before it has run, which may still
- * write it. 0 where it is to be freed at once (no kernel time). */
-static int enqueue_free(void *p, void *stream) {
-    if (!kernel_us || !p) return 0;
-    pthread_mutex_lock(&lock);
-    struct block *b = find(p);
-    int pooled = b && b->pooled;
-    pthread_mutex_unlock(&lock);
-    if (!pooled) return 0;
-    struct work w = {.kind = WORK_FREE, .dst = p};
+/* Frees are stream-ordered where kernels take time (memory.h). */
+static int ordered_frees(void) { return kernel_us != 0; }
+static int queue_after(void *stream, void (*fn)(void *), void *arg) {
+    struct work w = {.kind = WORK_CALL, .call = fn, .dst = arg};
     return enqueue(stream, &w) == OK;
 }
 
@@ -194,6 +190,8 @@ static int enqueue_set(void *dst, int value, size_t bytes, void *stream) {
 }
 
 static int record_event(struct fake_event *e, void *stream) {
+    /* Counted only where it can be queued: else it would never be reached. */
+    if (!stream_of(stream)) return INVALID_VALUE;
     pthread_mutex_lock(&stream_lock);
     unsigned long generation = ++e->recorded;
     pthread_mutex_unlock(&stream_lock);
@@ -243,6 +241,8 @@ static int enqueue_kernel(const void *kernel, void **args, void *stream) {
  * no hook stands in front of. */
 void *cudaFakeStreamNew(void) { return new_stream(); }
 int cudaFakeCopyAsync(void *dst, const void *src, size_t n, void *stream) { return enqueue_copy(dst, src, n, stream); }
+int cudaFakeSetAsync(void *dst, int value, size_t n, void *stream) { return enqueue_set(dst, value, n, stream); }
+int cudaFakeCallAsync(void *stream, void (*fn)(void *), void *arg) { return queue_after(stream, fn, arg) ? OK : INVALID_VALUE; }
 void *cudaFakeEventNew(void) { return calloc(1, sizeof(struct fake_event)); }
 int cudaFakeEventRecord(void *event, void *stream) { return record_event(event, stream); }
 int cudaFakeStreamWait(void *stream, void *event) { return wait_event(stream, event); }
