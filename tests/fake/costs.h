@@ -40,13 +40,18 @@ static void hold_link(int toward_host, double bytes) {
     pthread_mutex_unlock(&link_lock[toward_host]);
 }
 
+/* With `lock` held: the mapping holding `at`, or -1. */
+static int mapping_at(CUdeviceptr at) {
+    for (int m = 0; m < MAX_MAPPINGS; m++)
+        if (mappings[m].ptr && at >= mappings[m].ptr && at < mappings[m].ptr + mappings[m].size) return m;
+    return -1;
+}
+
 /* With `lock` held: the device the mapping holding `at` is located on (-1:
  * the host), or -2 where no mapping holds it. */
 static int located(CUdeviceptr at) {
-    for (int m = 0; m < MAX_MAPPINGS; m++)
-        if (mappings[m].ptr && at >= mappings[m].ptr && at < mappings[m].ptr + mappings[m].size)
-            return handles[mappings[m].handle_index].device;
-    return -2;
+    int m = mapping_at(at);
+    return m < 0 ? -2 : handles[mappings[m].handle_index].device;
 }
 
 /* A copy of `n` bytes from `src` to `dst` crossing the link. */
@@ -79,15 +84,13 @@ size_t cudaFakeReadInPlace(const unsigned char *args, size_t n) {
     for (size_t at = 0; at + sizeof(CUdeviceptr) <= n && found < 64; at += sizeof(CUdeviceptr)) {
         CUdeviceptr word;
         memcpy(&word, args + at, sizeof word);
-        for (int m = 0; m < MAX_MAPPINGS; m++) {
-            if (!mappings[m].ptr || word < mappings[m].ptr || word >= mappings[m].ptr + mappings[m].size) continue;
-            int seen = 0;
-            for (int k = 0; k < found; k++) seen |= counted[k] == m;
-            if (!seen && handles[mappings[m].handle_index].device == -1) {
-                counted[found++] = m;
-                host_bytes += mappings[m].size;
-            }
-            break;
+        int m = mapping_at(word);
+        if (m < 0 || handles[mappings[m].handle_index].device != -1) continue;
+        int seen = 0;
+        for (int k = 0; k < found; k++) seen |= counted[k] == m;
+        if (!seen) {
+            counted[found++] = m;
+            host_bytes += mappings[m].size;
         }
     }
     pthread_mutex_unlock(&lock);

@@ -104,7 +104,7 @@ CUresult cuMemPoolSetAttribute(CUmemoryPool pool, int attribute, void *value) {
 }
 CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) { return pool_trim("cuMemPoolTrimTo", pool, keep); }
 CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { return fake_free_async("cuMemFreeAsync", (void *)p, s); }
-CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return fake_free_async("cuMemFreeAsync_ptsz", (void *)p, s ? s : (void *)2); }
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return fake_free_async("cuMemFreeAsync_ptsz", (void *)p, s); }
 
 CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
     return fake_mem_info("cuMemGetInfo_v2", free_bytes, total);
@@ -115,9 +115,10 @@ static int on_runtime_streams(void);
 static void *runtime_stream_new(void);
 CUresult cuStreamCreate(CUstream *s, unsigned flags) {
     if (no_device()) return NO_DEVICE;
-    *s = on_runtime_streams() ? runtime_stream_new() : malloc(1);
+    int shared = on_runtime_streams();
+    *s = shared ? runtime_stream_new() : malloc(1);
     if (!*s) return MEMORY_ALLOCATION; /* the runtime's streams are all taken */
-    trace("cuStreamCreate flags=%u streams=%s", flags, on_runtime_streams() ? "runtime's" : "driver's");
+    trace("cuStreamCreate flags=%u streams=%s", flags, shared ? "runtime's" : "driver's");
     return OK;
 }
 

@@ -129,7 +129,7 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, int attribute, void *val
 }
 cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) { return pool_trim("cudaMemPoolTrimTo", pool, keep); }
 cudaError_t cudaFreeAsync(void *p, cudaStream_t s) { return fake_free_async("cudaFreeAsync", p, s); }
-cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s) { return fake_free_async("cudaFreeAsync_ptsz", p, s ? s : (void *)2); }
+cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s) { return fake_free_async("cudaFreeAsync_ptsz", p, s); }
 
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
     return fake_mem_info("cudaMemGetInfo", free_bytes, total);

@@ -1,7 +1,7 @@
 /* The driver's per-thread default stream forms of its copies and memsets
  * (`_ptsz`, `_ptds`): the same as the legacy ones here, some logged.
  * Included by cuda.c after those. */
-CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { trace("cuMemcpyAsync_ptsz dst=%#llx", dst); if (on_runtime_streams()) return runtime.copy((void *)dst, (const void *)src, n, s ? s : (void *)2); memcpy((void *)dst, (void *)src, n); return OK; }
+CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { trace("cuMemcpyAsync_ptsz dst=%#llx", dst); if (on_runtime_streams()) return runtime.copy((void *)dst, (const void *)src, n, s); memcpy((void *)dst, (void *)src, n); return OK; }
 CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n, CUstream s) { trace("cuMemcpyHtoDAsync_v2_ptsz dst=%#llx", dst); return cuMemcpyHtoDAsync_v2(dst, src, n, s); }
 CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dst, CUdeviceptr src, size_t n, CUstream s) { return cuMemcpyDtoHAsync_v2(dst, src, n, s); }
 CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { return cuMemcpyDtoDAsync_v2(dst, src, n, s); }
