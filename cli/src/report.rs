@@ -310,6 +310,7 @@ mod tests {
                 pinned_bytes: 4 << 20,
                 unpinned_bytes: 1 << 20,
                 fresh_bytes_to_device: 0,
+                lent_bytes_to_device: 0,
                 made_with_room_bytes: 0,
                 fetches: 6,
                 mover_moves: 0,

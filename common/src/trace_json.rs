@@ -185,6 +185,11 @@ pub struct MovesJson {
     /// Of `bytes_to_device`: blocks no work had touched since they were
     /// handed out, whose bytes were not yet the job's.
     pub fresh_bytes_to_device: u64,
+    /// Of `bytes_to_device`: blocks brought into the device memory of
+    /// blocks freed in stream order whose frees were not reached yet, their
+    /// copies queued behind those frees (no block moved out for the room).
+    #[serde(default)]
+    pub lent_bytes_to_device: u64,
     /// Where moves overlap the job's kernels: new blocks made on the device
     /// by moving others out, where they would have been made in host
     /// memory (not a part of `bytes_to_device`: nothing was copied).

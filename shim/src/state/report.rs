@@ -250,6 +250,7 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
         pinned_bytes: tier.pinned.load(Relaxed),
         unpinned_bytes: tier.unpinned.load(Relaxed),
         fresh_bytes_to_device: tier.moved_in_fresh.load(Relaxed),
+        lent_bytes_to_device: tier.moved_in_lent.load(Relaxed),
         made_with_room_bytes: tier.room_at_birth.load(Relaxed),
         fetches: tier.fetches.load(Relaxed),
         mover_moves: tier.outgoing.made.load(Relaxed),

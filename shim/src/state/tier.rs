@@ -200,6 +200,12 @@ pub struct Tier {
     pub kept: Mutex<Vec<Kept>>,
     /// Allocations served from `kept`.
     pub reused: AtomicU64,
+    /// Kept blocks whose device memory was lent to a block coming in before
+    /// their frees were reached ([`crate::policy::tier::kept::lend`]): their
+    /// ranges still map it, unmapped once the frees are reached.
+    pub lending: Mutex<Vec<Kept>>,
+    /// Bytes moved onto the device into memory lent by kept blocks.
+    pub moved_in_lent: AtomicU64,
     /// Blocks freed in stream order while a stream was captured: the graph
     /// frees them when it runs, so they stay as they are.
     pub freed_in_capture: Mutex<Vec<(usize, Backing)>>,

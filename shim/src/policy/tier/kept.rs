@@ -255,6 +255,116 @@ fn fill(kept: &mut Kept, serve: Serve) -> bool {
     true
 }
 
+/// Takes out a kept block of `size` bytes on `device`'s memory to lend its
+/// memory to a block coming in, where no room is free: the room its free
+/// will give, taken in stream order, as CUDA's pools hand memory freed on a
+/// stream to the next allocation once that waits for the free. Its bytes
+/// count on the device already, and become the incoming block's. The
+/// oldest first: its free is the likeliest to be reached soonest. The
+/// caller queues the copy in behind the free ([`order_after`]), then
+/// passes the block to [`lent`], or back to [`not_lent`] if the move failed.
+pub(super) fn lend(state: &State, device: Device, size: u64) -> Option<Kept> {
+    let mut list = lock(&state.tier.kept);
+    let index = list.iter().position(|k| {
+        k.backing.device == device && k.backing.size == size && range_of(k) == Range::Device
+    })?;
+    Some(list.remove(index))
+}
+
+/// Makes the tier's copies onto `device` wait for the free that kept
+/// `kept`, and for its last use (a copy of its own may still be landing);
+/// where CUDA refuses, waits here.
+pub(super) fn order_after(kept: &Kept, device: Device) {
+    let stream = backing::stream(device, backing::Direction::ToDevice).ok();
+    for event in events_of(kept) {
+        match stream {
+            Some(stream) if event.complete() || event.wait_on(stream as usize, false) => {}
+            _ => {
+                event.wait();
+            }
+        }
+    }
+}
+
+/// The free's event that kept `kept`, and its last use's, if it has one.
+fn events_of(kept: &Kept) -> impl Iterator<Item = Event> {
+    let backing = &kept.backing;
+    let used = (backing.used != 0).then_some(Event(backing.used, backing.used_runtime));
+    std::iter::once(Event(kept.event, kept.runtime_event)).chain(used)
+}
+
+/// A block whose memory [`lend`] took, now mapped at the block coming in
+/// too: its own range still maps it until its free is reached
+/// ([`settle_lending`]), since work given before the free may still use it.
+pub(super) fn lent(state: &State, kept: Kept) {
+    lock(&state.tier.lending).push(kept);
+}
+
+/// A block [`lend`] took whose memory the move did not take: kept again, as
+/// it was.
+pub(super) fn not_lent(state: &State, kept: Kept) {
+    lock(&state.tier.kept).insert(0, kept);
+}
+
+/// Unmaps the ranges of the blocks that lent their memory whose frees are
+/// reached and whose last uses have completed: each is then kept with its range empty and its host memory, as
+/// [`to_host`] leaves one, or given back if it has none.
+pub(super) fn settle_lending(state: &State) {
+    let settled: Vec<Kept> = {
+        let mut list = lock(&state.tier.lending);
+        if list.is_empty() {
+            return;
+        }
+        let (settled, lending) = std::mem::take(&mut *list).into_iter().partition(settled);
+        *list = lending;
+        settled
+    };
+    for kept in settled {
+        end_lending(state, kept);
+    }
+}
+
+/// Before the device memory `handle` is released: the blocks that lent it
+/// have their ranges unmapped first, so that no mapping outlives its count.
+/// Their frees are reached by then (the memory's copy in waited for them);
+/// where one is not, this waits for it, and for its last use.
+fn lent_back(state: &State, handle: u64) {
+    let lenders: Vec<Kept> = {
+        let mut list = lock(&state.tier.lending);
+        if list.is_empty() {
+            return;
+        }
+        let (lenders, rest) = std::mem::take(&mut *list)
+            .into_iter()
+            .partition(|k| k.backing.on_device == handle);
+        *list = rest;
+        lenders
+    };
+    for kept in lenders {
+        for event in events_of(&kept) {
+            event.wait();
+        }
+        end_lending(state, kept);
+    }
+}
+
+/// Releases device memory of the tier's, once no lender's range maps it.
+pub(super) fn release_device(state: &State, handle: u64) {
+    lent_back(state, handle);
+    backing::release(handle);
+}
+
+fn end_lending(state: &State, mut kept: Kept) {
+    backing::unmap(kept.ptr as CUdeviceptr, kept.backing.size);
+    kept.backing.on_device = 0;
+    kept.empty = true;
+    if kept.backing.in_host != 0 {
+        add(state, kept);
+    } else {
+        release(state, kept);
+    }
+}
+
 /// Bytes of kept blocks on `device`'s memory.
 pub fn on_device(state: &State, device: Device) -> u64 {
     lock(&state.tier.kept)
@@ -344,7 +454,7 @@ const FREE_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 fn to_host(state: &State, mut kept: Kept) {
     let backing = &mut kept.backing;
     backing::unmap(kept.ptr as CUdeviceptr, backing.size);
-    backing::release(backing.on_device);
+    release_device(state, backing.on_device);
     backing.on_device = 0;
     kept.empty = true;
     state.ledger.unreserve(backing.device, backing.size);

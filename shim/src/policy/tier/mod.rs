@@ -234,7 +234,7 @@ pub(super) fn dismantle(state: &State, ptr: usize, backing: &Backing, mapped: bo
         backing.in_host != 0,
     );
     if backing.on_device != 0 {
-        backing::release(backing.on_device);
+        kept::release_device(state, backing.on_device);
     }
     if backing.in_host != 0 {
         spare::give(state, backing.device, backing.in_host);
@@ -300,6 +300,7 @@ pub fn fetch(state: &'static State, api: Api, named: &[usize]) {
 fn fetch_named(state: &'static State, api: Api, named: &[usize]) {
     // A named block the mover thread was to move out stays.
     mover::claim(state, named);
+    kept::settle_lending(state);
     if named.is_empty() || state.tier.bytes_in_host.load(Relaxed) == 0 {
         return;
     }
@@ -370,11 +371,16 @@ fn fetch_named(state: &'static State, api: Api, named: &[usize]) {
         };
         let quota = device_quota(state, block.device, backend).unwrap_or(u64::MAX);
         let mut come = |strict: bool| {
-            (strict || uses::wait_idle(state, ptr))
-                && room::make_room(state, block.device, block.size, quota, named, strict)
-                && moves::stage_in(state, ptr, block, !strict)
-                    .map(|s| staged.push(s))
-                    .is_some()
+            if !(strict || uses::wait_idle(state, ptr)) {
+                return false;
+            }
+            let room = room::room_for_coming(state, block.device, block.size, quota, named, strict);
+            let move_in = match room {
+                Some(room::Room::Reserved) => moves::stage_in(state, ptr, block, !strict),
+                Some(room::Room::Lent(lender)) => moves::stage_in_lent(state, ptr, block, lender),
+                None => None,
+            };
+            move_in.map(|s| staged.push(s)).is_some()
         };
         let mut came = come(strict);
         if !came && !strict {

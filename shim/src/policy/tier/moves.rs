@@ -34,10 +34,12 @@ use vramshare_common::event::{Api, Op, Placement};
 
 use crate::config::Device;
 use crate::state::ledger::Block;
+use crate::state::tier::Kept;
 use crate::state::State;
 
 use super::backing::{self, Direction};
 use super::copier;
+use super::kept;
 use super::spare;
 
 /// A move whose copy has been queued.
@@ -129,30 +131,71 @@ pub(super) fn timed<T>(counter: &AtomicU64, f: impl FnOnce() -> T) -> T {
 /// block's own event recorded after the copy. `None` (and the reservation
 /// given back) if it cannot move.
 pub fn stage_in(state: &State, ptr: usize, block: Block, overlap: bool) -> Option<Staged> {
+    let staged = stage_in_to(state, ptr, block, overlap, None);
+    if staged.is_none() {
+        state.ledger.unreserve(block.device, block.size);
+    }
+    staged
+}
+
+/// As [`stage_in`], with `overlap`, into the device memory of a kept block
+/// of the same size whose free may not be reached yet ([`kept::lend`]): its
+/// bytes are the ones reserved, and the copy waits for the free. `None` (and
+/// the kept block kept again, as it was) if it cannot move.
+pub fn stage_in_lent(state: &State, ptr: usize, block: Block, lender: Kept) -> Option<Staged> {
+    let staged = stage_in_to(state, ptr, block, true, Some(&lender));
+    match staged {
+        Some(_) => {
+            state.tier.moved_in_lent.fetch_add(block.size, Relaxed);
+            kept::lent(state, lender);
+        }
+        None => kept::not_lent(state, lender),
+    }
+    staged
+}
+
+fn stage_in_to(
+    state: &State,
+    ptr: usize,
+    block: Block,
+    overlap: bool,
+    lender: Option<&Kept>,
+) -> Option<Staged> {
     let (device, size) = (block.device, block.size);
-    let give_back = || state.ledger.unreserve(device, size);
     if state
         .ledger
         .begin_tier_move(ptr, Placement::Host, size)
         .is_none()
     {
-        give_back();
         return None;
     }
     let tier = &state.tier;
     let at = ptr as CUdeviceptr;
     let backing = state.tier.blocks.get(&ptr).map(|b| *b);
     let staged = backing.filter(|b| b.in_host != 0).and_then(|backing| {
-        let handle = timed(&tier.memory_ns, || {
-            timed(&tier.device_create_ns, || {
-                backing::create(size, device, true)
+        let handle = match lender {
+            Some(lender) => lender.backing.on_device,
+            None => timed(&tier.memory_ns, || {
+                timed(&tier.device_create_ns, || {
+                    backing::create(size, device, true)
+                })
             })
-        })
-        .ok()?;
+            .ok()?,
+        };
+        // New memory is released if the move fails; lent memory stays its
+        // lender's.
+        let release = |handle| {
+            if lender.is_none() {
+                backing::release(handle);
+            }
+        };
         let host = backing.in_host;
         if timed(&tier.remap_ns, || remap(at, size, device, handle, host)).is_err() {
-            backing::release(handle);
+            release(handle);
             return None;
+        }
+        if let Some(lender) = lender {
+            timed(&tier.queue_ns, || kept::order_after(lender, device));
         }
         let staged = Staged {
             ptr,
@@ -184,13 +227,12 @@ pub fn stage_in(state: &State, ptr: usize, block: Block, overlap: bool) -> Optio
             Err(_) => {
                 // The host memory still holds the bytes: mapped back.
                 map_back(at, size, device, host);
-                backing::release(handle);
+                release(handle);
                 None
             }
         }
     });
     if staged.is_none() {
-        give_back();
         state.ledger.end_tier_move(ptr, Placement::Host);
     }
     staged
@@ -269,7 +311,7 @@ pub fn stage_begun_out(state: &State, ptr: usize, size: u64, device: Device) -> 
 
 /// Marks the end of `staged`'s copy with an event, where one can be had.
 fn after_copy(state: &State, mut staged: Staged) -> Staged {
-    let spare = super::kept::take_event(state, false);
+    let spare = kept::take_event(state, false);
     let Some(event) = spare.or_else(|| backing::make_event().ok()) else {
         return staged;
     };
@@ -306,7 +348,7 @@ pub fn finish_each(
             _ if move_.ordered => Ok(()),
             (None, Some(event)) => {
                 let landed = timed(&state.tier.copy_ns, || backing::wait_event(event));
-                super::kept::give_back_event(state, event, false);
+                kept::give_back_event(state, event, false);
                 landed
             }
             (None, None) => wait_stream(state, &mut waited, move_.device, move_.direction),
@@ -371,7 +413,7 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
                 // The copy may have landed in part: the host memory, which
                 // still holds the bytes, is mapped back.
                 timed(&tier.remap_ns, || map_back(at, size, device, from));
-                timed(&tier.memory_ns, || backing::release(to));
+                timed(&tier.memory_ns, || kept::release_device(state, to));
                 state.ledger.unreserve(device, size);
                 state.ledger.end_tier_move(ptr, Placement::Host);
                 (Op::Promote, Placement::Device, rc)
@@ -384,7 +426,7 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
             match remapped {
                 Ok(()) => {
                     timed(&tier.memory_ns, || {
-                        timed(&tier.device_release_ns, || backing::release(from))
+                        timed(&tier.device_release_ns, || kept::release_device(state, from))
                     });
                     if let Some(mut entry) = tier.blocks.get_mut(&ptr) {
                         entry.on_device = 0;

@@ -8,6 +8,7 @@
 use std::sync::atomic::Ordering::SeqCst;
 
 use crate::config::Device;
+use crate::state::tier::Kept;
 use crate::state::State;
 
 use super::moves::{self, move_out, timed, Staged};
@@ -206,6 +207,42 @@ fn by_next_use(state: &State, blocks: Vec<(usize, u64)>) -> Vec<(u64, u64, usize
         order.sort_unstable_by(|a, b| b.cmp(a));
         order
     })
+}
+
+/// Where a block coming in finds its room.
+pub(super) enum Room {
+    /// Its bytes are reserved under the quota.
+    Reserved,
+    /// A kept block's device memory, lent ([`kept::lend`]).
+    Lent(Kept),
+}
+
+/// Room on `device` under `quota` for a block of `size` bytes coming in,
+/// as [`make_room`] makes it, except that beside the job's kernels (not
+/// `strict`), where no room is free, a kept block of its size whose free is
+/// queued but not reached lends it its memory before live blocks move out:
+/// the copy in waits on the device for the free, the host waits for
+/// nothing, and no block goes out that would have to come back. `None` if
+/// there is no such room.
+pub(super) fn room_for_coming(
+    state: &State,
+    device: Device,
+    size: u64,
+    quota: u64,
+    keep: &[usize],
+    strict: bool,
+) -> Option<Room> {
+    if state.ledger.try_reserve(device, size, quota)
+        || kept::room_for(state, device, size, quota, false)
+    {
+        return Some(Room::Reserved);
+    }
+    if !strict {
+        if let Some(lender) = kept::lend(state, device, size) {
+            return Some(Room::Lent(lender));
+        }
+    }
+    make_room(state, device, size, quota, keep, strict).then_some(Room::Reserved)
 }
 
 /// Reserves `size` device bytes on `device` under `quota`, moving the

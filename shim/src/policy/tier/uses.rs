@@ -132,7 +132,7 @@ impl Event {
         rc == CUDA_SUCCESS
     }
 
-    fn wait(self) -> bool {
+    pub fn wait(self) -> bool {
         let event = self.0 as *mut c_void;
         // SAFETY: as above.
         let rc = unsafe {
