@@ -132,6 +132,11 @@ static DRIVER_STREAMS: [AtomicPtr<c_void>; MAX_DEVICES] =
 /// link carries both directions at once.
 static DRIVER_STREAMS_OUT: [AtomicPtr<c_void>; MAX_DEVICES] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_DEVICES];
+/// A third driver stream per device: the spill tier's copies onto the
+/// device that wait for a freed block's memory, so that they hold up no
+/// other copy.
+static DRIVER_STREAMS_AFTER_FREE: [AtomicPtr<c_void>; MAX_DEVICES] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_DEVICES];
 
 /// In a forked child: the parent's streams are not the child's.
 pub fn forget_streams() {
@@ -139,6 +144,7 @@ pub fn forget_streams() {
         .iter()
         .chain(&DRIVER_STREAMS)
         .chain(&DRIVER_STREAMS_OUT)
+        .chain(&DRIVER_STREAMS_AFTER_FREE)
     {
         slot.store(std::ptr::null_mut(), Ordering::Release);
     }
@@ -360,6 +366,12 @@ impl Backend {
     /// The driver's second stream for `device` (see [`DRIVER_STREAMS_OUT`]).
     pub fn second_stream(device: Device) -> *mut c_void {
         made_once(&DRIVER_STREAMS_OUT[device.index()], driver_stream)
+    }
+
+    /// The driver's third stream for `device` (see
+    /// [`DRIVER_STREAMS_AFTER_FREE`]).
+    pub fn third_stream(device: Device) -> *mut c_void {
+        made_once(&DRIVER_STREAMS_AFTER_FREE[device.index()], driver_stream)
     }
 }
 

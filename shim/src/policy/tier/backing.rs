@@ -190,21 +190,31 @@ pub fn unmap_block(ptr: CUdeviceptr, size: u64, mapped: bool, staged: bool) {
 }
 
 /// Which way a move goes: each way has a stream of its own, so that the
-/// link carries both at once.
+/// link carries both at once; and moves onto the device into memory a
+/// freed block lends, whose copies wait for its free, one more, so that
+/// those waits hold up no other copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Direction {
     ToDevice,
     ToHost,
+    AfterFree,
+}
+
+impl Direction {
+    /// Every stream of the tier's copies onto the device.
+    pub const IN: [Direction; 2] = [Direction::ToDevice, Direction::AfterFree];
 }
 
 /// The shim's own non-blocking stream for copies `direction` on `device`.
-/// It waits for no job's stream: the drain before a move has waited for
-/// all of them, or, where moves overlap the job's kernels, each block's own
-/// last use has ([`super::uses`]).
+/// Those of `ToDevice` and `ToHost` wait for no job's stream: the drain
+/// before a move has waited for all of them, or, where moves overlap the
+/// job's kernels, each block's own last use has ([`super::uses`]). Those of
+/// `AfterFree` wait for the frees of the blocks lending their memory.
 pub fn stream(device: Device, direction: Direction) -> Result<CUstream> {
     let stream = match direction {
         Direction::ToDevice => Backend::Driver.stream(device),
         Direction::ToHost => Backend::second_stream(device),
+        Direction::AfterFree => Backend::third_stream(device),
     };
     if stream.is_null() {
         Err(CUDA_ERROR_NOT_SUPPORTED)

@@ -275,7 +275,7 @@ pub(super) fn lend(state: &State, device: Device, size: u64) -> Option<Kept> {
 /// `kept`, and for its last use (a copy of its own may still be landing);
 /// where CUDA refuses, waits here.
 pub(super) fn order_after(kept: &Kept, device: Device) {
-    let stream = backing::stream(device, backing::Direction::ToDevice).ok();
+    let stream = backing::stream(device, backing::Direction::AfterFree).ok();
     for event in events_of(kept) {
         match stream {
             Some(stream) if event.complete() || event.wait_on(stream as usize, false) => {}
@@ -307,27 +307,30 @@ pub(super) fn not_lent(state: &State, kept: Kept) {
 }
 
 /// Unmaps the ranges of the blocks that lent their memory whose frees are
-/// reached and whose last uses have completed: each is then kept with its range empty and its host memory, as
-/// [`to_host`] leaves one, or given back if it has none.
+/// reached and whose last uses have completed: each is then kept with its
+/// range empty and its host memory, as [`to_host`] leaves one, or given
+/// back if it has none.
 pub(super) fn settle_lending(state: &State) {
-    let settled: Vec<Kept> = {
+    let done: Vec<Kept> = {
         let mut list = lock(&state.tier.lending);
         if list.is_empty() {
             return;
         }
-        let (settled, lending) = std::mem::take(&mut *list).into_iter().partition(settled);
+        let (done, lending) = std::mem::take(&mut *list).into_iter().partition(settled);
         *list = lending;
-        settled
+        done
     };
-    for kept in settled {
+    for kept in done {
         end_lending(state, kept);
     }
 }
 
 /// Before the device memory `handle` is released: the blocks that lent it
 /// have their ranges unmapped first, so that no mapping outlives its count.
-/// Their frees are reached by then (the memory's copy in waited for them);
-/// where one is not, this waits for it, and for its last use.
+/// Once the block it was lent to has been used, their frees are reached
+/// (its copy in waited for them); where one is not (its move failed, or it
+/// goes before any use), this waits for it, and for its last use, work the
+/// job has given already.
 fn lent_back(state: &State, handle: u64) {
     let lenders: Vec<Kept> = {
         let mut list = lock(&state.tier.lending);
@@ -354,6 +357,8 @@ pub(super) fn release_device(state: &State, handle: u64) {
     backing::release(handle);
 }
 
+/// Unmaps the range of a block that lent its memory, whose free is reached;
+/// it stays kept, empty, if it has host memory, else goes.
 fn end_lending(state: &State, mut kept: Kept) {
     backing::unmap(kept.ptr as CUdeviceptr, kept.backing.size);
     kept.backing.on_device = 0;

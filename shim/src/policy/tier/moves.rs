@@ -22,7 +22,9 @@
 //! Where moves overlap the job's kernels, a copy to the host is handed to
 //! the copier thread instead ([`super::copier`]), which makes it in small
 //! pieces so that those remaps do not wait for long copies; the move waits
-//! for it there.
+//! for it there. A move onto the device into memory a kept block lends
+//! ([`super::kept::lend`]) copies on a stream of its own, made to wait for
+//! that block's free.
 
 use std::cell::Cell;
 use std::sync::atomic::AtomicU64;
@@ -81,7 +83,7 @@ impl Drop for WaitOnDrop {
         // not on the stream until the thread queues it: a move dropped
         // unfinished waits for its own, [`copier::Handed`].)
         if !self.ordered_in {
-            for direction in [Direction::ToDevice, Direction::ToHost] {
+            for direction in [Direction::ToDevice, Direction::AfterFree, Direction::ToHost] {
                 let _ = backing::wait(self.device, direction);
             }
         }
@@ -145,10 +147,7 @@ pub fn stage_in(state: &State, ptr: usize, block: Block, overlap: bool) -> Optio
 pub fn stage_in_lent(state: &State, ptr: usize, block: Block, lender: Kept) -> Option<Staged> {
     let staged = stage_in_to(state, ptr, block, true, Some(&lender));
     match staged {
-        Some(_) => {
-            state.tier.moved_in_lent.fetch_add(block.size, Relaxed);
-            kept::lent(state, lender);
-        }
+        Some(_) => kept::lent(state, lender),
         None => kept::not_lent(state, lender),
     }
     staged
@@ -197,11 +196,17 @@ fn stage_in_to(
         if let Some(lender) = lender {
             timed(&tier.queue_ns, || kept::order_after(lender, device));
         }
+        // Into lent memory, on a stream of its own: the copy waits for the
+        // lender's free, and the copies queued after it should not.
+        let direction = match lender {
+            Some(_) => Direction::AfterFree,
+            None => Direction::ToDevice,
+        };
         let staged = Staged {
             ptr,
             size,
             device,
-            direction: Direction::ToDevice,
+            direction,
             to: handle,
             from: host,
             made_host: false,
@@ -211,8 +216,8 @@ fn stage_in_to(
             ordered: false,
         };
         let queued = timed(&tier.queue_ns, || {
-            backing::copy(at, at + size, size, device, Direction::ToDevice).map(|()| {
-                if overlap && super::uses::arriving(state, ptr, device) {
+            backing::copy(at, at + size, size, device, direction).map(|()| {
+                if overlap && super::uses::arriving(state, ptr, device, direction) {
                     Staged {
                         ordered: true,
                         ..staged
@@ -395,13 +400,16 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
     let at = ptr as CUdeviceptr;
     let tier = &state.tier;
     let (op, placement, rc) = match direction {
-        Direction::ToDevice => match copied {
+        Direction::ToDevice | Direction::AfterFree => match copied {
             Ok(()) => {
                 if let Some(mut entry) = tier.blocks.get_mut(&ptr) {
                     entry.on_device = to;
                     entry.fetched_in = state.access.steps.current() + 1;
                 }
-                count_move(state, device, Direction::ToDevice, size);
+                count_move(state, device, direction, size);
+                if direction == Direction::AfterFree {
+                    tier.moved_in_lent.fetch_add(size, Relaxed);
+                }
                 super::faults::moved(state, ptr, size, true);
                 if fresh {
                     tier.moved_in_fresh.fetch_add(size, Relaxed);
@@ -426,7 +434,9 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
             match remapped {
                 Ok(()) => {
                     timed(&tier.memory_ns, || {
-                        timed(&tier.device_release_ns, || kept::release_device(state, from))
+                        timed(&tier.device_release_ns, || {
+                            kept::release_device(state, from)
+                        })
                     });
                     if let Some(mut entry) = tier.blocks.get_mut(&ptr) {
                         entry.on_device = 0;
@@ -468,7 +478,7 @@ fn count_move(state: &State, device: Device, direction: Direction, size: u64) {
     let usage = state.ledger.device(device);
     usage.moved_bytes.fetch_add(size, Relaxed);
     let (moves, bytes) = match direction {
-        Direction::ToDevice => {
+        Direction::ToDevice | Direction::AfterFree => {
             tier.bytes_in_host.fetch_sub(size, SeqCst);
             (&tier.moves_in, &tier.moved_in)
         }

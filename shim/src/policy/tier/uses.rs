@@ -105,7 +105,9 @@ pub fn opaque(state: &State, api: Api) {
     unread(state);
     super::mover::claim_all(state);
     if let Ok(device) = Backend::of(api).current_device() {
-        let _ = backing::wait(device, Direction::ToDevice);
+        for direction in Direction::IN {
+            let _ = backing::wait(device, direction);
+        }
     }
 }
 
@@ -347,12 +349,12 @@ pub fn wait_idle(state: &State, ptr: usize) -> bool {
     event_of(state, ptr).is_none_or(Event::wait)
 }
 
-/// After the copy of the block at `ptr` onto `device` was queued: its
-/// event is recorded after it, on the tier's stream, so that work naming
-/// the block waits for its bytes. False if it could not be (the caller
-/// then waits for the copy).
-pub fn arriving(state: &State, ptr: usize, device: Device) -> bool {
-    let Ok(stream) = backing::stream(device, Direction::ToDevice) else {
+/// After the copy of the block at `ptr` onto `device` was queued on the
+/// tier's stream of `direction`: its event is recorded after it there, so
+/// that work naming the block waits for its bytes. False if it could not
+/// be (the caller then waits for the copy).
+pub fn arriving(state: &State, ptr: usize, device: Device, direction: Direction) -> bool {
+    let Ok(stream) = backing::stream(device, direction) else {
         return false;
     };
     let Some(mut backing) = state.tier.blocks.get_mut(&ptr) else {
@@ -362,7 +364,7 @@ pub fn arriving(state: &State, ptr: usize, device: Device) -> bool {
     let Some(event) = held.or_else(|| new_event(state, false)) else {
         return false;
     };
-    if backing::mark(event.0, device, Direction::ToDevice).is_err() {
+    if backing::mark(event.0, device, direction).is_err() {
         if held.is_none() {
             drop(backing);
             give_back_event(state, event.0, false);
