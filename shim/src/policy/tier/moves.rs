@@ -161,13 +161,7 @@ fn stage_in_to(
     lender: Option<&Kept>,
 ) -> Option<Staged> {
     let (device, size) = (block.device, block.size);
-    if state
-        .ledger
-        .begin_tier_move(ptr, Placement::Host, size)
-        .is_none()
-    {
-        return None;
-    }
+    state.ledger.begin_tier_move(ptr, Placement::Host, size)?;
     let tier = &state.tier;
     let at = ptr as CUdeviceptr;
     let backing = state.tier.blocks.get(&ptr).map(|b| *b);
