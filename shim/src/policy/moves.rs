@@ -80,14 +80,23 @@ pub fn pool_room(state: &State, device: Device) -> u64 {
 /// nothing more can move.
 pub fn demote_to_quota(state: &State, device: Device, backend: Backend) {
     let quota = device_quota(state, device, backend).unwrap_or(u64::MAX);
-    let usage = state.ledger.device(device);
-    demote_while(state, device, |_| {
-        let pool_over = state.pool.is_some_and(|(_, pool)| {
-            pool.budget(device)
-                .is_some_and(|b| pool.device_bytes(device) > b)
-        });
-        usage.device_bytes.load(Ordering::Acquire) > quota || pool_over
+    demote_while(state, device, |_| over_limits(state, device, quota));
+}
+
+/// Whether `device`'s bytes are over `quota` or its pool's over the pool's
+/// budget: a cut yet to be made good.
+pub fn over_limits(state: &State, device: Device, quota: u64) -> bool {
+    let pool_over = state.pool.is_some_and(|(_, pool)| {
+        pool.budget(device)
+            .is_some_and(|budget| pool.device_bytes(device) > budget)
     });
+    pool_over
+        || state
+            .ledger
+            .device(device)
+            .device_bytes
+            .load(Ordering::Acquire)
+            > quota
 }
 
 /// For the pool's high-priority members, who want `wanted` bytes of room

@@ -240,22 +240,12 @@ pub(super) fn room_for_coming(
     // A kept block's bytes pass to the block coming in as they are: only
     // while the device is within its limits (after a cut, kept blocks go
     // back instead).
-    if !strict && !over_limits(state, device, quota) {
+    if !strict && !crate::policy::moves::over_limits(state, device, quota) {
         if let Some(lender) = kept::lend(state, device, size) {
             return Some(Room::Lent(lender));
         }
     }
     make_room(state, device, size, quota, keep, strict).then_some(Room::Reserved)
-}
-
-/// Whether `device`'s bytes are over `quota` or over its pool's budget (a
-/// cut has yet to be made good).
-fn over_limits(state: &State, device: Device, quota: u64) -> bool {
-    let pool_over = state.pool.is_some_and(|(_, pool)| {
-        pool.budget(device)
-            .is_some_and(|budget| pool.device_bytes(device) > budget)
-    });
-    pool_over || state.ledger.device(device).device_bytes.load(SeqCst) > quota
 }
 
 /// Reserves `size` device bytes on `device` under `quota`, moving the
