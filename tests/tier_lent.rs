@@ -86,11 +86,7 @@ fn a_block_coming_in_takes_the_memory_of_a_kept_block_whose_free_is_queued_and_h
     // a's three fills run for 60 ms after c's copy could have landed (10
     // ms): had the copy not waited for a's free, they would have written
     // a's byte into c's memory after c's own fill.
-    for (name, byte) in [("c", "3"), ("b", "2")] {
-        let line = run.line(&format!("peekvia {name}"));
-        assert_eq!(log_field(line, "first"), byte, "{line}");
-        assert_eq!(log_field(line, "last"), byte, "{line}");
-    }
+    peeks_hold(&run, &[("c", "3"), ("b", "2")]);
 }
 
 #[test]

@@ -329,6 +329,16 @@ pub fn log_field(line: &str, key: &str) -> String {
         .to_string()
 }
 
+/// Asserts that each block's `peekvia` step (a kernel reading it) found its
+/// first and last bytes equal to the byte given, as (name, byte).
+pub fn peeks_hold(run: &Run, expected: &[(&str, &str)]) {
+    for (name, byte) in expected {
+        let line = run.line(&format!("peekvia {name}"));
+        assert_eq!(log_field(line, "first"), *byte, "{line}");
+        assert_eq!(log_field(line, "last"), *byte, "{line}");
+    }
+}
+
 /// The blocks a stress client printed as still live, sorted.
 pub fn live_blocks(stdout: &str) -> Vec<(u64, u64)> {
     let mut live: Vec<(u64, u64)> = stdout
