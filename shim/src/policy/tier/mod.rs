@@ -213,7 +213,12 @@ pub fn free(state: &State, api: Api, ptr: usize, block: &Block) -> cudaError_t {
         debug!("waiting for the device before freeing {ptr:#x}: CUDA error {rc}");
     }
     dismantle(state, ptr, &backing, true);
-    if state.tier.blocks.is_empty() && crate::state::lock(&state.tier.kept).is_empty() {
+    // With the device drained, the blocks that lent memory have reached
+    // their frees: their host memory is kept or spare from here.
+    kept::settle_lending(state);
+    let none_held = crate::state::lock(&state.tier.kept).is_empty()
+        && crate::state::lock(&state.tier.lending).is_empty();
+    if state.tier.blocks.is_empty() && none_held {
         spare::release_all(state);
     }
     if block.placement == Placement::Host {
