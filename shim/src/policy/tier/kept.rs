@@ -311,18 +311,22 @@ pub(super) fn not_lent(state: &State, kept: Kept) {
 /// range empty and its host memory, as [`to_host`] leaves one, or given
 /// back if it has none.
 pub(super) fn settle_lending(state: &State) {
-    let done: Vec<Kept> = {
-        let mut list = lock(&state.tier.lending);
-        if list.is_empty() {
-            return;
-        }
-        let (done, lending) = std::mem::take(&mut *list).into_iter().partition(settled);
-        *list = lending;
-        done
-    };
-    for kept in done {
+    for kept in take_lending(state, settled) {
         end_lending(state, kept);
     }
+}
+
+/// Takes out of the blocks lending their memory those that `which` picks.
+fn take_lending(state: &State, which: impl Fn(&Kept) -> bool) -> Vec<Kept> {
+    let mut list = lock(&state.tier.lending);
+    if list.is_empty() {
+        return Vec::new();
+    }
+    let (taken, rest) = std::mem::take(&mut *list)
+        .into_iter()
+        .partition(|k| which(k));
+    *list = rest;
+    taken
 }
 
 /// Before the device memory `handle` is released: the blocks that lent it
@@ -332,18 +336,7 @@ pub(super) fn settle_lending(state: &State) {
 /// goes before any use), this waits for it, and for its last use, work the
 /// job has given already.
 fn lent_back(state: &State, handle: u64) {
-    let lenders: Vec<Kept> = {
-        let mut list = lock(&state.tier.lending);
-        if list.is_empty() {
-            return;
-        }
-        let (lenders, rest) = std::mem::take(&mut *list)
-            .into_iter()
-            .partition(|k| k.backing.on_device == handle);
-        *list = rest;
-        lenders
-    };
-    for kept in lenders {
+    for kept in take_lending(state, |k| k.backing.on_device == handle) {
         for event in events_of(&kept) {
             event.wait();
         }
