@@ -27,6 +27,10 @@
  *   lasterror (the runtime's cudaGetLastError)  step (vramshare_step, if loaded;
  *   it prints when, in microseconds of CLOCK_MONOTONIC)
  *   repeat:N:K (the K steps after this one, N times over)  rss (resident KiB)
+ *   use:NAMES:S (a kernel on S whose parameters name up to 8 blocks, NAMES
+ *   joined by commas, and which does nothing with them: with the fake's cost
+ *   model on, it takes a kernel's time and reads in place what is in host
+ *   memory)  NAME may be #N for N below 65536, found at once
  *   fill:NAME:BYTE:S (a kernel that sets every byte of NAME to BYTE, on stream
  *   S: 0 the null stream, 1 to 3 streams of the client's; NAME+OFFSET: from
  *   that byte of NAME on, given a pointer into it)  copyout:NAME:S (an
@@ -58,7 +62,10 @@
 #include "cuda_api.h"
 
 #define MAX_NAMES 1024
-static struct { char name[32]; void *ptr; size_t size; } names[MAX_NAMES];
+/* Names of the form #N (N below MAX_NUMBERED) take slot MAX_NAMES + N at
+ * once, for generated programs of many blocks. */
+#define MAX_NUMBERED 65536
+static struct { char name[32]; void *ptr; size_t size; } names[MAX_NAMES + MAX_NUMBERED];
 
 static size_t parse_size(const char *s) {
     char *end;
@@ -72,6 +79,10 @@ static size_t parse_size(const char *s) {
 }
 
 static int slot(const char *name) {
+    if (name[0] == '#') {
+        long n = strtol(name + 1, NULL, 10);
+        if (n >= 0 && n < MAX_NUMBERED) return MAX_NAMES + (int)n;
+    }
     for (int i = 0; i < MAX_NAMES; i++)
         if (!strcmp(names[i].name, name)) return i;
     for (int i = 0; i < MAX_NAMES; i++)
@@ -162,6 +173,10 @@ static char fill_kernel;
 static void fill_body(void **args) {
     memset(*(void **)args[0], *(int *)args[2], *(size_t *)args[1]);
 }
+
+/* use's body: nothing; the kernel is there for its time and its
+ * parameters. */
+static void use_body(void **args) { (void)args; }
 
 /* peekvia's kernel: it finds its block through host memory it is handed
  * a pointer to, as a kernel reading a table of pointers would. */
@@ -457,6 +472,26 @@ static int run(char *step) {
         void *args[3] = {&target, &size, &byte};
         rc = launch_by("rt", &fill_kernel, args, stream_numbered(fields[3]));
         printf("fill %s rc=%d\n", fields[1], rc);
+    } else if (!strcmp(op, "use")) {
+        static char use_kernel;
+        static int described;
+        if (!described) {
+            size_t sizes[8] = {8, 8, 8, 8, 8, 8, 8, 8};
+            describe(&use_kernel, 8, sizes);
+            void (*set)(const void *, void (*)(void **)) =
+                (void (*)(const void *, void (*)(void **)))dlsym(RTLD_DEFAULT, "cudaFakeSetKernel");
+            if (set) set(&use_kernel, use_body);
+            described = 1;
+        }
+        void *targets[8] = {0}, *args[8];
+        int count = 0;
+        char *rest_of_names = NULL;
+        for (char *name = strtok_r(fields[1], ",", &rest_of_names); name && count < 8;
+             name = strtok_r(NULL, ",", &rest_of_names))
+            targets[count++] = lookup(name);
+        for (int i = 0; i < 8; i++) args[i] = &targets[i];
+        rc = launch_by("rt", &use_kernel, args, stream_numbered(fields[2] ? fields[2] : "0"));
+        printf("use rc=%d\n", rc);
     } else if (!strcmp(op, "copyout")) {
         int i = slot(fields[1]);
         free(copied);

@@ -42,7 +42,7 @@ static void hold_link(int toward_host, double bytes) {
 
 /* With `lock` held: the mapping holding `at`, or -1. */
 static int mapping_at(CUdeviceptr at) {
-    for (int m = 0; m < MAX_MAPPINGS; m++)
+    for (int m = 0; m < mappings_used; m++)
         if (mappings[m].ptr && at >= mappings[m].ptr && at < mappings[m].ptr + mappings[m].size) return m;
     return -1;
 }
@@ -84,6 +84,7 @@ size_t cudaFakeReadInPlace(const unsigned char *args, size_t n) {
     for (size_t at = 0; at + sizeof(CUdeviceptr) <= n && found < 64; at += sizeof(CUdeviceptr)) {
         CUdeviceptr word;
         memcpy(&word, args + at, sizeof word);
+        if (!word) continue;
         int m = mapping_at(word);
         if (m < 0 || handles[mappings[m].handle_index].device != -1) continue;
         int seen = 0;

@@ -161,11 +161,14 @@ CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice d, CUstream s) {
  * another handle sees that one's, as on a GPU. */
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef struct { int type; int requestedHandleTypes; CUmemLocation location; void *win32; unsigned char flags[8]; } CUmemAllocationProp;
-#define MAX_HANDLES 256
+#define MAX_HANDLES 8192
 static struct { CUmemGenericAllocationHandle handle; size_t size; int device; int mappings; int released; int fd; } handles[MAX_HANDLES];
 static CUmemGenericAllocationHandle next_handle = 1;
-#define MAX_MAPPINGS 256
+#define MAX_MAPPINGS 8192
 static struct { CUdeviceptr ptr; size_t size; int handle_index; } mappings[MAX_MAPPINGS];
+/* One past the highest slot of each table ever taken: where looks end, so
+ * that a replayed job's thousands of blocks cost what they hold. */
+static int handles_used, mappings_used;
 
 /* With the lock held: frees a handle's memory once nothing holds it. */
 static void free_if_unused(int i) {
@@ -198,6 +201,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
     if (rc != OK && fd >= 0) close(fd);
     if (rc == OK) {
         handles[i].fd = fd;
+        if (i >= handles_used) handles_used = i + 1;
         handles[i].handle = next_handle++;
         handles[i].size = size;
         handles[i].device = on_device ? dev : -1;
@@ -214,7 +218,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     CUresult rc = INVALID_VALUE;
     pthread_mutex_lock(&lock);
-    for (int i = 0; i < MAX_HANDLES; i++)
+    for (int i = 0; i < handles_used; i++)
         if (handle && handles[i].handle == handle && !handles[i].released) {
             handles[i].released = 1;
             free_if_unused(i);
@@ -239,7 +243,7 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
     size = (size + 0xfffff) & ~(size_t)0xfffff;
     CUresult rc = OK;
     pthread_mutex_lock(&lock);
-    for (int m = 0; m < MAX_MAPPINGS; m++)
+    for (int m = 0; m < mappings_used; m++)
         if (mappings[m].ptr && mappings[m].ptr >= ptr && mappings[m].ptr < ptr + size) rc = INVALID_VALUE;
     pthread_mutex_unlock(&lock);
     if (rc == OK && munmap((void *)ptr, size)) rc = INVALID_VALUE;
@@ -249,12 +253,13 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
 CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags) {
     CUresult rc = INVALID_VALUE;
     pthread_mutex_lock(&lock);
-    for (int i = 0; i < MAX_HANDLES && rc != OK; i++)
+    for (int i = 0; i < handles_used && rc != OK; i++)
         if (handle && handles[i].handle == handle && !handles[i].released && offset + size <= handles[i].size)
             for (int m = 0; m < MAX_MAPPINGS; m++)
                 if (!mappings[m].ptr) {
                     void *at = mmap((void *)ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, handles[i].fd, (off_t)offset);
                     if (at == MAP_FAILED) break;
+                    if (m >= mappings_used) mappings_used = m + 1;
                     mappings[m].ptr = ptr;
                     mappings[m].size = size;
                     mappings[m].handle_index = i;
@@ -276,7 +281,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t c
     size_t delay_ms = env_size("FAKE_CUDA_HOST_ACCESS_DELAY_MS", 0);
     int host = 0;
     pthread_mutex_lock(&lock);
-    for (int m = 0; m < MAX_MAPPINGS; m++)
+    for (int m = 0; m < mappings_used; m++)
         if (mappings[m].ptr && mappings[m].ptr >= ptr && mappings[m].ptr < ptr + size)
             host |= handles[mappings[m].handle_index].device < 0;
     pthread_mutex_unlock(&lock);
@@ -289,7 +294,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t c
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     CUresult rc = INVALID_VALUE;
     pthread_mutex_lock(&lock);
-    for (int m = 0; m < MAX_MAPPINGS; m++)
+    for (int m = 0; m < mappings_used; m++)
         if (mappings[m].ptr && mappings[m].ptr >= ptr && mappings[m].ptr + mappings[m].size <= ptr + size) {
             int i = mappings[m].handle_index;
             /* Back to reserved, inaccessible address space. */
