@@ -96,3 +96,34 @@ fn with_copies_beside_the_kernels_every_block_holds_its_last_bytes() {
         );
     }
 }
+
+/// The fake runtime's events behave as CUDA's where the tier relies on
+/// them: a stream made to wait for an event waits for the record latest at
+/// the wait, even once the event is recorded again on a stream that runs
+/// ahead. (The tier passes an event on to other copies once the work that
+/// needs it waits for it, and a fake whose waits followed the newest record
+/// let a copy out read a block before the kernel writing it had run.)
+#[test]
+fn a_wait_holds_for_the_record_it_was_made_after() {
+    let costs = [("FAKE_CUDA_KERNEL_US", "100000")];
+    let run = client(
+        Runtime::Fake13,
+        &costs,
+        &[
+            "malloc:a:1M",
+            "fill:a:1:1",
+            "record:1",
+            "waitevent:2",
+            "record:3",
+            "copyout:a:2",
+            "sync",
+            "hostbytes",
+        ],
+    );
+    run.assert_ok();
+    assert_eq!(
+        run.field("hostbytes", "first"),
+        "1",
+        "the copy on stream 2 ran before the kernel it waited for"
+    );
+}

@@ -290,8 +290,18 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t c
 }
 #include "driver_copies.h"
 
-/* Unmaps every mapping inside [ptr, ptr + size). */
+/* Unmaps every mapping inside [ptr, ptr + size). A copy of the fake
+ * runtime's queued or running on the range ends the program, saying so:
+ * on a GPU it would fault, or copy into whatever is mapped there next, and
+ * here it would fault later, where nothing says why. */
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+    static int (*copies_using)(unsigned long long, unsigned long long);
+    if (!copies_using) copies_using = (int (*)(unsigned long long, unsigned long long))dlsym(RTLD_DEFAULT, "cudaFakeCopiesUsing");
+    int copying = copies_using ? copies_using(ptr, ptr + size) : 0;
+    if (copying) {
+        fprintf(stderr, "fake driver: cuMemUnmap(%#llx, %zu) under %d copies queued or running on the range\n", ptr, size, copying);
+        abort();
+    }
     CUresult rc = INVALID_VALUE;
     pthread_mutex_lock(&lock);
     for (int m = 0; m < mappings_used; m++)

@@ -26,10 +26,24 @@
 
 enum work_kind { WORK_COPY, WORK_SET, WORK_KERNEL, WORK_RECORD, WORK_WAIT, WORK_CALL };
 
+/* An event's records are numbered as made; each completes when its
+ * stream reaches it, in any order between streams. A wait, a query and a
+ * synchronisation concern the record latest when they are made, as CUDA's
+ * do: an event recorded again on another stream, one that runs ahead,
+ * leaves the earlier waits waiting for the record they were made after. */
+#define RECORDS_KEPT 64
 struct fake_event {
     unsigned long recorded; /* records made (on the host) */
-    unsigned long done;     /* records the streams reached */
+    /* Which of the latest records have completed, by number modulo
+     * RECORDS_KEPT; one older than those is taken as completed. */
+    unsigned char reached[RECORDS_KEPT];
 };
+
+/* With `stream_lock` held: whether record `generation` of `e` completed. */
+static int record_reached(const struct fake_event *e, unsigned long generation) {
+    if (generation == 0 || e->recorded - generation >= RECORDS_KEPT) return 1;
+    return e->reached[generation % RECORDS_KEPT];
+}
 
 struct work {
     int kind;
@@ -84,7 +98,7 @@ static void *run_stream(void *arg) {
         while (s->head == s->tail) pthread_cond_wait(&stream_moved, &stream_lock);
         struct work *w = &s->queue[s->head % QUEUED];
         if (w->kind == WORK_WAIT) {
-            while (w->event->done < w->generation) pthread_cond_wait(&stream_moved, &stream_lock);
+            while (!record_reached(w->event, w->generation)) pthread_cond_wait(&stream_moved, &stream_lock);
         } else {
             pthread_mutex_unlock(&stream_lock);
             if (stream_delay_us) usleep((useconds_t)stream_delay_us);
@@ -99,7 +113,8 @@ static void *run_stream(void *arg) {
                 w->body(args);
             }
             pthread_mutex_lock(&stream_lock);
-            if (w->kind == WORK_RECORD && w->event->done < w->generation) w->event->done = w->generation;
+            if (w->kind == WORK_RECORD && w->event->recorded - w->generation < RECORDS_KEPT)
+                w->event->reached[w->generation % RECORDS_KEPT] = 1;
         }
         s->head++;
         pthread_cond_broadcast(&stream_moved);
@@ -125,6 +140,25 @@ int cudaFakeKernelsUsing(unsigned long long lo, unsigned long long hi) {
                     break;
                 }
             }
+        }
+    pthread_mutex_unlock(&stream_lock);
+    return using;
+}
+
+/* How many copies and sets queued or running on the streams read or write
+ * [lo, hi): a remap of that range under them would fault on a GPU, or let
+ * them read or write what is mapped there next. */
+int cudaFakeCopiesUsing(unsigned long long lo, unsigned long long hi) {
+    int using = 0;
+    pthread_mutex_lock(&stream_lock);
+    for (int i = 0; i < MAX_STREAMS; i++)
+        for (unsigned long k = streams[i].head; k != streams[i].tail; k++) {
+            const struct work *w = &streams[i].queue[k % QUEUED];
+            if (w->kind != WORK_COPY && w->kind != WORK_SET) continue;
+            unsigned long long dst = (uintptr_t)w->dst, src = (uintptr_t)w->src;
+            int writes = dst < hi && dst + w->bytes > lo;
+            int reads = w->kind == WORK_COPY && src < hi && src + w->bytes > lo;
+            using += writes || reads;
         }
     pthread_mutex_unlock(&stream_lock);
     return using;
@@ -194,6 +228,7 @@ static int record_event(struct fake_event *e, void *stream) {
     if (!stream_of(stream)) return INVALID_VALUE;
     pthread_mutex_lock(&stream_lock);
     unsigned long generation = ++e->recorded;
+    e->reached[generation % RECORDS_KEPT] = 0;
     pthread_mutex_unlock(&stream_lock);
     struct work w = {.kind = WORK_RECORD, .event = e, .generation = generation};
     return enqueue(stream, &w);
@@ -209,14 +244,15 @@ static int wait_event(void *stream, struct fake_event *e) {
 
 static int event_done(struct fake_event *e) {
     pthread_mutex_lock(&stream_lock);
-    int done = e->done >= e->recorded;
+    int done = record_reached(e, e->recorded);
     pthread_mutex_unlock(&stream_lock);
     return done;
 }
 
 static void sync_event(struct fake_event *e) {
     pthread_mutex_lock(&stream_lock);
-    while (e->done < e->recorded) pthread_cond_wait(&stream_moved, &stream_lock);
+    unsigned long generation = e->recorded;
+    while (!record_reached(e, generation)) pthread_cond_wait(&stream_moved, &stream_lock);
     pthread_mutex_unlock(&stream_lock);
 }
 
