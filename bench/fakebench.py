@@ -103,6 +103,13 @@ def run(args, costs, shim, quota_mib, moves, work):
                             capture_output=True, text=True, timeout=1800)
     if result.returncode != 0:
         sys.exit(f"client failed ({result.returncode}) under {shim or 'no shim'} at {quota_mib} MiB:\n{result.stderr[-2000:]}")
+    # A step CUDA refused (an allocation past the fake device's capacity)
+    # would leave the loop doing less than it says.
+    refused = [line for line in result.stdout.splitlines()
+               if " rc=" in line and " rc=0" not in line]
+    if refused:
+        sys.exit(f"{len(refused)} client steps failed under {shim or 'no shim'} at {quota_mib} MiB, "
+                 f"the first: {refused[0]}")
     marks = [int(line.split("at_us=")[1]) for line in result.stdout.splitlines()
              if line.startswith("step found=")]
     times = [(b - a) / 1000 for a, b in zip(marks, marks[1:])][2:]
