@@ -129,7 +129,8 @@ def compare(loops, builds, costs, link_mib_per_s, rounds, shares):
     prints a table per loop: ms a step (median over rounds of each run's
     median step), x native (median of each round's ratio), x floor (the
     native step or the bytes over the quota crossing the link once each
-    way at `link_mib_per_s`, whichever is longer) and MiB moved each way."""
+    way at `link_mib_per_s`, whichever is longer), MiB moved each way, and
+    each round's x native, for the spread."""
     for loop, (args, peak) in loops.items():
         configs = [("native", None, None, None)] + [
             (f"{name} {share:.0%}", path, round(peak * share), build_moves)
@@ -149,7 +150,7 @@ def compare(loops, builds, costs, link_mib_per_s, rounds, shares):
         native_ms = statistics.median(step_ms["native"])
         print(f"\n{loop} (peak {peak} MiB)")
         print(f"{'run':<22}{'ms/step':>9}{'x native':>10}{'x floor':>9}"
-              f"{'MiB out':>9}{'MiB in':>8}")
+              f"{'MiB out':>9}{'MiB in':>8}  x native by round")
         for label, _, quota, _ in configs:
             over = max(0, peak - quota) if quota else 0
             floor = max(native_ms, over * 1000 / link_mib_per_s)
@@ -158,8 +159,9 @@ def compare(loops, builds, costs, link_mib_per_s, rounds, shares):
             ins = [m[1] for m in moved[label] if m[1] is not None]
             out_text = f"{statistics.median(outs):9.0f}" if outs else f"{'-':>9}"
             in_text = f"{statistics.median(ins):8.0f}" if ins else f"{'-':>8}"
+            rounds_text = " ".join(f"{r:.2f}" for r in ratio[label])
             print(f"{label:<22}{ms:9.1f}{statistics.median(ratio[label]):10.2f}"
-                  f"{ms / floor:9.2f}{out_text}{in_text}", flush=True)
+                  f"{ms / floor:9.2f}{out_text}{in_text}  {rounds_text}", flush=True)
 
 
 def settings(prog):
