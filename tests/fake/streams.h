@@ -31,18 +31,17 @@ enum work_kind { WORK_COPY, WORK_SET, WORK_KERNEL, WORK_RECORD, WORK_WAIT, WORK_
  * synchronisation concern the record latest when they are made, as CUDA's
  * do: an event recorded again on another stream, one that runs ahead,
  * leaves the earlier waits waiting for the record they were made after. */
-#define RECORDS_KEPT 64
 struct fake_event {
     unsigned long recorded; /* records made (on the host) */
-    /* Which of the latest records have completed, by number modulo
-     * RECORDS_KEPT; one older than those is taken as completed. */
-    unsigned char reached[RECORDS_KEPT];
+    unsigned long *pending; /* the numbers of those not yet reached */
+    size_t pending_count, pending_room;
 };
 
 /* With `stream_lock` held: whether record `generation` of `e` completed. */
 static int record_reached(const struct fake_event *e, unsigned long generation) {
-    if (generation == 0 || e->recorded - generation >= RECORDS_KEPT) return 1;
-    return e->reached[generation % RECORDS_KEPT];
+    for (size_t i = 0; i < e->pending_count; i++)
+        if (e->pending[i] == generation) return 0;
+    return 1;
 }
 
 struct work {
@@ -113,8 +112,14 @@ static void *run_stream(void *arg) {
                 w->body(args);
             }
             pthread_mutex_lock(&stream_lock);
-            if (w->kind == WORK_RECORD && w->event->recorded - w->generation < RECORDS_KEPT)
-                w->event->reached[w->generation % RECORDS_KEPT] = 1;
+            if (w->kind == WORK_RECORD) {
+                struct fake_event *e = w->event;
+                for (size_t i = 0; i < e->pending_count; i++)
+                    if (e->pending[i] == w->generation) {
+                        e->pending[i] = e->pending[--e->pending_count];
+                        break;
+                    }
+            }
         }
         s->head++;
         pthread_cond_broadcast(&stream_moved);
@@ -227,8 +232,18 @@ static int record_event(struct fake_event *e, void *stream) {
     /* Counted only where it can be queued: else it would never be reached. */
     if (!stream_of(stream)) return INVALID_VALUE;
     pthread_mutex_lock(&stream_lock);
+    if (e->pending_count == e->pending_room) {
+        size_t room = e->pending_room ? 2 * e->pending_room : 4;
+        unsigned long *grown = realloc(e->pending, room * sizeof *grown);
+        if (!grown) {
+            pthread_mutex_unlock(&stream_lock);
+            return MEMORY_ALLOCATION;
+        }
+        e->pending = grown;
+        e->pending_room = room;
+    }
     unsigned long generation = ++e->recorded;
-    e->reached[generation % RECORDS_KEPT] = 0;
+    e->pending[e->pending_count++] = generation;
     pthread_mutex_unlock(&stream_lock);
     struct work w = {.kind = WORK_RECORD, .event = e, .generation = generation};
     return enqueue(stream, &w);
