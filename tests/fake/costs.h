@@ -13,6 +13,9 @@
  *     synchronous ones, or with no runtime loaded) take none.
  *   FAKE_CUDA_REMAP_US_PER_MIB: cuMemMap and cuMemUnmap hold their caller
  *     this long for each MiB, one at a time, as the driver serialises them.
+ *   FAKE_CUDA_ACCESS_WAIT_US: cuMemSetAccess waits for the copy toward
+ *     the host under way to end, up to this long, as setting access beside
+ *     a copy out of a GPU's memory does (up to about 1 ms on an H200).
  *   FAKE_CUDA_IN_PLACE_CROSSINGS: with kernels taking time (the runtime's
  *     FAKE_CUDA_KERNEL_US, streams.h), a kernel whose parameters point into
  *     host-located memory reads it in place: its stream waits for that many
@@ -23,14 +26,27 @@
  * The rates are to be chosen in proportion to one another and to the
  * kernels' time, as a GPU's are; their size is the fake's, not a GPU's.
  */
-static size_t link_mib_per_s, remap_us_per_mib, in_place_crossings;
+static size_t link_mib_per_s, remap_us_per_mib, in_place_crossings, access_wait_us;
 __attribute__((constructor)) static void read_costs(void) {
     link_mib_per_s = env_size("FAKE_CUDA_LINK_MIB_PER_S", 0);
     remap_us_per_mib = env_size("FAKE_CUDA_REMAP_US_PER_MIB", 0);
     in_place_crossings = env_size("FAKE_CUDA_IN_PLACE_CROSSINGS", 0);
+    access_wait_us = env_size("FAKE_CUDA_ACCESS_WAIT_US", 0);
 }
 /* The link toward the device, and toward the host. */
 static pthread_mutex_t link_lock[2] = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER};
+
+/* Setting access: held until the copy toward the host under way ends (its
+ * hold on the link), or access_wait_us. */
+static void access_cost(void) {
+    if (!access_wait_us) return;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += (long)(access_wait_us % 1000000) * 1000;
+    until.tv_sec += (time_t)(access_wait_us / 1000000) + until.tv_nsec / 1000000000;
+    until.tv_nsec %= 1000000000;
+    if (pthread_mutex_timedlock(&link_lock[1], &until) == 0) pthread_mutex_unlock(&link_lock[1]);
+}
 static pthread_mutex_t remap_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void hold_link(int toward_host, double bytes) {

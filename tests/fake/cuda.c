@@ -286,6 +286,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t c
             host |= handles[mappings[m].handle_index].device < 0;
     pthread_mutex_unlock(&lock);
     if (host && delay_ms) usleep((useconds_t)(delay_ms * 1000));
+    access_cost();
     return desc && count ? OK : INVALID_VALUE;
 }
 #include "driver_copies.h"
