@@ -474,3 +474,64 @@ fn the_profile_stays_bounded_over_a_million_launches() {
     let kept = access["blocks"].as_array().unwrap().len();
     assert!(kept <= 3, "{kept} profiles kept: {access}");
 }
+
+/// Where the job marks its steps, the trace keeps the last complete step's
+/// uses in order, each with the number of events recorded before it: the
+/// step's allocations, frees and uses fall back into the order the job made
+/// them (what `bench/trace-loop` replays).
+#[test]
+fn the_last_marked_steps_uses_fall_in_order_among_its_events() {
+    let steps = [
+        "malloc:w:1M",
+        "step",
+        "repeat:3:6",
+        "async:a:2M:1",
+        // The launches' index takes in new blocks at most so often.
+        "sleep:5",
+        "fill:w:1:1",
+        "fill:a:2:1",
+        "freeasync:a:1",
+        "step",
+    ];
+    // Kernels taking time make the fake's stream-ordered frees wait for
+    // the kernels queued before them, as a GPU's do.
+    let env = [("VRAMSHARE_QUOTA", "32MiB"), ("FAKE_CUDA_KERNEL_US", "100")];
+    let run = client(Runtime::Fake13, &env, &steps);
+    run.assert_ok();
+    let logged = &access(&run)["step_uses"];
+    let uses = logged["uses"].as_array().expect("the last step's uses");
+    let w = run.field("malloc w", "ptr");
+    let named: Vec<&str> = uses.iter().map(|u| u[1][0].as_str().unwrap()).collect();
+    assert_eq!(named.len(), 2, "two uses a step: {logged}");
+    assert_eq!(hex(named[0]), hex(&w), "w is named first");
+    let a = hex(named[1]);
+    let seq_of = |op: &str| {
+        run.events(op)
+            .iter()
+            .filter(|e| ptr_of(e) == a)
+            .map(|e| e["seq"].as_u64().unwrap())
+            .collect::<Vec<u64>>()
+    };
+    let before = uses[1][0].as_u64().unwrap();
+    // The use of a comes after some allocation of a and before the free
+    // that follows it.
+    let made = seq_of("alloc").into_iter().filter(|&s| s < before).max();
+    let freed = seq_of("free").into_iter().filter(|&s| s >= before).min();
+    let (made, freed) = (
+        made.expect("a made before its use"),
+        freed.expect("a freed after"),
+    );
+    assert!(
+        seq_of("free").iter().all(|&s| s < made || s >= freed),
+        "no free of a between its allocation ({made}) and its use ({before})"
+    );
+    assert!(uses[0][0].as_u64().unwrap() <= before, "in the job's order");
+    let (began, ended) = (
+        logged["events_began"].as_u64(),
+        logged["events_ended"].as_u64(),
+    );
+    assert!(
+        began <= Some(made) && Some(freed) < ended,
+        "a made and freed within the step: {logged}"
+    );
+}

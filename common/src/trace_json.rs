@@ -390,6 +390,23 @@ pub struct AccessJson {
     /// that launch).
     pub index_rebuilds: u64,
     pub index_rebuild_seconds: f64,
+    /// Where a trace is written and the job marks its steps: the last
+    /// complete step's uses, in order (absent before a step completed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_uses: Option<StepUsesJson>,
+}
+
+/// One step's uses of blocks, in the order the job made them: each the
+/// number of the trace's events recorded before it, and the starts of the
+/// blocks it named (hexadecimal).
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct StepUsesJson {
+    pub step: u64,
+    /// The trace's events recorded when the step began and when it ended.
+    pub events_began: u64,
+    pub events_ended: u64,
+    pub uses: Vec<(u64, Vec<String>)>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]

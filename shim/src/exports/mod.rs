@@ -102,7 +102,11 @@ crate::cuda::functions::cuda_functions!(exports);
 pub extern "C" fn vramshare_step() {
     guard::wall(
         "vramshare_step",
-        || crate::state::state().access.mark_step(),
+        || {
+            let state = crate::state::state();
+            let events = state.trace.as_ref().map_or(0, |trace| trace.recorded());
+            state.access.mark_step(events)
+        },
         || None,
         || (),
     );

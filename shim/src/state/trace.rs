@@ -102,6 +102,11 @@ impl TraceLog {
         slot.written.store(true, Ordering::Release);
     }
 
+    /// Events recorded so far (kept or dropped): the next one's number.
+    pub fn recorded(&self) -> u64 {
+        self.next.load(Ordering::Relaxed) as u64
+    }
+
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }

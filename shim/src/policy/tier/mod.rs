@@ -291,6 +291,11 @@ pub fn enter(state: &State) -> Option<Inside<'_>> {
 /// use goes into the record and the blocks of the uses to come are brought
 /// ahead ([`ahead`]).
 pub fn fetch(state: &'static State, api: Api, named: &[usize]) {
+    if let Some(trace) = &state.trace {
+        if state.access.steps.marked() {
+            state.access.use_log.used(trace.recorded(), named);
+        }
+    }
     let recording = ahead::recording(state);
     if recording {
         state.access.replay.record(named);

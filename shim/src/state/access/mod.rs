@@ -12,6 +12,7 @@ pub mod profile;
 pub mod replay;
 pub mod report;
 pub mod steps;
+pub mod use_log;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -33,6 +34,7 @@ pub struct Access {
     pub steps: Steps,
     pub graphs: graphs::Graphs,
     pub replay: replay::Replay,
+    pub use_log: use_log::UseLog,
 }
 
 /// What made a use: a kernel's launch, an executable graph's (a step's worth
@@ -221,11 +223,13 @@ impl<'a> Naming<'a> {
 }
 
 impl Access {
-    /// The job says a step begins now ([`Steps::mark`]): the step that
-    /// ended is the one the next goes by ([`replay`]).
-    pub fn mark_step(&self) {
+    /// The job says a step begins now ([`Steps::mark`]), after `events` of
+    /// the trace: the step that ended is the one the next goes by
+    /// ([`replay`]), and the one the trace keeps ([`use_log`]).
+    pub fn mark_step(&self, events: u64) {
         self.steps.mark();
         self.replay.step();
+        self.use_log.step(self.steps.current(), events);
     }
 
     /// One launch of function `key` (`recurrence`: how it recurs on this

@@ -50,6 +50,7 @@ pub fn access_json(state: &State) -> Option<AccessJson> {
             .rebuild_ns
             .load(std::sync::atomic::Ordering::Relaxed) as f64
             / 1e9,
+        step_uses: access.use_log.json(),
     })
 }
 

@@ -1,0 +1,138 @@
+//! Where a trace is written and the job marks its steps: each step's uses
+//! of blocks, in order, each with how many events the trace had recorded
+//! before it. The trace's allocations and frees and these uses then fall
+//! back into one order, the step as the job made it, which
+//! `bench/trace-loop` replays without a GPU. The last complete step's log
+//! goes into the trace (`access.step_uses`, `docs/trace-format.md`).
+
+use std::sync::Mutex;
+
+use vramshare_common::trace_json::StepUsesJson;
+
+/// The most block names one step's log holds: past that the step is not
+/// kept (a step of more is not a training loop's).
+const MAX_NAMES: usize = 1 << 20;
+
+#[derive(Default)]
+struct StepLog {
+    /// The step (the marks before it), and the trace's events recorded
+    /// when it began and when it ended.
+    step: u64,
+    began: u64,
+    ended: u64,
+    /// Each use: events recorded before it, and its names' end in `starts`.
+    uses: Vec<(u64, u32)>,
+    starts: Vec<u64>,
+    overflowed: bool,
+}
+
+impl StepLog {
+    fn push(&mut self, events_before: u64, named: &[usize]) {
+        if self.overflowed || self.starts.len() + named.len() > MAX_NAMES {
+            self.overflowed = true;
+            return;
+        }
+        self.starts.extend(named.iter().map(|&start| start as u64));
+        self.uses.push((events_before, self.starts.len() as u32));
+    }
+
+    fn json(&self) -> StepUsesJson {
+        let mut begin = 0;
+        let uses = self
+            .uses
+            .iter()
+            .map(|&(events_before, end)| {
+                let named = self.starts[begin..end as usize]
+                    .iter()
+                    .map(|start| format!("{start:#x}"))
+                    .collect();
+                begin = end as usize;
+                (events_before, named)
+            })
+            .collect();
+        StepUsesJson {
+            step: self.step,
+            events_began: self.began,
+            events_ended: self.ended,
+            uses,
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct UseLog {
+    /// The step under way's, and the last complete one's.
+    logs: Mutex<(StepLog, Option<StepLog>)>,
+}
+
+impl UseLog {
+    /// A use naming `named` (blocks by start), after `events_before` events
+    /// of the trace.
+    pub fn used(&self, events_before: u64, named: &[usize]) {
+        if named.is_empty() {
+            return;
+        }
+        if let Ok(mut logs) = self.logs.lock() {
+            logs.0.push(events_before, named);
+        }
+    }
+
+    /// Step `step` begins, after `events` of the trace: the one under way
+    /// is the last complete one, unless it overflowed or named nothing.
+    pub fn step(&self, step: u64, events: u64) {
+        if let Ok(mut logs) = self.logs.lock() {
+            let mut ended = std::mem::take(&mut logs.0);
+            ended.ended = events;
+            logs.0.step = step;
+            logs.0.began = events;
+            if !ended.overflowed && !ended.uses.is_empty() {
+                logs.1 = Some(ended);
+            }
+        }
+    }
+
+    /// The last complete step's uses, for the trace.
+    pub fn json(&self) -> Option<StepUsesJson> {
+        let logs = self.logs.lock().ok()?;
+        logs.1.as_ref().map(StepLog::json)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_complete_step_is_kept_in_order() {
+        let log = UseLog::default();
+        log.used(3, &[0x10]);
+        log.step(1, 4);
+        log.used(5, &[0x20, 0x30]);
+        log.used(7, &[0x20]);
+        assert_eq!(log.json().map(|j| j.step), Some(0), "step 1 is under way");
+        log.step(2, 8);
+        log.used(9, &[0x40]);
+        let json = log.json().expect("step 1 complete");
+        assert_eq!(json.step, 1);
+        assert_eq!((json.events_began, json.events_ended), (4, 8));
+        assert_eq!(
+            json.uses,
+            vec![
+                (5, vec!["0x20".to_string(), "0x30".to_string()]),
+                (7, vec!["0x20".to_string()])
+            ]
+        );
+    }
+
+    #[test]
+    fn a_step_past_the_bound_is_not_kept() {
+        let log = UseLog::default();
+        log.step(1, 0);
+        log.used(1, &[0x10]);
+        log.step(2, 1);
+        let big = vec![0x20usize; MAX_NAMES + 1];
+        log.used(2, &big);
+        log.step(3, 2);
+        assert_eq!(log.json().map(|j| j.step), Some(1), "step 2 overflowed");
+    }
+}
