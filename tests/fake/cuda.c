@@ -166,8 +166,7 @@ static struct { CUmemGenericAllocationHandle handle; size_t size; int device; in
 static CUmemGenericAllocationHandle next_handle = 1;
 #define MAX_MAPPINGS 8192
 static struct { CUdeviceptr ptr; size_t size; int handle_index; } mappings[MAX_MAPPINGS];
-/* One past the highest slot of each table ever taken: where looks end, so
- * that a replayed job's thousands of blocks cost what they hold. */
+/* One past the highest slot of each table ever taken: where looks end. */
 static int handles_used, mappings_used;
 
 /* With the lock held: frees a handle's memory once nothing holds it. */
@@ -291,18 +290,10 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t c
 }
 #include "driver_copies.h"
 
-/* Unmaps every mapping inside [ptr, ptr + size). A copy of the fake
- * runtime's queued or running on the range ends the program, saying so:
- * on a GPU it would fault, or copy into whatever is mapped there next, and
- * here it would fault later, where nothing says why. */
+/* Unmaps every mapping inside [ptr, ptr + size). A copy queued or running
+ * on the range ends the program, saying so (a GPU's would fault). */
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
-    static int (*copies_using)(unsigned long long, unsigned long long);
-    if (!copies_using) copies_using = (int (*)(unsigned long long, unsigned long long))dlsym(RTLD_DEFAULT, "cudaFakeCopiesUsing");
-    int copying = copies_using ? copies_using(ptr, ptr + size) : 0;
-    if (copying) {
-        fprintf(stderr, "fake driver: cuMemUnmap(%#llx, %zu) under %d copies queued or running on the range\n", ptr, size, copying);
-        abort();
-    }
+    no_copies_on(ptr, size);
     CUresult rc = INVALID_VALUE;
     pthread_mutex_lock(&lock);
     for (int m = 0; m < mappings_used; m++)

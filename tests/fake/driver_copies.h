@@ -169,3 +169,15 @@ CUresult cuStreamWaitEvent(CUstream stream, void *event, unsigned flags) {
 }
 CUresult cuStreamWaitEvent_ptsz(CUstream stream, void *event, unsigned flags) { return cuStreamWaitEvent(stream, event, flags); }
 CUresult cuEventDestroy_v2(void *event) { return event ? OK : INVALID_VALUE; }
+
+/* Ends the program, saying so, if a copy of the fake runtime's is queued or
+ * running on [ptr, ptr + size): what cuMemUnmap checks first. */
+static void no_copies_on(CUdeviceptr ptr, size_t size) {
+    static int (*copies_using)(unsigned long long, unsigned long long);
+    if (!copies_using) copies_using = (int (*)(unsigned long long, unsigned long long))dlsym(RTLD_DEFAULT, "cudaFakeCopiesUsing");
+    int copying = copies_using ? copies_using(ptr, ptr + size) : 0;
+    if (copying) {
+        fprintf(stderr, "fake driver: cuMemUnmap(%#llx, %zu) under %d copies queued or running on the range\n", ptr, size, copying);
+        abort();
+    }
+}
