@@ -127,46 +127,50 @@ static void *run_stream(void *arg) {
     return NULL;
 }
 
+/* How many items queued or running on the streams `touches` [lo, hi). */
+static int queued_touching(int (*touches)(const struct work *, unsigned long long, unsigned long long),
+                           unsigned long long lo, unsigned long long hi) {
+    int count = 0;
+    pthread_mutex_lock(&stream_lock);
+    for (int i = 0; i < MAX_STREAMS; i++)
+        for (unsigned long k = streams[i].head; k != streams[i].tail; k++)
+            count += touches(&streams[i].queue[k % QUEUED], lo, hi);
+    pthread_mutex_unlock(&stream_lock);
+    return count;
+}
+
+/* A kernel with an argument word pointing into [lo, hi). */
+static int kernel_names(const struct work *w, unsigned long long lo, unsigned long long hi) {
+    if (w->kind != WORK_KERNEL) return 0;
+    for (size_t at = 0; at + sizeof(unsigned long long) <= ARG_BYTES; at += sizeof(unsigned long long)) {
+        unsigned long long word;
+        memcpy(&word, w->values + at, sizeof word);
+        if (word >= lo && word < hi) return 1;
+    }
+    return 0;
+}
+
+/* A copy or set reading or writing [lo, hi). */
+static int copy_touches(const struct work *w, unsigned long long lo, unsigned long long hi) {
+    if (w->kind != WORK_COPY && w->kind != WORK_SET) return 0;
+    unsigned long long dst = (uintptr_t)w->dst, src = (uintptr_t)w->src;
+    int writes = dst < hi && dst + w->bytes > lo;
+    int reads = w->kind == WORK_COPY && src < hi && src + w->bytes > lo;
+    return writes || reads;
+}
+
 /* How many kernels queued or running on the streams have an argument word
  * pointing into [lo, hi): what a remap of that range would pull from under
  * them. The fake driver asks, to log such an unmap. */
 int cudaFakeKernelsUsing(unsigned long long lo, unsigned long long hi) {
-    int using = 0;
-    pthread_mutex_lock(&stream_lock);
-    for (int i = 0; i < MAX_STREAMS; i++)
-        for (unsigned long k = streams[i].head; k != streams[i].tail; k++) {
-            const struct work *w = &streams[i].queue[k % QUEUED];
-            if (w->kind != WORK_KERNEL) continue;
-            for (size_t at = 0; at + sizeof(unsigned long long) <= ARG_BYTES; at += sizeof(unsigned long long)) {
-                unsigned long long word;
-                memcpy(&word, w->values + at, sizeof word);
-                if (word >= lo && word < hi) {
-                    using++;
-                    break;
-                }
-            }
-        }
-    pthread_mutex_unlock(&stream_lock);
-    return using;
+    return queued_touching(kernel_names, lo, hi);
 }
 
 /* How many copies and sets queued or running on the streams read or write
  * [lo, hi): a remap of that range under them would fault on a GPU, or let
  * them read or write what is mapped there next. */
 int cudaFakeCopiesUsing(unsigned long long lo, unsigned long long hi) {
-    int using = 0;
-    pthread_mutex_lock(&stream_lock);
-    for (int i = 0; i < MAX_STREAMS; i++)
-        for (unsigned long k = streams[i].head; k != streams[i].tail; k++) {
-            const struct work *w = &streams[i].queue[k % QUEUED];
-            if (w->kind != WORK_COPY && w->kind != WORK_SET) continue;
-            unsigned long long dst = (uintptr_t)w->dst, src = (uintptr_t)w->src;
-            int writes = dst < hi && dst + w->bytes > lo;
-            int reads = w->kind == WORK_COPY && src < hi && src + w->bytes > lo;
-            using += writes || reads;
-        }
-    pthread_mutex_unlock(&stream_lock);
-    return using;
+    return queued_touching(copy_touches, lo, hi);
 }
 
 static struct fake_stream *stream_of(void *handle) {
