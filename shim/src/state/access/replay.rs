@@ -24,7 +24,7 @@ use std::sync::Mutex;
 
 /// The most blocks a step's record holds: past that, the step is not kept
 /// (a step of more uses than this is not a training loop's).
-const MAX_RECORDED: usize = 1 << 20;
+pub(super) const MAX_RECORDED: usize = 1 << 20;
 
 /// How far, in uses, the record looks for the use under way when it does
 /// not find it where the step before had it.
@@ -96,29 +96,37 @@ impl Births {
 }
 
 /// One step's uses: the names of the blocks each named, use `i`'s at
-/// `starts[ends[i - 1]..ends[i]]`.
+/// `starts[ends[i - 1]..ends[i]]`; past [`MAX_RECORDED`] names in all, none
+/// is kept.
 #[derive(Default)]
-struct Recording {
+pub(super) struct Recording {
     starts: Vec<usize>,
     ends: Vec<u32>,
     overflowed: bool,
 }
 
 impl Recording {
-    fn push(&mut self, named: &[usize]) {
+    /// Whether the use was kept (not past the bound).
+    pub(super) fn push(&mut self, named: &[usize]) -> bool {
         if self.overflowed || self.starts.len() + named.len() > MAX_RECORDED {
             self.overflowed = true;
-            return;
+            return false;
         }
         self.starts.extend_from_slice(named);
         self.ends.push(self.starts.len() as u32);
+        true
     }
 
-    fn uses(&self) -> usize {
+    pub(super) fn uses(&self) -> usize {
         self.ends.len()
     }
 
-    fn named(&self, at: usize) -> &[usize] {
+    /// Whether it holds a whole step: uses, and none lost past the bound.
+    pub(super) fn complete(&self) -> bool {
+        !self.overflowed && self.uses() > 0
+    }
+
+    pub(super) fn named(&self, at: usize) -> &[usize] {
         let begin = at.checked_sub(1).map_or(0, |before| self.ends[before]) as usize;
         &self.starts[begin..self.ends[at] as usize]
     }
@@ -132,7 +140,7 @@ struct Recorded {
 
 impl Recorded {
     fn of(recording: Recording) -> Option<Recorded> {
-        if recording.overflowed || recording.uses() == 0 {
+        if !recording.complete() {
             return None;
         }
         let mut positions: HashMap<usize, Vec<u32>> = HashMap::new();

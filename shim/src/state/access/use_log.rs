@@ -9,9 +9,7 @@ use std::sync::Mutex;
 
 use vramshare_common::trace_json::StepUsesJson;
 
-/// The most block names one step's log holds: past that the step is not
-/// kept (a step of more is not a training loop's).
-const MAX_NAMES: usize = 1 << 20;
+use super::replay::Recording;
 
 #[derive(Default)]
 struct StepLog {
@@ -20,33 +18,25 @@ struct StepLog {
     step: u64,
     began: u64,
     ended: u64,
-    /// Each use: events recorded before it, and its names' end in `starts`.
-    uses: Vec<(u64, u32)>,
-    starts: Vec<u64>,
-    overflowed: bool,
+    /// The blocks each use named (by start), and the events recorded
+    /// before each.
+    recording: Recording,
+    events_before: Vec<u64>,
 }
 
 impl StepLog {
     fn push(&mut self, events_before: u64, named: &[usize]) {
-        if self.overflowed || self.starts.len() + named.len() > MAX_NAMES {
-            self.overflowed = true;
-            return;
+        if self.recording.push(named) {
+            self.events_before.push(events_before);
         }
-        self.starts.extend(named.iter().map(|&start| start as u64));
-        self.uses.push((events_before, self.starts.len() as u32));
     }
 
     fn json(&self) -> StepUsesJson {
-        let mut begin = 0;
-        let uses = self
-            .uses
-            .iter()
-            .map(|&(events_before, end)| {
-                let named = self.starts[begin..end as usize]
-                    .iter()
+        let uses = (self.events_before.iter().enumerate())
+            .map(|(at, &events_before)| {
+                let named = (self.recording.named(at).iter())
                     .map(|start| format!("{start:#x}"))
                     .collect();
-                begin = end as usize;
                 (events_before, named)
             })
             .collect();
@@ -85,7 +75,7 @@ impl UseLog {
             ended.ended = events;
             logs.0.step = step;
             logs.0.began = events;
-            if !ended.overflowed && !ended.uses.is_empty() {
+            if ended.recording.complete() {
                 logs.1 = Some(ended);
             }
         }
@@ -130,7 +120,7 @@ mod tests {
         log.step(1, 0);
         log.used(1, &[0x10]);
         log.step(2, 1);
-        let big = vec![0x20usize; MAX_NAMES + 1];
+        let big = vec![0x20usize; super::super::replay::MAX_RECORDED + 1];
         log.used(2, &big);
         log.step(3, 2);
         assert_eq!(log.json().map(|j| j.step), Some(1), "step 2 overflowed");
