@@ -37,11 +37,17 @@ struct fake_event {
     size_t pending_count, pending_room;
 };
 
+/* With `stream_lock` held: where record `generation` of `e` is among those
+ * pending (pending_count if it is not: it completed). */
+static size_t pending_at(const struct fake_event *e, unsigned long generation) {
+    size_t i = 0;
+    while (i < e->pending_count && e->pending[i] != generation) i++;
+    return i;
+}
+
 /* With `stream_lock` held: whether record `generation` of `e` completed. */
 static int record_reached(const struct fake_event *e, unsigned long generation) {
-    for (size_t i = 0; i < e->pending_count; i++)
-        if (e->pending[i] == generation) return 0;
-    return 1;
+    return pending_at(e, generation) == e->pending_count;
 }
 
 struct work {
@@ -114,11 +120,8 @@ static void *run_stream(void *arg) {
             pthread_mutex_lock(&stream_lock);
             if (w->kind == WORK_RECORD) {
                 struct fake_event *e = w->event;
-                for (size_t i = 0; i < e->pending_count; i++)
-                    if (e->pending[i] == w->generation) {
-                        e->pending[i] = e->pending[--e->pending_count];
-                        break;
-                    }
+                size_t i = pending_at(e, w->generation);
+                if (i < e->pending_count) e->pending[i] = e->pending[--e->pending_count];
             }
         }
         s->head++;
