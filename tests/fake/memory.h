@@ -73,7 +73,7 @@ static void trace(const char *fmt, ...) {
     (void)!write(log_fd, line, n); /* one write per line: lines never interleave */
 }
 
-static size_t bucket(void *p) { return ((uintptr_t)p >> 4) % BUCKETS; }
+static size_t bucket(void *p) { return ((uintptr_t)p >> 8) % BUCKETS; }
 
 static int fake_alloc(void **out, size_t size, int managed) {
     if (no_device()) return NO_DEVICE;
@@ -86,8 +86,10 @@ static int fake_alloc(void **out, size_t size, int managed) {
         return MEMORY_ALLOCATION;
     }
     if (managed && size > ((size_t)1 << 40)) { pthread_mutex_unlock(&lock); return MEMORY_ALLOCATION; }
-    /* malloc does not touch the pages: large fake blocks cost address space only. */
-    void *p = malloc(size);
+    /* The allocator does not touch the pages: large fake blocks cost address
+     * space only. Starts are 256-byte aligned, as CUDA's are. */
+    void *p = NULL;
+    if (posix_memalign(&p, 256, size)) p = NULL;
     struct block *b = malloc(sizeof *b);
     if (!p || !b) { free(p); free(b); pthread_mutex_unlock(&lock); return MEMORY_ALLOCATION; }
     *b = (struct block){p, size, dev, managed, 0, 0, table[bucket(p)]};

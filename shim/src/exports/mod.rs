@@ -104,7 +104,7 @@ pub extern "C" fn vramshare_step() {
         "vramshare_step",
         || {
             let state = crate::state::state();
-            let events = state.trace.as_ref().map_or(0, |trace| trace.recorded());
+            let events = state.trace.as_ref().map(|trace| trace.recorded());
             state.access.mark_step(events)
         },
         || None,

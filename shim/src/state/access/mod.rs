@@ -123,6 +123,9 @@ pub fn collect_within(low: u64, high: u64) {
 /// The alignment of every spill tier block's start (its large page).
 const TIER_ALIGN: u64 = 2 << 20;
 
+/// The least alignment CUDA gives an allocation's start.
+const CUDA_ALIGN: u64 = 256;
+
 /// Words a launch passed that the snapshot did not find, kept to be asked
 /// of the ledger itself (at most this many a launch).
 const MAX_UNFOUND: usize = 8;
@@ -136,6 +139,10 @@ pub struct Naming<'a> {
     /// (a tensor of a stream-ordered allocator, made just before its first
     /// kernel) is not in it.
     stale: bool,
+    /// Whether such a block of any kind is asked of the ledger, not only
+    /// the tier's (which must come onto the device before the use): where
+    /// the use log keeps every use for a replay of the step.
+    every_kind: bool,
     unfound: [u64; MAX_UNFOUND],
     unfound_count: usize,
     /// The words kept for the tier, and the addresses they are kept from.
@@ -145,12 +152,13 @@ pub struct Naming<'a> {
 }
 
 impl<'a> Naming<'a> {
-    fn new(snapshot: &'a Snapshot, generation: u64) -> Self {
+    fn new(snapshot: &'a Snapshot, generation: u64, every_kind: bool) -> Self {
         Naming {
             snapshot,
             named: [0; MAX_NAMED],
             count: 0,
             stale: snapshot.generation() != generation,
+            every_kind,
             unfound: [0; MAX_UNFOUND],
             unfound_count: 0,
             words: Vec::new(),
@@ -159,15 +167,20 @@ impl<'a> Naming<'a> {
         }
     }
 
-    /// The tier's blocks among the words the stale snapshot did not find,
-    /// by the ledger's own record (a start, which is what a kernel is most
-    /// often given), by start: a block made since the snapshot still comes
-    /// onto the device before the use.
+    /// The tier's blocks (or blocks of every kind, [`Naming::every_kind`])
+    /// among the words the stale snapshot did not find, by the ledger's own
+    /// record (a start, which is what a kernel is most often given), by
+    /// start: a block made since the snapshot still comes onto the device
+    /// before the use.
     fn unfound_blocks<'b>(&'b self, ledger: &'b Ledger) -> impl Iterator<Item = usize> + 'b {
         self.unfound[..self.unfound_count]
             .iter()
             .map(|word| *word as usize)
-            .filter(|start| ledger.block_at(*start).is_some_and(|block| block.tiered))
+            .filter(|start| {
+                ledger
+                    .block_at(*start)
+                    .is_some_and(|block| block.tiered || self.every_kind)
+            })
     }
 
     /// The indexes of the blocks named, in the snapshot.
@@ -186,9 +199,14 @@ impl<'a> Naming<'a> {
             }
         }
         let Some(index) = self.snapshot.find(value) else {
+            let align = if self.every_kind {
+                CUDA_ALIGN
+            } else {
+                TIER_ALIGN
+            };
             if self.stale
                 && value != 0
-                && value.is_multiple_of(TIER_ALIGN)
+                && value.is_multiple_of(align)
                 && self.unfound_count < MAX_UNFOUND
                 && !self.unfound[..self.unfound_count].contains(&value)
             {
@@ -224,12 +242,15 @@ impl<'a> Naming<'a> {
 
 impl Access {
     /// The job says a step begins now ([`Steps::mark`]), after `events` of
-    /// the trace: the step that ended is the one the next goes by
-    /// ([`replay`]), and the one the trace keeps ([`use_log`]).
-    pub fn mark_step(&self, events: u64) {
+    /// the trace (`None` where none is written): the step that ended is the
+    /// one the next goes by ([`replay`]), and the one the trace keeps
+    /// ([`use_log`]).
+    pub fn mark_step(&self, events: Option<u64>) {
         self.steps.mark();
         self.replay.step();
-        self.use_log.step(self.steps.current(), events);
+        if let Some(events) = events {
+            self.use_log.step(self.steps.current(), events);
+        }
     }
 
     /// One launch of function `key` (`recurrence`: how it recurs on this
@@ -254,7 +275,7 @@ impl Access {
         let live = || ledger.ranges();
         let generation = ledger.generation();
         self.index.with(generation, live, place.step, |snapshot| {
-            let mut naming = Naming::new(snapshot, generation);
+            let mut naming = Naming::new(snapshot, generation, self.use_log.on());
             read(&mut naming);
             for index in naming.named() {
                 let spilled = snapshot.in_host(index);
@@ -348,7 +369,7 @@ impl Access {
         let step = self.steps.current();
         let generation = ledger.generation();
         self.index.with(generation, live, step, |snapshot| {
-            let mut naming = Naming::new(snapshot, generation);
+            let mut naming = Naming::new(snapshot, generation, self.use_log.on());
             read(&mut naming);
             let mut named: Vec<usize> = naming
                 .named()

@@ -28,7 +28,7 @@ fn ledger_with(blocks: &[(usize, u64)]) -> Ledger {
 }
 
 #[test]
-fn a_stale_snapshot_leaves_the_ledger_to_find_a_tier_block_made_since() {
+fn a_stale_snapshot_leaves_the_ledger_to_find_a_block_made_since() {
     let ledger = ledger_with(&[]);
     let block = Block {
         size: 4 << 20,
@@ -51,15 +51,23 @@ fn a_stale_snapshot_leaves_the_ledger_to_find_a_tier_block_made_since() {
         },
     );
     let (older, _) = index::rebuild(&Snapshot::empty(), 1, Vec::new(), 0);
-    let mut naming = Naming::new(&older, 2);
+    let mut naming = Naming::new(&older, 2, false);
     for word in [start as u64 + 8, start as u64, start as u64 + (16 << 20), 7] {
         naming.word(word);
     }
     // The start of a tier block, only: not a pointer into it, not
     // another kind of block, not a word that is no address.
     assert_eq!(naming.unfound_blocks(&ledger).collect::<Vec<_>>(), [start]);
+    // Where every use is logged, a block of any kind made since is named
+    // by its start.
+    let mut every = Naming::new(&older, 2, true);
+    for word in [start as u64 + (16 << 20) + 8, start as u64 + (16 << 20)] {
+        every.word(word);
+    }
+    let unfound: Vec<_> = every.unfound_blocks(&ledger).collect();
+    assert_eq!(unfound, [start + (16 << 20)]);
     // A snapshot as new as the ledger is not second-guessed.
-    let mut current = Naming::new(&older, 1);
+    let mut current = Naming::new(&older, 1, false);
     current.word(start as u64);
     assert_eq!(current.unfound_blocks(&ledger).count(), 0);
 }

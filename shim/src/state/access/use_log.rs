@@ -5,6 +5,7 @@
 //! `bench/trace-loop` replays without a GPU. The last complete step's log
 //! goes into the trace (`access.step_uses`, `docs/trace-format.md`).
 
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use vramshare_common::trace_json::StepUsesJson;
@@ -53,9 +54,16 @@ impl StepLog {
 pub struct UseLog {
     /// The step under way's, and the last complete one's.
     logs: Mutex<(StepLog, Option<StepLog>)>,
+    /// Whether a step was marked where a trace is written: uses are logged.
+    on: AtomicBool,
 }
 
 impl UseLog {
+    /// Whether uses are logged.
+    pub fn on(&self) -> bool {
+        self.on.load(Relaxed)
+    }
+
     /// A use naming `named` (blocks by start), after `events_before` events
     /// of the trace.
     pub fn used(&self, events_before: u64, named: &[usize]) {
@@ -70,6 +78,7 @@ impl UseLog {
     /// Step `step` begins, after `events` of the trace: the one under way
     /// is the last complete one, unless it overflowed or named nothing.
     pub fn step(&self, step: u64, events: u64) {
+        self.on.store(true, Relaxed);
         if let Ok(mut logs) = self.logs.lock() {
             let mut ended = std::mem::take(&mut logs.0);
             ended.ended = events;
