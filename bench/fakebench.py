@@ -9,6 +9,7 @@ runtime's variables (tests/fake/streams.h, tests/fake/costs.h).
 """
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -89,9 +90,10 @@ def at(samples, t_ns, keys):
     return tuple(a[k] + (b[k] - a[k]) * share for k in keys)
 
 
-def run(args, costs, shim, quota_mib, moves, work):
+def run(args, costs, shim, quota_mib, moves, work, keep=None):
     """One run: its step times (ms, the first two left out), and MiB moved
-    out and in a step over those steps, from the trace's samples."""
+    out and in a step over those steps, from the trace's samples. Its
+    trace is copied to `keep` where given."""
     env = dict(os.environ, **MALLOC_TUNING, **costs, LD_LIBRARY_PATH=str(OUT))
     trace = work / "trace.json"
     trace.unlink(missing_ok=True)
@@ -120,6 +122,8 @@ def run(args, costs, shim, quota_mib, moves, work):
         counts = [at(samples, t, ("bytes_to_host", "bytes_to_device")) for t in (start, end)]
         if None not in counts:
             moved = tuple((b - a) / MIB / len(times) for a, b in zip(*counts))
+    if keep and trace.exists():
+        shutil.copyfile(trace, keep)
     return times, moved
 
 
@@ -142,7 +146,13 @@ def compare(loops, builds, costs, link_mib_per_s, rounds, shares):
             for r in range(rounds):
                 order = configs[r % len(configs):] + configs[:r % len(configs)]
                 for label, shim, quota, build_moves in order:
-                    times, mib = run(args, costs, shim, quota, build_moves, Path(tmp))
+                    # TRACES=DIR keeps each run's trace, to read its
+                    # counters beside a GPU run's.
+                    keep = os.environ.get("TRACES")
+                    if keep and shim:
+                        keep = Path(keep) / f"{loop}-{label.replace(' ', '-').rstrip('%')}-r{r}.json"
+                    times, mib = run(args, costs, shim, quota, build_moves, Path(tmp),
+                                     keep if shim else None)
                     step_ms[label].append(statistics.median(times))
                     moved[label].append(mib)
                 for label, *_ in order:

@@ -24,6 +24,11 @@ const COSTS: [(&str, &str); 4] = [
 /// layer's work is waited for only at the step's end, so moves overlap
 /// queued kernels. Then each weight is copied out and its bytes counted.
 fn training(quota: &str) -> Run {
+    training_with(quota, &[])
+}
+
+/// As [`training`], with more of the fake's costs.
+fn training_with(quota: &str, more: &[(&'static str, &'static str)]) -> Run {
     let activations = [8u64, 8, 8, 8, 6, 6, 6, 4, 4, 4, 2, 2, 2, 2, 2];
     let mut all: Vec<String> = (0..6).map(|w| format!("malloc:w{w}:4M")).collect();
     all.extend((0..6).map(|w| format!("fill:w{w}:1:1")));
@@ -55,7 +60,9 @@ fn training(quota: &str) -> Run {
         ]);
     }
     let all: Vec<&str> = all.iter().map(String::as_str).collect();
-    let run = client(Runtime::Fake13, &moving_beside(quota, &COSTS), &all);
+    let mut costs = COSTS.to_vec();
+    costs.extend_from_slice(more);
+    let run = client(Runtime::Fake13, &moving_beside(quota, &costs), &all);
     run.assert_ok();
     run
 }
@@ -95,6 +102,30 @@ fn with_copies_beside_the_kernels_every_block_holds_its_last_bytes() {
             "the driver's copies ran at once"
         );
     }
+}
+
+/// The fake's costs of the virtual memory API, as the replay of a GPU run
+/// sets them (`bench/trace-loop`), reach the tier's own counters: pinning
+/// host memory takes its time a MiB; and with setting access costing,
+/// launches waiting for the copy under way, the bytes still come out right.
+#[test]
+fn the_fakes_memory_costs_hold_the_calls_that_make_them() {
+    let more = [
+        ("FAKE_CUDA_PIN_US_PER_MIB", "500"),
+        ("FAKE_CUDA_ACCESS_US", "100"),
+        ("FAKE_CUDA_HOST_ACCESS_US_PER_MIB", "50"),
+        ("FAKE_CUDA_LAUNCH_WAITS_FOR_COPY", "1"),
+    ];
+    let run = training_with("48MiB", &more);
+    assert_eq!(wrong_bytes(&run), vec![0; 6], "{}", run.stderr);
+    let moves = &run.trace()["processes"][0]["moves"];
+    let pinned_mib = moves["pinned_bytes"].as_u64().unwrap() / MIB;
+    let pinning_ms = moves["pinning_seconds"].as_f64().unwrap() * 1e3;
+    assert!(pinned_mib >= 24, "{moves:#}");
+    assert!(
+        pinning_ms >= pinned_mib as f64 * 0.5,
+        "{pinned_mib} MiB pinned in {pinning_ms} ms"
+    );
 }
 
 /// The fake runtime's events behave as CUDA's where the tier relies on

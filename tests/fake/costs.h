@@ -13,6 +13,13 @@
  *     synchronous ones, or with no runtime loaded) take none.
  *   FAKE_CUDA_REMAP_US_PER_MIB: cuMemMap and cuMemUnmap hold their caller
  *     this long for each MiB, one at a time, as the driver serialises them.
+ *   FAKE_CUDA_ACCESS_US and FAKE_CUDA_HOST_ACCESS_US_PER_MIB: cuMemSetAccess
+ *     holds its caller the first, and the second for each MiB of host
+ *     memory it maps, one call at a time with the remaps (an H200 took a
+ *     flat 0.02 to 0.04 ms for device memory, and 9.4 us a MiB of host).
+ *   FAKE_CUDA_PIN_US_PER_MIB: cuMemCreate in host memory holds its caller
+ *     this long a MiB, and cuMemRelease of it a tenth of that (an H200
+ *     pinned at about 5.4 GB/s, 190 us a MiB, and released at 17).
  *   FAKE_CUDA_ACCESS_WAIT_US: cuMemSetAccess waits for the copy toward
  *     the host under way to end, up to this long, as setting access beside
  *     a copy out of a GPU's memory does (up to about 1 ms on an H200).
@@ -22,12 +29,22 @@
  *     crossings of those bytes over the link toward the device, sharing it
  *     with the copies (a kernel reading host memory in place reads each byte
  *     many times over: 16 for ResNet-50's spilled bytes on an H200).
+ *   FAKE_CUDA_LAUNCH_WAITS_FOR_COPY=1: a kernel launch through the runtime
+ *     waits in the call for the copies crossing the link when it is made to
+ *     end, as a launch beside an H200's copy engines' copies waits for about
+ *     the copy under way (5 to 7 ms beside 256 MiB copies, 0.3 to 0.7 ms
+ *     beside 16 MiB ones, none measurable beside 2 MiB ones).
  *
  * The rates are to be chosen in proportion to one another and to the
  * kernels' time, as a GPU's are; their size is the fake's, not a GPU's.
  */
-static size_t link_mib_per_s, remap_us_per_mib, in_place_crossings, access_wait_us;
+static size_t link_mib_per_s, remap_us_per_mib, in_place_crossings, access_wait_us, launch_waits;
+static size_t access_us, host_access_us_per_mib, pin_us_per_mib;
 __attribute__((constructor)) static void read_costs(void) {
+    access_us = env_size("FAKE_CUDA_ACCESS_US", 0);
+    host_access_us_per_mib = env_size("FAKE_CUDA_HOST_ACCESS_US_PER_MIB", 0);
+    pin_us_per_mib = env_size("FAKE_CUDA_PIN_US_PER_MIB", 0);
+    launch_waits = env_size("FAKE_CUDA_LAUNCH_WAITS_FOR_COPY", 0);
     link_mib_per_s = env_size("FAKE_CUDA_LINK_MIB_PER_S", 0);
     remap_us_per_mib = env_size("FAKE_CUDA_REMAP_US_PER_MIB", 0);
     in_place_crossings = env_size("FAKE_CUDA_IN_PLACE_CROSSINGS", 0);
@@ -36,9 +53,30 @@ __attribute__((constructor)) static void read_costs(void) {
 /* The link toward the device, and toward the host. */
 static pthread_mutex_t link_lock[2] = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER};
 
-/* Setting access: held until the copy toward the host under way ends (its
- * hold on the link), or access_wait_us. */
-static void access_cost(void) {
+static pthread_mutex_t remap_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Holds the caller `us`, one at a time with the other remaps. */
+static void hold_remap(double us) {
+    if (us < 1) return;
+    pthread_mutex_lock(&remap_lock);
+    usleep((useconds_t)us);
+    pthread_mutex_unlock(&remap_lock);
+}
+
+static double mib(size_t bytes) { return (double)bytes / 1048576.0; }
+
+/* Making (or, `making` 0, releasing) physical memory of `size` bytes. */
+static void memory_cost(int on_device, size_t size, int making) {
+    if (on_device || !pin_us_per_mib) return;
+    double us = mib(size) * (double)pin_us_per_mib / (making ? 1.0 : 10.0);
+    if (us >= 1) usleep((useconds_t)us);
+}
+
+/* Setting access to `size` bytes (`host`: mapping host memory): its own
+ * cost, then held until the copy toward the host under way ends (its hold
+ * on the link), or access_wait_us. */
+static void access_cost(int host, size_t size) {
+    hold_remap((double)access_us + (host ? mib(size) * (double)host_access_us_per_mib : 0));
     if (!access_wait_us) return;
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
@@ -47,7 +85,15 @@ static void access_cost(void) {
     until.tv_nsec %= 1000000000;
     if (pthread_mutex_timedlock(&link_lock[1], &until) == 0) pthread_mutex_unlock(&link_lock[1]);
 }
-static pthread_mutex_t remap_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Called by the fake runtime's launches, on the launching thread: waits
+ * for the copies holding the link either way to end. */
+void cudaFakeLaunchWait(void) {
+    if (!launch_waits || !link_mib_per_s) return;
+    for (int toward_host = 0; toward_host < 2; toward_host++) {
+        pthread_mutex_lock(&link_lock[toward_host]);
+        pthread_mutex_unlock(&link_lock[toward_host]);
+    }
+}
 
 static void hold_link(int toward_host, double bytes) {
     double us = bytes * 1e6 / ((double)link_mib_per_s * 1048576.0);
@@ -80,12 +126,7 @@ static void link_cost(CUdeviceptr dst, CUdeviceptr src, size_t n) {
     if (to >= 0 && from == -1) hold_link(0, (double)n);
 }
 
-static void remap_cost(size_t size) {
-    if (!remap_us_per_mib) return;
-    pthread_mutex_lock(&remap_lock);
-    usleep((useconds_t)((double)size / 1048576.0 * (double)remap_us_per_mib));
-    pthread_mutex_unlock(&remap_lock);
-}
+static void remap_cost(size_t size) { hold_remap(mib(size) * (double)remap_us_per_mib); }
 
 /* Called by the fake runtime's streams before a kernel runs, with its
  * argument bytes: holds the stream while the kernel reads in place each

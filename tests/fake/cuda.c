@@ -210,20 +210,24 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
         *handle = handles[i].handle;
     }
     pthread_mutex_unlock(&lock);
+    if (rc == OK) memory_cost(on_device, size, 1);
     const char *where = on_device ? "device" : prop->location.type == 3 ? "host_numa" : "host";
     trace("cuMemCreate size=%zu location=%s id=%d rdma=%d rc=%d handle=%llu", size, where, prop->location.id, prop->flags[1], rc, rc ? 0ULL : *handle);
     return rc;
 }
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     CUresult rc = INVALID_VALUE;
+    size_t host_bytes = 0;
     pthread_mutex_lock(&lock);
     for (int i = 0; i < handles_used; i++)
         if (handle && handles[i].handle == handle && !handles[i].released) {
             handles[i].released = 1;
+            host_bytes = handles[i].device < 0 ? handles[i].size : 0;
             free_if_unused(i);
             rc = OK;
         }
     pthread_mutex_unlock(&lock);
+    memory_cost(!host_bytes, host_bytes, 0);
     trace("cuMemRelease handle=%llu rc=%d", handle, rc);
     return rc;
 }
@@ -285,7 +289,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t c
             host |= handles[mappings[m].handle_index].device < 0;
     pthread_mutex_unlock(&lock);
     if (host && delay_ms) usleep((useconds_t)(delay_ms * 1000));
-    access_cost();
+    access_cost(host, size);
     return desc && count ? OK : INVALID_VALUE;
 }
 #include "driver_copies.h"

@@ -57,6 +57,7 @@ __attribute__((constructor)) static void load_driver(void) {
     land_driver_copies = (void (*)(void))dlsym(driver, "cudaFakeLandCopies");
     driver_link_cost = (void (*)(const void *, const void *, size_t))dlsym(driver, "cudaFakeLinkCost");
     driver_read_in_place = (size_t (*)(const unsigned char *, size_t))dlsym(driver, "cudaFakeReadInPlace");
+    driver_launch_wait = (void (*)(void))dlsym(driver, "cudaFakeLaunchWait");
 }
 
 /* As CUDA's legacy IPC: only memory cudaMalloc made can be exported. */

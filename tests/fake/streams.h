@@ -11,6 +11,11 @@
  * (cudaFakeSetKernel); its arguments are copied at launch by its parameter
  * layout (memory.h), as CUDA copies them. Other launches only log.
  *
+ * FAKE_CUDA_COPY_NO_DATA=1 leaves the bytes of copies and memsets on
+ * streams where they are: for benchmarks whose kernels read nothing, so
+ * that the host's own copying does not stand in the way of the time the
+ * cost model gives the copy.
+ *
  * FAKE_CUDA_KERNEL_US (default 0) gives kernels time, for benchmarks of
  * the shim's moves beside them: each kernel then takes that long besides,
  * and one whose parameters point into host-located memory of the fake
@@ -20,6 +25,7 @@
  * synchronisation with the rest); cudaMemcpy and cudaDeviceSynchronize wait
  * for every stream.
  */
+#include <sys/prctl.h>
 #define MAX_STREAMS 32
 #define QUEUED 4096
 #define ARG_BYTES 512
@@ -75,15 +81,21 @@ static struct fake_stream streams[MAX_STREAMS];
 static int streams_made = 1; /* streams[0] is the null stream */
 static pthread_mutex_t stream_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t stream_moved = PTHREAD_COND_INITIALIZER;
-static size_t stream_delay_us, kernel_us;
+static size_t stream_delay_us, kernel_us, copy_no_data;
 __attribute__((constructor)) static void read_stream_settings(void) {
+    copy_no_data = env_size("FAKE_CUDA_COPY_NO_DATA", 0);
     stream_delay_us = env_size("FAKE_CUDA_STREAM_DELAY_US", 0);
     kernel_us = env_size("FAKE_CUDA_KERNEL_US", 0);
+    /* Sleeps that stand for work end on time: Linux lets a sleep run up to
+     * 50 us late by default, a third of a replayed kernel. Threads made
+     * later (streams, the shim's) inherit it from the thread loading this. */
+    if (kernel_us) prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
 }
 
 /* The fake driver's costs (costs.h), found as the runtime loads it. */
 static void (*driver_link_cost)(const void *dst, const void *src, size_t n);
 static size_t (*driver_read_in_place)(const unsigned char *args, size_t n);
+static void (*driver_launch_wait)(void);
 
 /* A kernel's time, with its reads of host memory in place. */
 static void kernel_time(const unsigned char *values) {
@@ -108,8 +120,8 @@ static void *run_stream(void *arg) {
             pthread_mutex_unlock(&stream_lock);
             if (stream_delay_us) usleep((useconds_t)stream_delay_us);
             if (w->kind == WORK_COPY && driver_link_cost) driver_link_cost(w->dst, w->src, w->bytes);
-            if (w->kind == WORK_COPY) memcpy(w->dst, w->src, w->bytes);
-            if (w->kind == WORK_SET) memset(w->dst, (int)w->generation, w->bytes);
+            if (w->kind == WORK_COPY && !copy_no_data) memcpy(w->dst, w->src, w->bytes);
+            if (w->kind == WORK_SET && !copy_no_data) memset(w->dst, (int)w->generation, w->bytes);
             if (w->kind == WORK_CALL) w->call(w->dst);
             if (w->kind == WORK_KERNEL) {
                 kernel_time(w->values);
@@ -285,6 +297,7 @@ static int enqueue_kernel(const void *kernel, void **args, void *stream) {
     for (int i = 0; i < body_count; i++)
         if (bodies[i].kernel == kernel) body = bodies[i].body;
     if (!body) return 0;
+    if (driver_launch_wait) driver_launch_wait();
     struct work w = {.kind = WORK_KERNEL, .body = body};
     for (size_t i = 0, offset, size; i < MAX_PARAMS && param_info(kernel, i, &offset, &size) == OK; i++) {
         if (offset + size > ARG_BYTES) return -1;
