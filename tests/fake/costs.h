@@ -23,6 +23,10 @@
  *   FAKE_CUDA_ACCESS_WAIT_US: cuMemSetAccess waits for the copy toward
  *     the host under way to end, up to this long, as setting access beside
  *     a copy out of a GPU's memory does (up to about 1 ms on an H200).
+ *   FAKE_CUDA_LINK_PIECE_BYTES: what waits for a copy toward the host
+ *     under way (setting access, a launch) waits only for the piece of
+ *     this many bytes under way: for a replay whose copies out stand for
+ *     larger ones (bench/trace-loop's SCALE), made in pieces on a GPU.
  *   FAKE_CUDA_IN_PLACE_CROSSINGS: with kernels taking time (the runtime's
  *     FAKE_CUDA_KERNEL_US, streams.h), a kernel whose parameters point into
  *     host-located memory reads it in place: its stream waits for that many
@@ -39,19 +43,54 @@
  * kernels' time, as a GPU's are; their size is the fake's, not a GPU's.
  */
 static size_t link_mib_per_s, remap_us_per_mib, in_place_crossings, access_wait_us, launch_waits;
-static size_t access_us, host_access_us_per_mib, pin_us_per_mib;
+static size_t access_us, host_access_us_per_mib, pin_us_per_mib, link_piece;
 __attribute__((constructor)) static void read_costs(void) {
     access_us = env_size("FAKE_CUDA_ACCESS_US", 0);
     host_access_us_per_mib = env_size("FAKE_CUDA_HOST_ACCESS_US_PER_MIB", 0);
     pin_us_per_mib = env_size("FAKE_CUDA_PIN_US_PER_MIB", 0);
     launch_waits = env_size("FAKE_CUDA_LAUNCH_WAITS_FOR_COPY", 0);
+    link_piece = env_size("FAKE_CUDA_LINK_PIECE_BYTES", 0);
     link_mib_per_s = env_size("FAKE_CUDA_LINK_MIB_PER_S", 0);
     remap_us_per_mib = env_size("FAKE_CUDA_REMAP_US_PER_MIB", 0);
     in_place_crossings = env_size("FAKE_CUDA_IN_PLACE_CROSSINGS", 0);
     access_wait_us = env_size("FAKE_CUDA_ACCESS_WAIT_US", 0);
 }
-/* The link toward the device, and toward the host. */
+/* The link toward the device, and toward the host: one copy at a time
+ * each way. Whether a copy is under way each way, and the pieces of copies
+ * ended (a copy toward the host ends a piece every link_piece bytes, where
+ * set, else once), for the calls that wait for the copy under way. */
 static pthread_mutex_t link_lock[2] = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER};
+static pthread_mutex_t piece_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t piece_ended = PTHREAD_COND_INITIALIZER;
+static int copying[2];
+static unsigned long pieces_ended[2];
+
+/* Marks a copy `toward_host` under way (1) or over (0), or a piece of it
+ * ended (-1). */
+static void link_state(int toward_host, int state) {
+    pthread_mutex_lock(&piece_lock);
+    if (state >= 0) copying[toward_host] = state;
+    pieces_ended[toward_host]++;
+    pthread_cond_broadcast(&piece_ended);
+    pthread_mutex_unlock(&piece_lock);
+}
+
+/* Waits for the piece of a copy `toward_host` under way to end, up to
+ * `most_us` (0: however long). */
+static void wait_for_piece(int toward_host, size_t most_us) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += (long)(most_us % 1000000) * 1000;
+    until.tv_sec += (time_t)(most_us / 1000000) + until.tv_nsec / 1000000000;
+    until.tv_nsec %= 1000000000;
+    pthread_mutex_lock(&piece_lock);
+    unsigned long seen = pieces_ended[toward_host];
+    while (copying[toward_host] && pieces_ended[toward_host] == seen)
+        if (most_us ? pthread_cond_timedwait(&piece_ended, &piece_lock, &until) != 0
+                    : pthread_cond_wait(&piece_ended, &piece_lock) != 0)
+            break;
+    pthread_mutex_unlock(&piece_lock);
+}
 
 static pthread_mutex_t remap_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -77,28 +116,25 @@ static void memory_cost(int on_device, size_t size, int making) {
  * on the link), or access_wait_us. */
 static void access_cost(int host, size_t size) {
     hold_remap((double)access_us + (host ? mib(size) * (double)host_access_us_per_mib : 0));
-    if (!access_wait_us) return;
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += (long)(access_wait_us % 1000000) * 1000;
-    until.tv_sec += (time_t)(access_wait_us / 1000000) + until.tv_nsec / 1000000000;
-    until.tv_nsec %= 1000000000;
-    if (pthread_mutex_timedlock(&link_lock[1], &until) == 0) pthread_mutex_unlock(&link_lock[1]);
+    if (access_wait_us) wait_for_piece(1, access_wait_us);
 }
 /* Called by the fake runtime's launches, on the launching thread: waits
  * for the copies holding the link either way to end. */
 void cudaFakeLaunchWait(void) {
     if (!launch_waits || !link_mib_per_s) return;
-    for (int toward_host = 0; toward_host < 2; toward_host++) {
-        pthread_mutex_lock(&link_lock[toward_host]);
-        pthread_mutex_unlock(&link_lock[toward_host]);
-    }
+    for (int toward_host = 0; toward_host < 2; toward_host++) wait_for_piece(toward_host, 0);
 }
 
 static void hold_link(int toward_host, double bytes) {
-    double us = bytes * 1e6 / ((double)link_mib_per_s * 1048576.0);
+    double piece = toward_host && link_piece ? (double)link_piece : bytes;
     pthread_mutex_lock(&link_lock[toward_host]);
-    if (us >= 1) usleep((useconds_t)us);
+    link_state(toward_host, 1);
+    for (double left = bytes; left > 0; left -= piece) {
+        double us = (left < piece ? left : piece) * 1e6 / ((double)link_mib_per_s * 1048576.0);
+        if (us >= 1) usleep((useconds_t)us);
+        if (left > piece) link_state(toward_host, -1);
+    }
+    link_state(toward_host, 0);
     pthread_mutex_unlock(&link_lock[toward_host]);
 }
 
