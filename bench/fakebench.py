@@ -142,17 +142,16 @@ def compare(loops, builds, costs, link_mib_per_s, rounds, shares):
         step_ms = {c[0]: [] for c in configs}
         ratio = {c[0]: [] for c in configs}
         moved = {c[0]: [] for c in configs}
+        # TRACES=DIR keeps each run's trace, to read its counters beside a
+        # GPU run's.
+        traces = os.environ.get("TRACES")
         with tempfile.TemporaryDirectory() as tmp:
             for r in range(rounds):
                 order = configs[r % len(configs):] + configs[:r % len(configs)]
                 for label, shim, quota, build_moves in order:
-                    # TRACES=DIR keeps each run's trace, to read its
-                    # counters beside a GPU run's.
-                    keep = os.environ.get("TRACES")
-                    if keep and shim:
-                        keep = Path(keep) / f"{loop}-{label.replace(' ', '-').rstrip('%')}-r{r}.json"
-                    times, mib = run(args, costs, shim, quota, build_moves, Path(tmp),
-                                     keep if shim else None)
+                    name = f"{loop}-{label.replace(' ', '-').rstrip('%')}-r{r}.json"
+                    keep = Path(traces) / name if traces and shim else None
+                    times, mib = run(args, costs, shim, quota, build_moves, Path(tmp), keep)
                     step_ms[label].append(statistics.median(times))
                     moved[label].append(mib)
                 for label, *_ in order:

@@ -20,6 +20,9 @@
  *   FAKE_CUDA_PIN_US_PER_MIB: cuMemCreate in host memory holds its caller
  *     this long a MiB, and cuMemRelease of it a tenth of that (an H200
  *     pinned at about 5.4 GB/s, 190 us a MiB, and released at 17).
+ *   FAKE_CUDA_HOST_ACCESS_DELAY_MS: cuMemSetAccess of host memory holds
+ *     its caller this long besides, as setting access to host memory does
+ *     on a GPU whose copy engine is copying out (about a millisecond there).
  *   FAKE_CUDA_ACCESS_WAIT_US: cuMemSetAccess waits for the copy toward
  *     the host under way to end, up to this long, as setting access beside
  *     a copy out of a GPU's memory does (up to about 1 ms on an H200).
@@ -43,8 +46,9 @@
  * kernels' time, as a GPU's are; their size is the fake's, not a GPU's.
  */
 static size_t link_mib_per_s, remap_us_per_mib, in_place_crossings, access_wait_us, launch_waits;
-static size_t access_us, host_access_us_per_mib, pin_us_per_mib, link_piece;
+static size_t access_us, host_access_us_per_mib, host_access_delay_ms, pin_us_per_mib, link_piece;
 __attribute__((constructor)) static void read_costs(void) {
+    host_access_delay_ms = env_size("FAKE_CUDA_HOST_ACCESS_DELAY_MS", 0);
     access_us = env_size("FAKE_CUDA_ACCESS_US", 0);
     host_access_us_per_mib = env_size("FAKE_CUDA_HOST_ACCESS_US_PER_MIB", 0);
     pin_us_per_mib = env_size("FAKE_CUDA_PIN_US_PER_MIB", 0);
@@ -104,22 +108,24 @@ static void hold_remap(double us) {
 
 static double mib(size_t bytes) { return (double)bytes / 1048576.0; }
 
-/* Making (or, `making` 0, releasing) physical memory of `size` bytes. */
-static void memory_cost(int on_device, size_t size, int making) {
-    if (on_device || !pin_us_per_mib) return;
-    double us = mib(size) * (double)pin_us_per_mib / (making ? 1.0 : 10.0);
+/* Making (or, `making` 0, releasing) `host_bytes` of physical memory in
+ * host memory (device memory costs nothing here). */
+static void pin_cost(size_t host_bytes, int making) {
+    if (!host_bytes || !pin_us_per_mib) return;
+    double us = mib(host_bytes) * (double)pin_us_per_mib / (making ? 1.0 : 10.0);
     if (us >= 1) usleep((useconds_t)us);
 }
 
 /* Setting access to `size` bytes (`host`: mapping host memory): its own
- * cost, then held until the copy toward the host under way ends (its hold
- * on the link), or access_wait_us. */
+ * cost, then held until the piece of the copy toward the host under way
+ * ends, or access_wait_us. */
 static void access_cost(int host, size_t size) {
+    if (host && host_access_delay_ms) usleep((useconds_t)(host_access_delay_ms * 1000));
     hold_remap((double)access_us + (host ? mib(size) * (double)host_access_us_per_mib : 0));
     if (access_wait_us) wait_for_piece(1, access_wait_us);
 }
 /* Called by the fake runtime's launches, on the launching thread: waits
- * for the copies holding the link either way to end. */
+ * for the copy under way each way (toward the host, its piece) to end. */
 void cudaFakeLaunchWait(void) {
     if (!launch_waits || !link_mib_per_s) return;
     for (int toward_host = 0; toward_host < 2; toward_host++) wait_for_piece(toward_host, 0);

@@ -210,7 +210,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
         *handle = handles[i].handle;
     }
     pthread_mutex_unlock(&lock);
-    if (rc == OK) memory_cost(on_device, size, 1);
+    if (rc == OK && !on_device) pin_cost(size, 1);
     const char *where = on_device ? "device" : prop->location.type == 3 ? "host_numa" : "host";
     trace("cuMemCreate size=%zu location=%s id=%d rdma=%d rc=%d handle=%llu", size, where, prop->location.id, prop->flags[1], rc, rc ? 0ULL : *handle);
     return rc;
@@ -227,7 +227,7 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
             rc = OK;
         }
     pthread_mutex_unlock(&lock);
-    memory_cost(!host_bytes, host_bytes, 0);
+    pin_cost(host_bytes, 0);
     trace("cuMemRelease handle=%llu rc=%d", handle, rc);
     return rc;
 }
@@ -275,20 +275,16 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
     trace("cuMemMap ptr=%#llx size=%zu handle=%llu rc=%d", ptr, size, handle, rc);
     return rc;
 }
-/* Access is always granted here: mappings are readable and writable.
- * FAKE_CUDA_HOST_ACCESS_DELAY_MS holds the caller that long when the range
- * maps host memory, as setting access to host memory does on a GPU whose
- * copy engine is copying out (about a millisecond there). */
+/* Access is always granted here: mappings are readable and writable. It
+ * takes the time costs.h gives it. */
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t count) {
     trace("cuMemSetAccess ptr=%#llx size=%zu", ptr, size);
-    size_t delay_ms = env_size("FAKE_CUDA_HOST_ACCESS_DELAY_MS", 0);
     int host = 0;
     pthread_mutex_lock(&lock);
     for (int m = 0; m < mappings_used; m++)
         if (mappings[m].ptr && mappings[m].ptr >= ptr && mappings[m].ptr < ptr + size)
             host |= handles[mappings[m].handle_index].device < 0;
     pthread_mutex_unlock(&lock);
-    if (host && delay_ms) usleep((useconds_t)(delay_ms * 1000));
     access_cost(host, size);
     return desc && count ? OK : INVALID_VALUE;
 }

@@ -292,7 +292,7 @@ pub fn enter(state: &State) -> Option<Inside<'_>> {
 /// ahead ([`ahead`]).
 pub fn fetch(state: &'static State, api: Api, named: &[usize]) {
     if let Some(trace) = &state.trace {
-        if state.access.steps.marked() {
+        if state.access.use_log.on() {
             state.access.use_log.used(trace.recorded(), named);
         }
     }
