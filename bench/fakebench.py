@@ -145,6 +145,8 @@ def compare(loops, builds, costs, link_mib_per_s, rounds, shares):
         # TRACES=DIR keeps each run's trace, to read its counters beside a
         # GPU run's.
         traces = os.environ.get("TRACES")
+        if traces:
+            os.makedirs(traces, exist_ok=True)
         with tempfile.TemporaryDirectory() as tmp:
             for r in range(rounds):
                 order = configs[r % len(configs):] + configs[:r % len(configs)]

@@ -211,6 +211,20 @@ if timelines:
         listed = "; ".join(f"{key}: {v['kernels_ms']:.0f} + {v['copies_ms']:.0f}" for key, v in streams[:5])
         print(f"| {name} | {t['span_ms']:.0f} | {t['device_span_ms']:.0f} | {t['kernels_ms']:.0f} | {t['copies_ms']:.0f} | "
               f"{t['both_ms']:.0f} | {t['idle_ms']:.0f} | {t['kernel_count']} | {listed} |")
+    for name, t in timelines:
+        if not t.get("phases"):
+            continue
+        keys = sorted({key for p in t["phases"] for key in p["copy_streams_ms"]})
+        print()
+        print(f"{name}, the profiled step by {t['phases'][1]['from_ms'] if len(t['phases']) > 1 else '-'} ms "
+              "(ms busy; copy streams by id; the host's launches begun, and its ms in CUDA's allocation, free and launch calls):")
+        print()
+        print("| from ms | kernels | " + " | ".join(f"copies {k}" for k in keys) + " | launches | alloc | free | launch |")
+        print("| --- " * (6 + len(keys)) + "|")
+        for p in t["phases"]:
+            copies = " | ".join(f"{p['copy_streams_ms'].get(k, 0):.1f}" for k in keys)
+            print(f"| {p['from_ms']:.0f} | {p['kernels_ms']:.1f} | {copies} | {p['launches']} | "
+                  f"{p['alloc_ms']:.1f} | {p['free_ms']:.1f} | {p['launch_ms']:.1f} |")
     with_calls = [(name, t["host_calls"]) for name, t in timelines if t.get("host_calls")]
     if with_calls:
         print()

@@ -166,6 +166,41 @@ def intersection(a, b):
     return total
 
 
+# The width of a profiled step's phases, ms.
+PHASE_MS = 5
+
+
+def clipped(spans, begin, end):
+    """The time of merged `spans` within [begin, end)."""
+    return sum(max(0, min(e, end) - max(b, begin)) for b, e in spans)
+
+
+def phases(first, last, kernels, streams, host):
+    """The profiled step in slices of PHASE_MS from its first device event:
+    in each, the ms kernels ran, the ms each stream that ran only copies
+    was busy (the shim's two, one a direction, and the job's own), the ms
+    the host's threads spent inside allocations (where an allocation
+    waits for room), frees, launches (where a launch waits for its blocks),
+    and the launches begun; so that a slow step says in which part it lost
+    its time, and whether the device waited for the host or for copies."""
+    copy_streams = {key: union(v["copies"]) for key, v in streams.items() if v["copies"] and not v["kernels"]}
+    kinds = {"alloc_ms": ("cudaMallocAsync", "cuMemAllocAsync", "cudaMalloc", "cuMemAlloc"),
+             "free_ms": ("cudaFreeAsync", "cuMemFreeAsync", "cudaFree", "cuMemFree"),
+             "launch_ms": ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")}
+    slices = []
+    begin = first
+    while begin < last:
+        end = begin + PHASE_MS
+        entry = {"from_ms": round(begin - first, 1), "kernels_ms": round(clipped(kernels, begin, end), 2),
+                 "copy_streams_ms": {key: round(clipped(spans, begin, end), 2) for key, spans in copy_streams.items()},
+                 "launches": sum(1 for name, b, _ in host if begin <= b < end and name in kinds["launch_ms"])}
+        for field, names in kinds.items():
+            entry[field] = round(sum(max(0, min(e, end) - max(b, begin)) for name, b, e in host if name in names), 2)
+        slices.append(entry)
+        begin = end
+    return slices
+
+
 def host_calls(events, most=12):
     """Where the host's threads spent their time inside CUDA in a profiled
     step: the runtime's and driver's calls the profiler saw (on every
@@ -199,8 +234,10 @@ def device_timeline(step, marker):
         step()
         torch.cuda.synchronize()
         span = time.perf_counter() - begin
-    kernels, copies, streams = [], [], {}
+    kernels, copies, streams, host = [], [], {}, []
     for event in prof.events():
+        if "CUDA" not in str(getattr(event, "device_type", "")) and event.name.startswith("cu"):
+            host.append((event.name, event.time_range.start / 1e3, event.time_range.end / 1e3))
         kind = str(getattr(event, "device_type", ""))
         if "CUDA" not in kind:
             continue
@@ -230,6 +267,7 @@ def device_timeline(step, marker):
         "both_ms": intersection(k, c),
         "idle_ms": (last - first) - covered(everything),
         "kernel_count": len(kernels),
+        "phases": phases(first, last, k, streams, host),
         "host_calls": calls,
         "streams": {
             key: {
