@@ -27,6 +27,7 @@
 pub mod ahead;
 pub mod backing;
 pub mod copier;
+mod eager;
 pub mod faults;
 pub mod kept;
 pub mod mover;
@@ -303,6 +304,9 @@ pub fn fetch(state: &'static State, api: Api, named: &[usize]) {
     fetch_named(state, api, named);
     if recording {
         ahead::bring(state, api);
+        if let Some(_closed) = state.tier.gate.close() {
+            eager::send(state, named);
+        }
     }
 }
 
