@@ -5,8 +5,9 @@
 //! job marks its steps and the step before had to move blocks out, a block
 //! a use names whose next use (by the step before's record) is more than
 //! half a step away is handed to the mover thread once that use has
-//! finished, up to as many bytes a step as the step before moved out: the
-//! activations the forward makes first, which the backward needs last.
+//! finished, up to as many bytes a step as the step before held beyond
+//! the quota at its high: the activations the forward makes first, which
+//! the backward needs last.
 //!
 //! A block handed over stays on the device for everyone until its move
 //! ends, and work that names it first claims it back ([`super::mover`]): a
@@ -15,16 +16,19 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
-use vramshare_common::event::Placement;
+use vramshare_common::event::{Api, Placement};
 
+use crate::cuda::backend::Backend;
+use crate::policy::quota::device_quota;
 use crate::state::{lock, State};
 
 use super::{ahead, mover, uses};
 
-/// The step the budget below is for, the tier's bytes moved out as it
-/// began, the bytes it may send early, and those sent so far.
+/// The step the budget below is for, the most bytes its blocks held on the
+/// device and in the tier's host memory together, the bytes it may send
+/// early, and those sent so far.
 static STEP: AtomicU64 = AtomicU64::new(u64::MAX);
-static OUT_AT_START: AtomicU64 = AtomicU64::new(0);
+static HIGH: AtomicU64 = AtomicU64::new(0);
 static BUDGET: AtomicU64 = AtomicU64::new(0);
 static SENT: AtomicU64 = AtomicU64::new(0);
 
@@ -35,18 +39,28 @@ static WAITING: Mutex<Vec<(usize, u64)>> = Mutex::new(Vec::new());
 /// After work that named `named` recorded its uses (their events are the
 /// latest of those blocks), where steps are recorded: those whose next use
 /// is more than half a step away wait to go, within the step's budget.
-pub(super) fn note(state: &State, named: &[usize]) {
+pub(super) fn note(state: &State, api: Api, named: &[usize]) {
     if named.is_empty() || !ahead::recording(state) {
         return;
     }
-    let tier = &state.tier;
+    let backend = Backend::of(api);
+    let Ok(device) = backend.current_device() else {
+        return;
+    };
+    let held = state.ledger.device(device).device_bytes.load(Relaxed)
+        + state.tier.bytes_in_host.load(Relaxed);
     let step = state.access.steps.current();
     if STEP.swap(step, Relaxed) != step {
-        let moved = tier.moved_out.load(Relaxed);
-        let before = OUT_AT_START.swap(moved, Relaxed);
-        BUDGET.store(moved.saturating_sub(before), Relaxed);
+        // What the step before held beyond the quota at its high had to
+        // be off the device then.
+        let high = HIGH.swap(held, Relaxed);
+        let quota = device_quota(state, device, backend);
+        let bound = super::limit(state, device, quota).unwrap_or(u64::MAX);
+        BUDGET.store(high.saturating_sub(bound), Relaxed);
         SENT.store(0, Relaxed);
         lock(&WAITING).clear();
+    } else {
+        HIGH.fetch_max(held, Relaxed);
     }
     let budget = BUDGET.load(Relaxed);
     let half = state.access.replay.length() as u64 / 2;

@@ -267,7 +267,7 @@ pub fn used(state: &State, api: Api, named: &[usize], stream: Option<usize>) {
         return;
     };
     // Once their events are recorded, blocks may wait to go early.
-    let _noted = Noted(state, named);
+    let _noted = Noted(state, api, named);
     let runtime = Backend::of(api) == Backend::Runtime;
     let (key, per_thread) = (stream_key(api, stream), per_thread(api));
     timed(&state.tier.uses_ns, || {
@@ -394,10 +394,10 @@ pub fn forget(state: &State, backing: &Backing) {
 
 /// Notes a use's blocks for [`super::eager`] as it is dropped, after their
 /// events are recorded.
-struct Noted<'a>(&'a State, &'a [usize]);
+struct Noted<'a>(&'a State, Api, &'a [usize]);
 
 impl Drop for Noted<'_> {
     fn drop(&mut self) {
-        super::eager::note(self.0, self.1);
+        super::eager::note(self.0, self.1, self.2);
     }
 }
