@@ -13,7 +13,7 @@
 //! ends, and work that names it first claims it back ([`super::mover`]): a
 //! wrong guess costs link traffic, never correctness.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use vramshare_common::event::{Api, Placement};
@@ -33,8 +33,14 @@ static BUDGET: AtomicU64 = AtomicU64::new(0);
 static SENT: AtomicU64 = AtomicU64::new(0);
 
 /// Blocks chosen to go once their use in flight has finished, as (start,
-/// size).
+/// size), and how many there are (read without the lock).
 static WAITING: Mutex<Vec<(usize, u64)>> = Mutex::new(Vec::new());
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether blocks wait to go early: only then is the gate closed for them.
+pub(super) fn waiting() -> bool {
+    COUNT.load(Relaxed) > 0
+}
 
 /// After work that named `named` recorded its uses (their events are the
 /// latest of those blocks), where steps are recorded: those whose next use
@@ -59,6 +65,7 @@ pub(super) fn note(state: &State, api: Api, named: &[usize]) {
         BUDGET.store(high.saturating_sub(bound), Relaxed);
         SENT.store(0, Relaxed);
         lock(&WAITING).clear();
+        COUNT.store(0, Relaxed);
     } else {
         HIGH.fetch_max(held, Relaxed);
     }
@@ -91,6 +98,7 @@ pub(super) fn note(state: &State, api: Api, named: &[usize]) {
             waiting.push((ptr, size));
         }
     }
+    COUNT.store(waiting.len(), Relaxed);
 }
 
 /// Before work naming `named`, with the gate closed: the waiting blocks
@@ -122,4 +130,5 @@ pub(super) fn send(state: &'static State, named: &[usize]) {
         }
         false
     });
+    COUNT.store(waiting.len(), Relaxed);
 }

@@ -304,8 +304,10 @@ pub fn fetch(state: &'static State, api: Api, named: &[usize]) {
     fetch_named(state, api, named);
     if recording {
         ahead::bring(state, api);
-        if let Some(_closed) = state.tier.gate.close() {
-            eager::send(state, named);
+        if eager::waiting() {
+            if let Some(_closed) = state.tier.gate.close() {
+                eager::send(state, named);
+            }
         }
     }
 }
