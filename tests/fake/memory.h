@@ -25,7 +25,8 @@ enum { OK = 0, INVALID_VALUE = 1, MEMORY_ALLOCATION = 2, NO_DEVICE = 100 };
 #define MAX_DEVICES 8
 #define BUCKETS 4096
 
-struct block { void *ptr; size_t size; int device; int managed; int pooled; int freeing; struct block *next; };
+/* base: what malloc gave, of which ptr is the first 256-byte boundary. */
+struct block { void *ptr; size_t size; int device; int managed; int pooled; int freeing; struct block *next; void *base; };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct block *table[BUCKETS];
@@ -87,12 +88,15 @@ static int fake_alloc(void **out, size_t size, int managed) {
     }
     if (managed && size > ((size_t)1 << 40)) { pthread_mutex_unlock(&lock); return MEMORY_ALLOCATION; }
     /* The allocator does not touch the pages: large fake blocks cost address
-     * space only. Starts are 256-byte aligned, as CUDA's are. */
-    void *p = NULL;
-    if (posix_memalign(&p, 256, size)) p = NULL;
+     * space only. Starts are 256-byte aligned, as CUDA's are; aligned by
+     * hand rather than by posix_memalign, whose split chunks are not handed
+     * back whole, so that a size freed and asked for again gets its old
+     * start, as a tensor reallocated each step does. */
+    void *base = size <= SIZE_MAX - 255 ? malloc(size + 255) : NULL;
+    void *p = base ? (void *)(((uintptr_t)base + 255) & ~(uintptr_t)255) : NULL;
     struct block *b = malloc(sizeof *b);
-    if (!p || !b) { free(p); free(b); pthread_mutex_unlock(&lock); return MEMORY_ALLOCATION; }
-    *b = (struct block){p, size, dev, managed, 0, 0, table[bucket(p)]};
+    if (!p || !b) { free(base); free(b); pthread_mutex_unlock(&lock); return MEMORY_ALLOCATION; }
+    *b = (struct block){p, size, dev, managed, 0, 0, table[bucket(p)], base};
     table[bucket(p)] = b;
     if (!managed) used[dev] += size;
     pthread_mutex_unlock(&lock);
@@ -118,7 +122,7 @@ static int fake_free(void *p) {
     *link = b->next;
     if (!b->managed) used[b->device] -= b->size;
     pthread_mutex_unlock(&lock);
-    free(b->ptr);
+    free(b->base);
     free(b);
     return OK;
 }
