@@ -33,8 +33,10 @@ static BUDGET: AtomicU64 = AtomicU64::new(0);
 static SENT: AtomicU64 = AtomicU64::new(0);
 
 /// Blocks chosen to go once their use in flight has finished, as (start,
-/// size), and how many there are (read without the lock).
-static WAITING: Mutex<Vec<(usize, u64)>> = Mutex::new(Vec::new());
+/// size, when it was handed out: a block freed meanwhile and its start
+/// handed to another is not that block), and how many there are (read
+/// without the lock).
+static WAITING: Mutex<Vec<(usize, u64, u64)>> = Mutex::new(Vec::new());
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether blocks wait to go early: only then is the gate closed for them.
@@ -82,7 +84,7 @@ pub(super) fn note(state: &State, api: Api, named: &[usize]) {
             let fits = block.tiered
                 && !block.moving
                 && block.placement == Placement::Device
-                && !waiting.iter().any(|(p, _)| p == ptr);
+                && !waiting.iter().any(|(p, _, _)| p == ptr);
             fits.then_some((*ptr, block.size))
         })
         .collect();
@@ -93,9 +95,12 @@ pub(super) fn note(state: &State, api: Api, named: &[usize]) {
     let next = state.access.replay.next_uses(&starts);
     for ((ptr, size), next) in on_device.into_iter().zip(next) {
         let far = next.is_some_and(|n| n > half);
+        let Some(born) = born(state, ptr) else {
+            continue;
+        };
         if far && SENT.load(Relaxed) + size <= budget {
             SENT.fetch_add(size, Relaxed);
-            waiting.push((ptr, size));
+            waiting.push((ptr, size, born));
         }
     }
     COUNT.store(waiting.len(), Relaxed);
@@ -109,14 +114,15 @@ pub(super) fn send(state: &'static State, named: &[usize]) {
     if waiting.is_empty() {
         return;
     }
-    waiting.retain(|&(ptr, size)| {
+    waiting.retain(|&(ptr, size, handed_out)| {
         if named.contains(&ptr) {
             return true;
         }
         let Some(block) = state.ledger.block_at(ptr) else {
             return false;
         };
-        if block.moving || block.placement != Placement::Device || block.size != size {
+        let same = block.size == size && born(state, ptr) == Some(handed_out);
+        if !same || block.moving || block.placement != Placement::Device {
             return false;
         }
         if !uses::known(state, ptr) {
@@ -131,4 +137,9 @@ pub(super) fn send(state: &'static State, named: &[usize]) {
         false
     });
     COUNT.store(waiting.len(), Relaxed);
+}
+
+/// When the tier's block at `ptr` was handed out (the gate's count then).
+fn born(state: &State, ptr: usize) -> Option<u64> {
+    state.tier.blocks.get(&ptr).map(|backing| backing.born)
 }

@@ -261,7 +261,6 @@ pub fn used(state: &State, api: Api, named: &[usize], stream: Option<usize>) {
     if named.is_empty() || !tracking(state) {
         return;
     }
-
     let Some(stream) = stream else {
         unread(state);
         return;
