@@ -29,17 +29,7 @@ fn training(quota: &str) -> Run {
 
 /// As [`training`], with more of the fake's costs.
 fn training_with(quota: &str, more: &[(&'static str, &'static str)]) -> Run {
-    training_loop(quota, more, false)
-}
-
-/// The activations' sizes, MiB, in the order the forward makes them.
-const ACTIVATIONS: [u64; 15] = [8, 8, 8, 8, 6, 6, 6, 4, 4, 4, 2, 2, 2, 2, 2];
-
-/// As [`training_with`]; where `layer_by_layer`, each forward layer's work
-/// is waited for before the next layer's allocation, as where a job's host
-/// keeps pace with its device.
-fn training_loop(quota: &str, more: &[(&'static str, &'static str)], layer_by_layer: bool) -> Run {
-    let activations = ACTIVATIONS;
+    let activations = [8u64, 8, 8, 8, 6, 6, 6, 4, 4, 4, 2, 2, 2, 2, 2];
     let mut all: Vec<String> = (0..6).map(|w| format!("malloc:w{w}:4M")).collect();
     all.extend((0..6).map(|w| format!("fill:w{w}:1:1")));
     all.push("sync".into());
@@ -50,9 +40,6 @@ fn training_loop(quota: &str, more: &[(&'static str, &'static str)], layer_by_la
             format!("fill:w{}:{}:1", layer % 6, layer + 1),
             format!("fill:a{layer}:{}:1", layer + 1),
         ]);
-        if layer_by_layer {
-            step.push("sync".into());
-        }
     }
     for layer in (0..activations.len()).rev() {
         step.extend([
@@ -170,36 +157,4 @@ fn a_wait_holds_for_the_record_it_was_made_after() {
         "1",
         "the copy on stream 2 ran before the kernel it waited for"
     );
-}
-
-/// Where the step before held more than the quota at its high, blocks next
-/// needed more than half a step later go out as soon as their use has
-/// finished: each step's first activation (needed again only as the
-/// backward ends) leaves before the forward has made its sixth, the last
-/// that fits under the quota, rather than once an allocation finds no room.
-#[test]
-fn blocks_needed_again_only_late_in_the_step_go_out_before_the_quota_is_full() {
-    let run = training_loop("72MiB", &[], true);
-    assert_eq!(wrong_bytes(&run), vec![0; 6], "{}", run.stderr);
-    let allocations = run.events("alloc");
-    let demotions = run.events("demote");
-    let (weights, per_step) = (6, ACTIVATIONS.len());
-    assert_eq!(allocations.len(), weights + 6 * per_step, "{allocations:?}");
-    // From the third step on (the second has the first's record to go by).
-    for step in 2..6 {
-        let first = &allocations[weights + step * per_step];
-        let sixth = &allocations[weights + step * per_step + 5];
-        let early = demotions.iter().any(|d| {
-            d["ptr"] == first["ptr"]
-                && d["seq"].as_u64() > first["seq"].as_u64()
-                && d["seq"].as_u64() < sixth["seq"].as_u64()
-        });
-        assert!(
-            early,
-            "step {}: the first activation {} went out only after the sixth was made (early bytes: {})",
-            step + 1,
-            first["ptr"],
-            run.trace()["processes"][0]["moves"]["early_bytes"]
-        );
-    }
 }

@@ -221,17 +221,6 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
     out
 }
 
-/// The bytes sent out as soon as their use before a long gap had finished.
-fn early_part(bytes: u64) -> String {
-    if bytes == 0 {
-        return String::new();
-    }
-    format!(
-        "; {} sent out early, once their use before a gap of half a step had finished",
-        human_bytes(bytes)
-    )
-}
-
 /// What the spill tier moved, in one line.
 fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
     let foretold = moves.replay_matched + moves.replay_missed;
@@ -242,7 +231,7 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
             human_bytes(moves.ahead_bytes),
             100.0 * moves.replay_matched as f64 / foretold as f64,
             100.0 * moves.replay_unseen as f64 / foretold as f64
-        ) + &early_part(moves.early_bytes)
+        )
     } else {
         String::new()
     };
@@ -378,14 +367,6 @@ mod tests {
         let report = process_report(&replayed, &[]);
         assert!(
             report.contains("claimed back by work before they began (0.00 s waited for by work that named a block on its way out); 1 of the moves onto the device (1.00 MiB) ahead of need, the step before having named first what 75% of the uses did (25% named first a block it never named)\n"),
-            "{report}"
-        );
-        if let Some(moves) = replayed.moves.as_mut() {
-            moves.early_bytes = 2 << 20;
-        }
-        let report = process_report(&replayed, &[]);
-        assert!(
-            report.contains("(25% named first a block it never named); 2.00 MiB sent out early, once their use before a gap of half a step had finished\n"),
             "{report}"
         );
     }

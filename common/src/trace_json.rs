@@ -227,10 +227,6 @@ pub struct MovesJson {
     /// block the step before never named.
     pub ahead_moves: u64,
     pub ahead_bytes: u64,
-    /// Where the job marks its steps and moves overlap: bytes handed to
-    /// the mover thread once their use before a gap of more than half a
-    /// step had finished (a part of `to_host` once moved).
-    pub early_bytes: u64,
     pub replay_matched: u64,
     pub replay_missed: u64,
     pub replay_unseen: u64,

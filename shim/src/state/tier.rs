@@ -170,9 +170,6 @@ pub struct Tier {
     /// `moves_in` and `moved_in`.
     pub ahead_moves: AtomicU64,
     pub ahead_bytes: AtomicU64,
-    /// Bytes handed to the mover thread as their use before a long gap
-    /// ended ([`crate::policy::tier::eager`]).
-    pub early_bytes: AtomicU64,
     /// Why blocks did or did not come ahead: the looks at the uses to come
     /// made after uses, while blocks were in host memory (once the gate
     /// closed for them: a look given up before, as while a graph is being

@@ -27,7 +27,6 @@
 pub mod ahead;
 pub mod backing;
 pub mod copier;
-mod eager;
 pub mod faults;
 pub mod kept;
 pub mod mover;
@@ -304,11 +303,6 @@ pub fn fetch(state: &'static State, api: Api, named: &[usize]) {
     fetch_named(state, api, named);
     if recording {
         ahead::bring(state, api);
-        if eager::waiting() {
-            if let Some(_closed) = state.tier.gate.close() {
-                eager::send(state, named);
-            }
-        }
     }
 }
 

@@ -265,8 +265,6 @@ pub fn used(state: &State, api: Api, named: &[usize], stream: Option<usize>) {
         unread(state);
         return;
     };
-    // Once their events are recorded, blocks may wait to go early.
-    let _noted = Noted(state, api, named);
     let runtime = Backend::of(api) == Backend::Runtime;
     let (key, per_thread) = (stream_key(api, stream), per_thread(api));
     timed(&state.tier.uses_ns, || {
@@ -388,15 +386,5 @@ pub fn arriving(state: &State, ptr: usize, device: Device, direction: Direction)
 pub fn forget(state: &State, backing: &Backing) {
     if let Some(event) = Event::of(backing) {
         give_back_event(state, event.0, event.1);
-    }
-}
-
-/// Notes a use's blocks for [`super::eager`] as it is dropped, after their
-/// events are recorded.
-struct Noted<'a>(&'a State, Api, &'a [usize]);
-
-impl Drop for Noted<'_> {
-    fn drop(&mut self) {
-        super::eager::note(self.0, self.1, self.2);
     }
 }
