@@ -216,8 +216,9 @@ if timelines:
             continue
         keys = sorted({key for p in t["phases"] for key in p["copy_streams_ms"]})
         print()
-        print(f"{name}, the profiled step by {t['phases'][1]['from_ms'] if len(t['phases']) > 1 else '-'} ms "
-              "(ms busy; copy streams by id; the host's launches begun, and its ms in CUDA's allocation, free and launch calls):")
+        width = t["phases"][1]["from_ms"] if len(t["phases"]) > 1 else "-"
+        print(f"{name}, the profiled step in phases of {width} ms (ms busy; copy streams by id; the host's "
+              "launches begun, and its ms in CUDA's allocation, free and launch calls):")
         print()
         print("| from ms | kernels | " + " | ".join(f"copies {k}" for k in keys) + " | launches | alloc | free | launch |")
         print("| --- " * (6 + len(keys)) + "|")
