@@ -171,7 +171,8 @@ PHASE_MS = 5
 
 
 def clipped(spans, begin, end):
-    """The time of merged `spans` within [begin, end)."""
+    """The time of `spans` within [begin, end), each counted (merged spans:
+    the time they cover)."""
     return sum(max(0, min(e, end) - max(b, begin)) for b, e in spans)
 
 
@@ -187,15 +188,16 @@ def phases(first, last, kernels, streams, host):
     kinds = {"alloc_ms": ("cudaMallocAsync", "cuMemAllocAsync", "cudaMalloc", "cuMemAlloc"),
              "free_ms": ("cudaFreeAsync", "cuMemFreeAsync", "cudaFree", "cuMemFree"),
              "launch_ms": ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")}
+    calls = {field: [(b, e) for name, b, e in host if name in names] for field, names in kinds.items()}
     slices = []
     begin = first
     while begin < last:
         end = begin + PHASE_MS
         entry = {"from_ms": round(begin - first, 1), "kernels_ms": round(clipped(kernels, begin, end), 2),
                  "copy_streams_ms": {key: round(clipped(spans, begin, end), 2) for key, spans in copy_streams.items()},
-                 "launches": sum(1 for name, b, _ in host if begin <= b < end and name in kinds["launch_ms"])}
-        for field, names in kinds.items():
-            entry[field] = round(sum(max(0, min(e, end) - max(b, begin)) for name, b, e in host if name in names), 2)
+                 "launches": sum(1 for b, _ in calls["launch_ms"] if begin <= b < end)}
+        for field, spans in calls.items():
+            entry[field] = round(clipped(spans, begin, end), 2)
         slices.append(entry)
         begin = end
     return slices
@@ -236,10 +238,10 @@ def device_timeline(step, marker):
         span = time.perf_counter() - begin
     kernels, copies, streams, host = [], [], {}, []
     for event in prof.events():
-        if "CUDA" not in str(getattr(event, "device_type", "")) and event.name.startswith("cu"):
-            host.append((event.name, event.time_range.start / 1e3, event.time_range.end / 1e3))
         kind = str(getattr(event, "device_type", ""))
         if "CUDA" not in kind:
+            if event.name.startswith("cu"):
+                host.append((event.name, event.time_range.start / 1e3, event.time_range.end / 1e3))
             continue
         start = event.time_range.start / 1e3
         end = event.time_range.end / 1e3
