@@ -345,6 +345,22 @@ pub struct MovesSample {
     /// `mover_claimed` so far).
     pub mover_moves: u64,
     pub mover_claimed: u64,
+    /// The job's threads in the shim's hooks (once the tier had blocks):
+    /// kernel launches timed, their time in the shim (each call less the
+    /// CUDA call passed on), and of it the shim's own CUDA calls (time and
+    /// number), reading parameters, moving the blocks named, and bringing
+    /// blocks ahead; then every other hooked call alike.
+    pub launch_hooks: u64,
+    pub launch_hooks_ns: u64,
+    pub launch_hooks_cuda_ns: u64,
+    pub launch_hooks_cuda_calls: u64,
+    pub launch_read_ns: u64,
+    pub launch_fetch_ns: u64,
+    pub launch_ahead_ns: u64,
+    pub other_hooks: u64,
+    pub other_hooks_ns: u64,
+    pub other_hooks_cuda_ns: u64,
+    pub other_hooks_cuda_calls: u64,
 }
 
 /// Launches of one call by what their operands named.

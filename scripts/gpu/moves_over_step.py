@@ -25,7 +25,9 @@ did or did not come ahead (the looks at the uses to come made after uses;
 of them, those that found no block in host memory that could come; blocks
 passed over as queued work still read them in place; looks stopped for
 want of room to spare), and the GB of kept blocks on the device at the
-stretch's end."""
+stretch's end; and the job's threads' time in the shim's hooks, each
+launch's and each other call's (what the shim's own work adds to the
+host's pace)."""
 import math
 import os
 import sys
@@ -76,6 +78,26 @@ def main():
         print(f"{(a['t_ns'] - begin) / 1e6:.0f}-{(b['t_ns'] - begin) / 1e6:.0f} | {gone('ahead_bytes') / 1e9:.2f} | "
               f"{gone('ahead_looks')} | {gone('ahead_none_in_host')} | {gone('ahead_passed_busy')} | "
               f"{gone('ahead_short_of_room')} | {b['kept_on_device_bytes'] / 1e9:.2f}")
+    if "launch_hooks" not in inside[0]:
+        return
+    print()
+    print("The job's threads in the shim's hooks, stretch by stretch: launches, their time in the shim "
+          "(each call less the CUDA call it passes on) and of it the shim's own CUDA calls, reading "
+          "parameters, moving the blocks named, bringing blocks ahead; every other hooked call alike.")
+    print()
+    print("ms into the step | launches | us each in the shim | of it CUDA (calls each) | reading | moving named | ahead "
+          "| other calls | us each in the shim | of it CUDA (calls each)")
+    for a, b in zip(inside, inside[1:]):
+        gone = lambda key: b.get(key, 0) - a.get(key, 0)
+        launches, others = gone("launch_hooks"), gone("other_hooks")
+        each = lambda key, calls: f"{gone(key) / calls / 1e3:.1f}" if calls else "-"
+        per = lambda key, calls: f"{gone(key) / calls:.1f}" if calls else "-"
+        print(f"{(a['t_ns'] - begin) / 1e6:.0f}-{(b['t_ns'] - begin) / 1e6:.0f} | {launches} | "
+              f"{each('launch_hooks_ns', launches)} | {each('launch_hooks_cuda_ns', launches)} "
+              f"({per('launch_hooks_cuda_calls', launches)}) | {each('launch_read_ns', launches)} | "
+              f"{each('launch_fetch_ns', launches)} | {each('launch_ahead_ns', launches)} | {others} | "
+              f"{each('other_hooks_ns', others)} | {each('other_hooks_cuda_ns', others)} "
+              f"({per('other_hooks_cuda_calls', others)})")
 
 
 def follow(live, held, event):

@@ -13,6 +13,7 @@ use std::ffi::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::cuda::real;
+use crate::state::host_costs;
 
 struct Leave;
 
@@ -55,6 +56,7 @@ pub fn wall<R>(
     }
     let _leave = Leave;
     real::begin_hook(name);
+    let began = host_costs::hook_began();
     let result = match catch_unwind(AssertUnwindSafe(body)) {
         Ok(result) => result,
         Err(_) => match after_panic() {
@@ -68,6 +70,7 @@ pub fn wall<R>(
         },
     };
     let _ = catch_unwind(crate::lifecycle::after_call);
+    host_costs::hook_ended(began, name.contains("Launch"));
     result
 }
 

@@ -16,7 +16,7 @@ use vramshare_common::event::Api;
 use crate::cuda::real;
 use crate::state::access::functions::Param;
 use crate::state::access::{Launch, Named, Naming};
-use crate::state::{state, Attribution, State};
+use crate::state::{host_costs, state, Attribution, State};
 
 use super::tier;
 
@@ -123,7 +123,9 @@ pub unsafe fn launch(
             Attribution::InLibrary
         }
         // SAFETY: as the caller promises.
-        Library::Outside => unsafe { attribute(state, &launched, &mut names) },
+        Library::Outside => host_costs::timed(&host_costs::HOST_COSTS.read_ns, || unsafe {
+            attribute(state, &launched, &mut names)
+        }),
     };
     state.count_launch(api, how);
     tier::fetch(state, api, names.blocks());

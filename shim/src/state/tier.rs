@@ -21,6 +21,7 @@ use vramshare_common::size::MAX_DEVICES;
 use vramshare_common::trace_json::{MovesSample, MOVES_SAMPLES_MAX};
 
 use super::gate::Gate;
+use super::host_costs;
 use super::lock;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -393,6 +394,7 @@ impl Tier {
             left_in_place: self.left_in_place.load(Relaxed),
             mover_moves: self.outgoing.made.load(Relaxed),
             mover_claimed: self.outgoing.claimed.load(Relaxed),
+            ..host_costs::sample()
         }
     }
 }

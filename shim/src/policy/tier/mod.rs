@@ -46,7 +46,7 @@ use crate::cuda::backend::Backend;
 use crate::state::gate::Inside;
 use crate::state::ledger::Block;
 use crate::state::tier::Backing;
-use crate::state::{config, State};
+use crate::state::{config, host_costs, State};
 
 use super::allocate::record_allocation;
 use super::quota::device_quota;
@@ -160,6 +160,7 @@ pub fn place(
     };
     state.tier.insert(ptr as usize, backing);
     state.tier.active.store(true, SeqCst);
+    host_costs::count_from_now();
     if !on_device {
         state.tier.bytes_in_host.fetch_add(size, SeqCst);
         let usage = state.ledger.device(device);
@@ -296,13 +297,16 @@ pub fn fetch(state: &'static State, api: Api, named: &[usize]) {
             state.access.use_log.used(trace.recorded(), named);
         }
     }
+    let costs = &host_costs::HOST_COSTS;
     let recording = ahead::recording(state);
+    host_costs::timed(&costs.fetch_ns, || {
+        if recording {
+            state.access.replay.record(named);
+        }
+        fetch_named(state, api, named);
+    });
     if recording {
-        state.access.replay.record(named);
-    }
-    fetch_named(state, api, named);
-    if recording {
-        ahead::bring(state, api);
+        host_costs::timed(&costs.ahead_ns, || ahead::bring(state, api));
     }
 }
 
