@@ -154,14 +154,14 @@ macro_rules! real_fn {
                 Function::new(
                     // SAFETY: the literal ends in its only NUL.
                     unsafe { std::ffi::CStr::from_bytes_with_nul_unchecked(concat!(stringify!($name), "\0").as_bytes()) });
-            let timer = crate::state::host_costs::cuda_began();
+            let timer = crate::cuda::host_costs::cuda_began();
             let rc = match FUNCTION.get() {
                 // SAFETY: the symbol is the function of this signature,
                 // called with the caller's arguments.
                 Some(f) => unsafe { f($($arg),*) },
                 None => missing(stringify!($name)),
             };
-            crate::state::host_costs::cuda_ended(timer, twin);
+            crate::cuda::host_costs::cuda_ended(timer, twin);
             let rc = if rc == cudaErrorInvalidDeviceFunction {
                 // SAFETY: the same function of another loaded runtime,
                 // with the same arguments (which the first one refused).

@@ -12,8 +12,8 @@
 use std::ffi::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use crate::cuda::host_costs;
 use crate::cuda::real;
-use crate::state::host_costs;
 
 struct Leave;
 

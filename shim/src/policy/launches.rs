@@ -13,10 +13,11 @@ use std::ffi::{c_int, c_void};
 use cudart_sys::{cudaError_t, CUfunction};
 use vramshare_common::event::Api;
 
+use crate::cuda::host_costs;
 use crate::cuda::real;
 use crate::state::access::functions::Param;
 use crate::state::access::{Launch, Named, Naming};
-use crate::state::{host_costs, state, Attribution, State};
+use crate::state::{state, Attribution, State};
 
 use super::tier;
 

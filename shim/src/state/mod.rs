@@ -22,7 +22,6 @@ use vramshare_common::ring::Ring;
 use crate::config::{Config, Device, MAX_DEVICES};
 pub mod access;
 pub mod gate;
-pub mod host_costs;
 mod launch_counts;
 pub mod ledger;
 pub mod outgoing;

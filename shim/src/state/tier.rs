@@ -21,8 +21,8 @@ use vramshare_common::size::MAX_DEVICES;
 use vramshare_common::trace_json::{MovesSample, MOVES_SAMPLES_MAX};
 
 use super::gate::Gate;
-use super::host_costs;
 use super::lock;
+use crate::cuda::host_costs;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Backing {

@@ -43,10 +43,11 @@ use vramshare_common::event::{Api, Placement};
 
 use crate::config::{human_bytes, Device, Moves, Spill};
 use crate::cuda::backend::Backend;
+use crate::cuda::host_costs;
 use crate::state::gate::Inside;
 use crate::state::ledger::Block;
 use crate::state::tier::Backing;
-use crate::state::{config, host_costs, State};
+use crate::state::{config, State};
 
 use super::allocate::record_allocation;
 use super::quota::device_quota;
