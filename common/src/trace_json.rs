@@ -240,6 +240,10 @@ pub struct MovesJson {
     /// at most [`MOVES_SAMPLES_MAX`] spread over the whole run, then one at
     /// the run's end.
     pub samples: Vec<MovesSample>,
+    /// The job's threads' time in the shim's hooks by hook (each call less
+    /// the CUDA call it passes on), and in the shim's own CUDA calls by
+    /// function, once the tier had blocks; the costliest first.
+    pub host_calls: Vec<HostCallJson>,
 }
 
 /// A use that the step before did not foretell: its place in its step,
@@ -257,6 +261,17 @@ pub struct ReplayMiss {
     pub expected: Option<String>,
     pub named: String,
     pub found_at: Option<i64>,
+}
+
+/// Calls of one name, `kind` "hook" (a hook's own time) or "cuda" (the
+/// shim's own CUDA calls of that function).
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct HostCallJson {
+    pub name: String,
+    pub kind: String,
+    pub calls: u64,
+    pub seconds: f64,
 }
 
 /// The most samples of the moves' counters a trace holds.

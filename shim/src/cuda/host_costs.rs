@@ -9,12 +9,54 @@
 //! under no pressure pays no clock reads.
 
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
 use std::time::Instant;
 
-use vramshare_common::trace_json::MovesSample;
+use vramshare_common::trace_json::{HostCallJson, MovesSample};
 
 static COUNTING: AtomicBool = AtomicBool::new(false);
+
+/// Calls and nanoseconds by name: the hooks' own time, and the shim's own
+/// CUDA calls'. Taken with `try_lock` only: a count lost to a busy lock
+/// costs nothing, a wait would cost the job (and a lock held by another
+/// thread at a `fork` would never be let go in the child).
+type ByName = Mutex<Option<HashMap<&'static str, (u64, u64)>>>;
+static HOOKS_BY_NAME: ByName = Mutex::new(None);
+static CUDA_BY_NAME: ByName = Mutex::new(None);
+
+fn add_by_name(table: &ByName, name: &'static str, ns: u64) {
+    if let Ok(mut table) = table.try_lock() {
+        let entry = table
+            .get_or_insert_with(HashMap::new)
+            .entry(name)
+            .or_default();
+        entry.0 += 1;
+        entry.1 += ns;
+    }
+}
+
+/// The hooks' own time and the shim's own CUDA calls, by name, the
+/// costliest first.
+pub fn by_name() -> Vec<HostCallJson> {
+    let mut all = Vec::new();
+    for (table, kind) in [(&HOOKS_BY_NAME, "hook"), (&CUDA_BY_NAME, "cuda")] {
+        let Ok(table) = table.try_lock() else {
+            continue;
+        };
+        for (name, (calls, ns)) in table.iter().flat_map(|t| t.iter()) {
+            all.push(HostCallJson {
+                name: name.to_string(),
+                kind: kind.to_string(),
+                calls: *calls,
+                seconds: *ns as f64 / 1e9,
+            });
+        }
+    }
+    all.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+    all
+}
 
 /// Counts for one kind of hooked call.
 #[derive(Default)]
@@ -100,7 +142,7 @@ pub fn hook_began() -> Option<Hook> {
 /// in the shim is counted, and the thread's CUDA time put back as it was,
 /// so that a hook that ran inside another's CUDA call (a library's own
 /// launches) is not counted again as that call's.
-pub fn hook_ended(began: Option<Hook>, launch: bool) {
+pub fn hook_ended(began: Option<Hook>, name: &'static str, launch: bool) {
     let Some(Hook(at, before)) = began else {
         return;
     };
@@ -114,8 +156,10 @@ pub fn hook_ended(began: Option<Hook>, launch: bool) {
     } else {
         &HOST_COSTS.others
     };
+    let own = whole.saturating_sub(passed);
+    add_by_name(&HOOKS_BY_NAME, name, own);
     kind.calls.fetch_add(1, Relaxed);
-    kind.own_ns.fetch_add(whole.saturating_sub(passed), Relaxed);
+    kind.own_ns.fetch_add(own, Relaxed);
     kind.cuda_ns
         .fetch_add(now.own_cuda_ns.saturating_sub(before.own_cuda_ns), Relaxed);
     kind.cuda_calls.fetch_add(
@@ -136,12 +180,15 @@ pub fn cuda_began() -> Option<Instant> {
 
 /// After the real CUDA call `began`: counted as the one the hook passes
 /// on (`passed`), or as the shim's own.
-pub fn cuda_ended(began: Option<Instant>, passed: bool) {
+pub fn cuda_ended(began: Option<Instant>, name: &'static str, passed: bool) {
     let Some(at) = began else {
         return;
     };
     let spent = at.elapsed().as_nanos() as u64;
     let _ = IN_CUDA.try_with(|inside| inside.set(false));
+    if !passed {
+        add_by_name(&CUDA_BY_NAME, name, spent);
+    }
     let _ = SPENT.try_with(|all| {
         let mut now = all.get();
         if passed {
@@ -201,13 +248,13 @@ mod tests {
         let hook = hook_began();
         let own = cuda_began();
         std::thread::sleep(std::time::Duration::from_millis(2));
-        cuda_ended(own, false);
+        cuda_ended(own, "cuEventQuery", false);
         let passed = cuda_began();
         // A call CUDA makes back into the hooks inside it: not timed again.
         assert!(cuda_began().is_none());
         std::thread::sleep(std::time::Duration::from_millis(30));
-        cuda_ended(passed, true);
-        hook_ended(hook, true);
+        cuda_ended(passed, "cuLaunchKernel", true);
+        hook_ended(hook, "cuLaunchKernel", true);
         assert_eq!(counts.calls.load(Relaxed), before.0 + 1);
         assert_eq!(counts.cuda_calls.load(Relaxed), before.1 + 1);
         let own_ns = counts.own_ns.load(Relaxed) - before.2;
@@ -216,5 +263,18 @@ mod tests {
             "own time {own_ns} ns: the 2 ms own call, not the 30 ms passed on"
         );
         assert_eq!(SPENT.with(Cell::get).passed_ns, 0, "put back as it was");
+        let named = |kind: &str| {
+            by_name()
+                .into_iter()
+                .find(|c| c.kind == kind && c.name.starts_with("cu"))
+        };
+        assert_eq!(
+            named("cuda").map(|c| c.name),
+            Some("cuEventQuery".to_string())
+        );
+        assert_eq!(
+            named("hook").map(|c| c.name),
+            Some("cuLaunchKernel".to_string())
+        );
     }
 }

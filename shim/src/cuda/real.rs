@@ -161,7 +161,7 @@ macro_rules! real_fn {
                 Some(f) => unsafe { f($($arg),*) },
                 None => missing(stringify!($name)),
             };
-            crate::cuda::host_costs::cuda_ended(timer, twin);
+            crate::cuda::host_costs::cuda_ended(timer, stringify!($name), twin);
             let rc = if rc == cudaErrorInvalidDeviceFunction {
                 // SAFETY: the same function of another loaded runtime,
                 // with the same arguments (which the first one refused).

@@ -282,6 +282,7 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
             samples.push(tier.snapshot(now, (matched, missed)));
             samples
         },
+        host_calls: crate::cuda::host_costs::by_name(),
     })
 }
 
