@@ -27,7 +27,8 @@ passed over as queued work still read them in place; looks stopped for
 want of room to spare), and the GB of kept blocks on the device at the
 stretch's end; and the job's threads' time in the shim's hooks, each
 launch's and each other call's (what the shim's own work adds to the
-host's pace)."""
+host's pace), then over the whole run the costliest hooks and CUDA
+functions the shim called, by name."""
 import math
 import os
 import sys
@@ -82,11 +83,12 @@ def main():
         return
     print()
     print("The job's threads in the shim's hooks, stretch by stretch: launches, their time in the shim "
-          "(each call less the CUDA call it passes on) and of it the shim's own CUDA calls, reading "
-          "parameters, moving the blocks named, bringing blocks ahead; every other hooked call alike.")
+          "(each call less the CUDA call it passes on) and of it the shim's own CUDA calls; the ms reading "
+          "launches' parameters, moving the blocks that launches, library calls and copies name, and "
+          "bringing blocks ahead after them; every other hooked call alike.")
     print()
-    print("ms into the step | launches | us each in the shim | of it CUDA (calls each) | reading | moving named | ahead "
-          "| other calls | us each in the shim | of it CUDA (calls each)")
+    print("ms into the step | launches | us each in the shim | of it CUDA (calls each) | ms reading | ms moving named "
+          "| ms ahead | other calls | us each in the shim | of it CUDA (calls each)")
     for a, b in zip(inside, inside[1:]):
         gone = lambda key: b.get(key, 0) - a.get(key, 0)
         launches, others = gone("launch_hooks"), gone("other_hooks")
@@ -94,10 +96,19 @@ def main():
         per = lambda key, calls: f"{gone(key) / calls:.1f}" if calls else "-"
         print(f"{(a['t_ns'] - begin) / 1e6:.0f}-{(b['t_ns'] - begin) / 1e6:.0f} | {launches} | "
               f"{each('launch_hooks_ns', launches)} | {each('launch_hooks_cuda_ns', launches)} "
-              f"({per('launch_hooks_cuda_calls', launches)}) | {each('launch_read_ns', launches)} | "
-              f"{each('launch_fetch_ns', launches)} | {each('launch_ahead_ns', launches)} | {others} | "
+              f"({per('launch_hooks_cuda_calls', launches)}) | {gone('launch_read_ns') / 1e6:.1f} | "
+              f"{gone('launch_fetch_ns') / 1e6:.1f} | {gone('launch_ahead_ns') / 1e6:.1f} | {others} | "
               f"{each('other_hooks_ns', others)} | {each('other_hooks_cuda_ns', others)} "
               f"({per('other_hooks_cuda_calls', others)})")
+    host_calls = trace["processes"][0]["moves"].get("host_calls", [])
+    if host_calls:
+        print()
+        print("Over the whole run, the costliest: each hook's own time and the shim's own CUDA calls (every thread's), by name")
+        print()
+        print("kind | name | calls | ms | us each")
+        for call in host_calls[:16]:
+            print(f"{call['kind']} | {call['name']} | {call['calls']} | {call['seconds'] * 1e3:.1f} | "
+                  f"{call['seconds'] * 1e6 / max(call['calls'], 1):.1f}")
 
 
 def follow(live, held, event):
