@@ -241,9 +241,12 @@ pub struct MovesJson {
     /// the run's end.
     pub samples: Vec<MovesSample>,
     /// The job's threads' time in the shim's hooks by hook (each call less
-    /// the CUDA call it passes on), and in the shim's own CUDA calls by
-    /// function, once the tier had blocks; the costliest first.
+    /// the CUDA call it passes on), and in the CUDA calls the hooks made
+    /// of their own by function, once the tier had blocks; the costliest
+    /// first. Over the whole run, and over the last complete step the job
+    /// marked.
     pub host_calls: Vec<HostCallJson>,
+    pub host_calls_last_step: Vec<HostCallJson>,
 }
 
 /// A use that the step before did not foretell: its place in its step,

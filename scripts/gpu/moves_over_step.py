@@ -27,8 +27,9 @@ passed over as queued work still read them in place; looks stopped for
 want of room to spare), and the GB of kept blocks on the device at the
 stretch's end; and the job's threads' time in the shim's hooks, each
 launch's and each other call's (what the shim's own work adds to the
-host's pace), then over the whole run the costliest hooks and CUDA
-functions the shim called, by name."""
+host's pace), then over the last complete step the job marked (or the
+whole run) the costliest hooks and the CUDA functions they called, by
+name."""
 import math
 import os
 import sys
@@ -100,10 +101,13 @@ def main():
               f"{gone('launch_fetch_ns') / 1e6:.1f} | {gone('launch_ahead_ns') / 1e6:.1f} | {others} | "
               f"{each('other_hooks_ns', others)} | {each('other_hooks_cuda_ns', others)} "
               f"({per('other_hooks_cuda_calls', others)})")
-    host_calls = trace["processes"][0]["moves"].get("host_calls", [])
+    moves = trace["processes"][0]["moves"]
+    host_calls, over = moves.get("host_calls_last_step"), "the last complete step the job marked"
+    if not host_calls:
+        host_calls, over = moves.get("host_calls", []), "the whole run"
     if host_calls:
         print()
-        print("Over the whole run, the costliest: each hook's own time and the shim's own CUDA calls (every thread's), by name")
+        print(f"Over {over}, the costliest: each hook's own time and the CUDA calls the hooks made of their own, by name")
         print()
         print("kind | name | calls | ms | us each")
         for call in host_calls[:16]:

@@ -22,9 +22,15 @@ static COUNTING: AtomicBool = AtomicBool::new(false);
 /// CUDA calls'. Taken with `try_lock` only: a count lost to a busy lock
 /// costs nothing, a wait would cost the job (and a lock held by another
 /// thread at a `fork` would never be let go in the child).
-type ByName = Mutex<Option<HashMap<&'static str, (u64, u64)>>>;
+type Table = HashMap<&'static str, (u64, u64)>;
+type ByName = Mutex<Option<Table>>;
 static HOOKS_BY_NAME: ByName = Mutex::new(None);
 static CUDA_BY_NAME: ByName = Mutex::new(None);
+
+/// Both tables as they stood at the last two marks of a step, so that the
+/// last complete step's calls can be told from the warm-up's.
+type Tables = (Table, Table);
+static AT_MARKS: Mutex<(Option<Tables>, Option<Tables>)> = Mutex::new((None, None));
 
 fn add_by_name(table: &ByName, name: &'static str, ns: u64) {
     if let Ok(mut table) = table.try_lock() {
@@ -37,25 +43,66 @@ fn add_by_name(table: &ByName, name: &'static str, ns: u64) {
     }
 }
 
-/// The hooks' own time and the shim's own CUDA calls, by name, the
-/// costliest first.
-pub fn by_name() -> Vec<HostCallJson> {
-    let mut all = Vec::new();
-    for (table, kind) in [(&HOOKS_BY_NAME, "hook"), (&CUDA_BY_NAME, "cuda")] {
-        let Ok(table) = table.try_lock() else {
-            continue;
-        };
-        for (name, (calls, ns)) in table.iter().flat_map(|t| t.iter()) {
-            all.push(HostCallJson {
+fn copy_of(table: &ByName) -> Option<Table> {
+    let table = table.try_lock().ok()?;
+    Some(table.clone().unwrap_or_default())
+}
+
+/// At the job's mark of a step: both tables as they stand, kept with the
+/// ones of the mark before.
+pub fn step_marked() {
+    if !COUNTING.load(Relaxed) {
+        return;
+    }
+    let (Some(hooks), Some(cuda)) = (copy_of(&HOOKS_BY_NAME), copy_of(&CUDA_BY_NAME)) else {
+        return;
+    };
+    if let Ok(mut marks) = AT_MARKS.try_lock() {
+        marks.0 = marks.1.take();
+        marks.1 = Some((hooks, cuda));
+    }
+}
+
+/// Rows of `kind` for `now`'s calls less `before`'s.
+fn rows(kind: &str, now: &Table, before: Option<&Table>) -> Vec<HostCallJson> {
+    now.iter()
+        .filter_map(|(name, &(calls, ns))| {
+            let (calls_then, ns_then) = before
+                .and_then(|b| b.get(name))
+                .copied()
+                .unwrap_or_default();
+            (calls > calls_then).then(|| HostCallJson {
                 name: name.to_string(),
                 kind: kind.to_string(),
-                calls: *calls,
-                seconds: *ns as f64 / 1e9,
-            });
+                calls: calls - calls_then,
+                seconds: ns.saturating_sub(ns_then) as f64 / 1e9,
+            })
+        })
+        .collect()
+}
+
+/// The hooks' own time and the job's threads' own CUDA calls inside them,
+/// by name, the costliest first: over the whole run, and over the last
+/// complete step the job marked (empty before two marks).
+pub fn by_name() -> (Vec<HostCallJson>, Vec<HostCallJson>) {
+    let costliest_first = |mut all: Vec<HostCallJson>| {
+        all.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+        all
+    };
+    let mut run = Vec::new();
+    for (table, kind) in [(&HOOKS_BY_NAME, "hook"), (&CUDA_BY_NAME, "cuda")] {
+        if let Some(now) = copy_of(table) {
+            run.extend(rows(kind, &now, None));
         }
     }
-    all.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
-    all
+    let mut step = Vec::new();
+    if let Ok(marks) = AT_MARKS.try_lock() {
+        if let (Some(before), Some(after)) = (&marks.0, &marks.1) {
+            step.extend(rows("hook", &after.0, Some(&before.0)));
+            step.extend(rows("cuda", &after.1, Some(&before.1)));
+        }
+    }
+    (costliest_first(run), costliest_first(step))
 }
 
 /// Counts for one kind of hooked call.
@@ -118,6 +165,9 @@ thread_local! {
     /// Inside a real CUDA call being timed: calls that CUDA makes back
     /// into the hooks meanwhile are a part of it, not timed again.
     static IN_CUDA: Cell<bool> = const { Cell::new(false) };
+    /// Inside a hook being timed: the shim's own CUDA calls are the job
+    /// thread's, counted by name (the shim's threads' are not).
+    static IN_HOOK: Cell<u32> = const { Cell::new(0) };
 }
 
 /// From now on, hooked calls are timed.
@@ -135,6 +185,7 @@ pub fn hook_began() -> Option<Hook> {
         return None;
     }
     let spent = SPENT.try_with(Cell::get).ok()?;
+    IN_HOOK.try_with(|depth| depth.set(depth.get() + 1)).ok()?;
     Some(Hook(Instant::now(), spent))
 }
 
@@ -147,6 +198,7 @@ pub fn hook_ended(began: Option<Hook>, name: &'static str, launch: bool) {
         return;
     };
     let whole = at.elapsed().as_nanos() as u64;
+    let _ = IN_HOOK.try_with(|depth| depth.set(depth.get().saturating_sub(1)));
     let Ok(now) = SPENT.try_with(|spent| spent.replace(before)) else {
         return;
     };
@@ -186,7 +238,7 @@ pub fn cuda_ended(began: Option<Instant>, name: &'static str, passed: bool) {
     };
     let spent = at.elapsed().as_nanos() as u64;
     let _ = IN_CUDA.try_with(|inside| inside.set(false));
-    if !passed {
+    if !passed && IN_HOOK.try_with(Cell::get).unwrap_or(0) > 0 {
         add_by_name(&CUDA_BY_NAME, name, spent);
     }
     let _ = SPENT.try_with(|all| {
@@ -265,6 +317,7 @@ mod tests {
         assert_eq!(SPENT.with(Cell::get).passed_ns, 0, "put back as it was");
         let named = |kind: &str| {
             by_name()
+                .0
                 .into_iter()
                 .find(|c| c.kind == kind && c.name.starts_with("cu"))
         };

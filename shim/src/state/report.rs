@@ -235,6 +235,7 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
     // Waits for room are the tier's costs too, with or without moves.
     let waited = tier.free_wait_ns.load(Relaxed) + tier.outgoing.room_wait_ns.load(Relaxed) > 0;
     let (matched, missed, unseen) = state.access.replay.agreement();
+    let (host_calls, host_calls_last_step) = crate::cuda::host_costs::by_name();
     (to_device + to_host > 0 || waited).then(|| vramshare_common::trace_json::MovesJson {
         to_device,
         to_host,
@@ -282,7 +283,8 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
             samples.push(tier.snapshot(now, (matched, missed)));
             samples
         },
-        host_calls: crate::cuda::host_costs::by_name(),
+        host_calls,
+        host_calls_last_step,
     })
 }
 
