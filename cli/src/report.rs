@@ -269,8 +269,13 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
         human_bytes(moves.unpinned_bytes),
         if moves.mover_moves + moves.mover_claimed > 0 {
             format!(
-                "; {} of the moves to the host made on the mover thread, in {:.2} s ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making and releasing memory), {} claimed back by work before they began ({:.2} s waited for by work that named a block on its way out)",
-                moves.mover_moves,
+                "; {} of the moves to the host{} made on the mover thread, in {:.2} s ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making and releasing memory), {} claimed back by work before they began ({:.2} s waited for by work that named a block on its way out)",
+                moves.mover_moves.saturating_sub(moves.mover_moves_in),
+                if moves.mover_moves_in > 0 {
+                    format!(" and {} onto the device (brought ahead of need)", moves.mover_moves_in)
+                } else {
+                    String::new()
+                },
                 moves.mover_seconds,
                 moves.mover_copy_seconds,
                 moves.mover_remap_seconds,
@@ -342,6 +347,15 @@ mod tests {
             "{report}"
         );
         assert!(!report.contains("waited for room"), "{report}");
+        // Blocks brought ahead on the mover thread are told apart.
+        if let Some(moves) = beside.moves.as_mut() {
+            (moves.mover_moves, moves.mover_moves_in) = (5, 3);
+        }
+        let report = process_report(&beside, &[]);
+        assert!(
+            report.contains("; 2 of the moves to the host and 3 onto the device (brought ahead of need) made on the mover thread, in 0.50 s"),
+            "{report}"
+        );
         // Allocations that waited for room say how long, and for what.
         let mut waiting = beside.clone();
         if let Some(moves) = waiting.moves.as_mut() {

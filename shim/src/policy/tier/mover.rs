@@ -14,6 +14,14 @@
 //! where it went). Work whose uses are not known claims every move
 //! ([`claim_all`]). So the range is remapped only while no work the shim
 //! let through may touch it.
+//!
+//! Blocks brought onto the device ahead of need ([`super::ahead`]) are
+//! handed over too ([`send_in`]): the thread makes their device memory,
+//! remaps their range and queues their copy in, which work naming them
+//! then waits for on the device, as when the job's thread brings them.
+//! Until it has, a block stays in host memory for everyone, its bytes
+//! reserved on the device; the remaps, which cost the job's thread most
+//! of a launch where blocks are large, are the thread's.
 
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::{MutexGuard, PoisonError};
@@ -32,6 +40,20 @@ use super::moves::{self, Staged};
 /// thread, the process exiting, no current context, or the block is not
 /// where it was): the caller may make the move itself.
 pub fn send(state: &'static State, ptr: usize, size: u64) -> bool {
+    hand_over(state, ptr, size, false)
+}
+
+/// Hands the move of the block at `ptr` (`size` bytes, in host memory,
+/// not moving) onto the device to the mover thread, its bytes reserved
+/// there by the caller, who gets them back if it was not handed over (as
+/// [`send`] says). Work that names the block meanwhile claims it back as
+/// it does a move out: the block is then read where it is, or moved by
+/// that work.
+pub fn send_in(state: &'static State, ptr: usize, size: u64) -> bool {
+    hand_over(state, ptr, size, true)
+}
+
+fn hand_over(state: &'static State, ptr: usize, size: u64, incoming: bool) -> bool {
     let outgoing = &state.tier.outgoing;
     if outgoing.exiting.load(SeqCst) || !*outgoing.thread.get_or_init(|| start(state)) {
         return false;
@@ -39,7 +61,12 @@ pub fn send(state: &'static State, ptr: usize, size: u64) -> bool {
     let Some(context) = backing::current_context() else {
         return false;
     };
-    let Some(block) = state.ledger.begin_tier_move(ptr, Placement::Device, size) else {
+    let from = if incoming {
+        Placement::Host
+    } else {
+        Placement::Device
+    };
+    let Some(block) = state.ledger.begin_tier_move(ptr, from, size) else {
         return false;
     };
     let leaving = Leaving {
@@ -47,6 +74,7 @@ pub fn send(state: &'static State, ptr: usize, size: u64) -> bool {
         size,
         device: block.device,
         context,
+        incoming,
     };
     let mut queue = lock(&outgoing.queue);
     queue.waiting.push_back(leaving);
@@ -116,14 +144,14 @@ pub fn leaving(state: &State, device: Device) -> u64 {
         .waiting
         .iter()
         .chain(queue.busy.iter())
-        .filter(|leaving| leaving.device == device)
+        .filter(|leaving| leaving.device == device && !leaving.incoming)
         .filter(still)
         .map(|leaving| leaving.size)
         .sum()
 }
 
-/// Waits until one more move has ended; false (at once) if none is waiting
-/// or under way.
+/// Waits until one more move has ended; false (at once) if no move to the
+/// host is waiting or under way (moves onto the device free no room).
 fn wait_for_one(state: &State) -> bool {
     let outgoing = &state.tier.outgoing;
     if outgoing.pending.load(SeqCst) == 0 {
@@ -132,7 +160,8 @@ fn wait_for_one(state: &State) -> bool {
     let mut queue = lock(&outgoing.queue);
     let ended = queue.ended;
     let mut waited = false;
-    while queue.ended == ended && (!queue.busy.is_empty() || !queue.waiting.is_empty()) {
+    let out = |leaving: &Leaving| !leaving.incoming;
+    while queue.ended == ended && (queue.busy.iter().any(out) || queue.waiting.iter().any(out)) {
         waited = true;
         queue = wait(outgoing, queue);
     }
@@ -226,7 +255,7 @@ fn run(state: &'static State) {
                 // Where the ledger was not told (the likeliest): a free of
                 // the block would wait for the move for ever.
                 if state.ledger.block_at(leaving.ptr).is_some_and(|b| b.moving) {
-                    state.ledger.end_tier_move(leaving.ptr, Placement::Device);
+                    leaving.not_made(&state.ledger);
                 }
             }
         }
@@ -275,12 +304,17 @@ fn make(
             finish(state, std::mem::take(&mut staged), taken, counted);
         }
         if backing::make_current(next.context, current).is_err() {
-            state.ledger.end_tier_move(next.ptr, Placement::Device);
+            next.not_made(&state.ledger);
             end(state, taken, counted, next.ptr, false);
             continue;
         }
         // Ends the ledger's move if it cannot be staged.
-        match moves::stage_begun_out(state, next.ptr, next.size, next.device) {
+        let staged_move = if next.incoming {
+            moves::stage_begun_in(state, next.ptr, next.size, next.device)
+        } else {
+            moves::stage_begun_out(state, next.ptr, next.size, next.device)
+        };
+        match staged_move {
             Some(move_) => staged.push(move_),
             None => end(state, taken, counted, next.ptr, false),
         }
@@ -317,9 +351,6 @@ fn end(
     moved: bool,
 ) {
     let outgoing = &state.tier.outgoing;
-    if moved {
-        outgoing.made.fetch_add(1, Relaxed);
-    }
     let now = std::time::Instant::now();
     let spent = now.duration_since(*counted).as_nanos() as u64;
     outgoing.busy_ns.fetch_add(spent, Relaxed);
@@ -328,6 +359,12 @@ fn end(
         return;
     };
     let leaving = taken.swap_remove(at);
+    if moved {
+        outgoing.made.fetch_add(1, Relaxed);
+        if leaving.incoming {
+            outgoing.made_in.fetch_add(1, Relaxed);
+        }
+    }
     let mut queue = lock(&outgoing.queue);
     queue.busy.retain(|busy| *busy != leaving);
     queue.ended += 1;
