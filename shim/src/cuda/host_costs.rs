@@ -124,9 +124,10 @@ pub struct HostCosts {
     pub launches: Calls,
     /// Every other hooked call.
     pub others: Calls,
-    /// Of the launches' own time: reading their parameters and naming
-    /// their blocks; moving the blocks they name (the step's record, and
-    /// claiming blocks from the mover, included); bringing blocks ahead.
+    /// Of the hooks' own time: reading launches' parameters and naming
+    /// their blocks; moving the blocks that launches, library calls and
+    /// copies name (the step's record, and claiming blocks from the mover,
+    /// included); bringing blocks ahead after them.
     pub read_ns: AtomicU64,
     pub fetch_ns: AtomicU64,
     pub ahead_ns: AtomicU64,
