@@ -288,6 +288,52 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
         }
     ) + &born
         + &waits
+        + &host_line(moves)
+}
+
+/// The job's threads' own time in the shim's hooks (from the last sample)
+/// and the costliest calls of the last marked step: what the shim adds to
+/// the host's pace.
+fn host_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
+    let Some(last) = moves.samples.last() else {
+        return String::new();
+    };
+    if last.launch_hooks + last.other_hooks == 0 {
+        return String::new();
+    }
+    let each = |ns: u64, calls: u64| ns as f64 / calls.max(1) as f64 / 1e3;
+    let costliest: Vec<String> = moves
+        .host_calls_last_step
+        .iter()
+        .take(3)
+        .map(|call| {
+            format!(
+                "{} {:.1} ms ({} calls)",
+                call.name,
+                call.seconds * 1e3,
+                call.calls
+            )
+        })
+        .collect();
+    let step = if costliest.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; the last marked step's costliest: {}",
+            costliest.join(", ")
+        )
+    };
+    format!(
+        "  the job's threads in the shim: {:.2} s in {} launches ({:.1} µs each, {:.2} s of it in CUDA calls of the shim's own), {:.2} s in {} other calls ({:.1} µs each, {:.2} s in CUDA calls){step}\n",
+        last.launch_hooks_ns as f64 / 1e9,
+        last.launch_hooks,
+        each(last.launch_hooks_ns, last.launch_hooks),
+        last.launch_hooks_cuda_ns as f64 / 1e9,
+        last.other_hooks_ns as f64 / 1e9,
+        last.other_hooks,
+        each(last.other_hooks_ns, last.other_hooks),
+        last.other_hooks_cuda_ns as f64 / 1e9,
+    )
 }
 
 #[cfg(test)]
@@ -347,6 +393,33 @@ mod tests {
             "{report}"
         );
         assert!(!report.contains("waited for room"), "{report}");
+        assert!(!report.contains("in the shim"), "{report}");
+        // What the job's threads spent in the shim, where it was counted.
+        let mut timed = process.clone();
+        if let Some(moves) = timed.moves.as_mut() {
+            moves
+                .samples
+                .push(vramshare_common::trace_json::MovesSample {
+                    launch_hooks: 1000,
+                    launch_hooks_ns: 8_000_000,
+                    launch_hooks_cuda_ns: 2_000_000,
+                    other_hooks: 500,
+                    other_hooks_ns: 50_000_000,
+                    other_hooks_cuda_ns: 40_000_000,
+                    ..Default::default()
+                });
+            moves.host_calls_last_step = vec![vramshare_common::trace_json::HostCallJson {
+                name: "cudaMallocAsync".into(),
+                kind: "hook".into(),
+                calls: 250,
+                seconds: 0.02,
+            }];
+        }
+        let report = process_report(&timed, &[]);
+        assert!(
+            report.contains("  the job's threads in the shim: 0.01 s in 1000 launches (8.0 µs each, 0.00 s of it in CUDA calls of the shim's own), 0.05 s in 500 other calls (100.0 µs each, 0.04 s in CUDA calls); the last marked step's costliest: cudaMallocAsync 20.0 ms (250 calls)\n"),
+            "{report}"
+        );
         // Blocks brought ahead on the mover thread are told apart.
         if let Some(moves) = beside.moves.as_mut() {
             (moves.mover_moves, moves.mover_moves_in) = (5, 3);
