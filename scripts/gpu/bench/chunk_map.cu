@@ -8,7 +8,8 @@
 //           range, then one cuMemUnmap over the whole range (the chunks
 //           stay, for the next block of any size).
 // A kernel touches each mapping before it goes, so the driver has used it.
-//   chunk_map [MIB...]   (default 2 16 64 256)
+//   cd scripts/gpu/bench && nvcc -O2 -std=c++17 -o /tmp/cm chunk_map.cu -lcuda
+//   /tmp/cm [MIB...]   (default 2 16 64 256)
 // Prints one JSON object per size and memory (median of 5, milliseconds);
 // exit status 1, naming the call, where the driver refuses a step (the
 // answer to whether one cuMemSetAccess or cuMemUnmap may span several
