@@ -269,13 +269,8 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
         human_bytes(moves.unpinned_bytes),
         if moves.mover_moves + moves.mover_claimed > 0 {
             format!(
-                "; {} of the moves to the host{} made on the mover thread, in {:.2} s ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making and releasing memory), {} claimed back by work before they began ({:.2} s waited for by work that named a block on its way out)",
-                moves.mover_moves.saturating_sub(moves.mover_moves_in),
-                if moves.mover_moves_in > 0 {
-                    format!(" and {} onto the device (brought ahead of need)", moves.mover_moves_in)
-                } else {
-                    String::new()
-                },
+                "; {} of the moves to the host made on the mover thread, in {:.2} s ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making and releasing memory), {} claimed back by work before they began ({:.2} s waited for by work that named a block on its way out)",
+                moves.mover_moves,
                 moves.mover_seconds,
                 moves.mover_copy_seconds,
                 moves.mover_remap_seconds,
@@ -418,15 +413,6 @@ mod tests {
         let report = process_report(&timed, &[]);
         assert!(
             report.contains("  the job's threads in the shim: 0.01 s in 1000 launches (8.0 µs each, 0.00 s of it in CUDA calls of the shim's own), 0.05 s in 500 other calls (100.0 µs each, 0.04 s in CUDA calls); the last marked step's costliest: cudaMallocAsync 20.0 ms (250 calls)\n"),
-            "{report}"
-        );
-        // Blocks brought ahead on the mover thread are told apart.
-        if let Some(moves) = beside.moves.as_mut() {
-            (moves.mover_moves, moves.mover_moves_in) = (5, 3);
-        }
-        let report = process_report(&beside, &[]);
-        assert!(
-            report.contains("; 2 of the moves to the host and 3 onto the device (brought ahead of need) made on the mover thread, in 0.50 s"),
             "{report}"
         );
         // Allocations that waited for room say how long, and for what.

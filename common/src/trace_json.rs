@@ -204,8 +204,6 @@ pub struct MovesJson {
     pub mover_moves: u64,
     pub mover_seconds: f64,
     pub mover_claimed: u64,
-    /// Of `mover_moves`: onto the device (blocks brought ahead of need).
-    pub mover_moves_in: u64,
     /// Of `mover_seconds`: waiting for its copies to land, remapping
     /// ranges, and making and releasing physical memory.
     pub mover_copy_seconds: f64,

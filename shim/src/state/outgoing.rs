@@ -1,51 +1,24 @@
-//! Moves handed to the shim's mover thread, where moves overlap the job's
-//! kernels ([`crate::policy::tier::mover`]): each block stays marked as
-//! moving in the ledger, where it was, until the thread has copied it and
-//! remapped its range, or work that names it has claimed it back. Moves to
-//! the host keep their block on the device and counted there; moves onto
-//! the device (blocks brought ahead of need) hold its bytes reserved there
-//! while it stays in host memory.
+//! Moves to the host handed to the shim's mover thread, where moves overlap
+//! the job's kernels ([`crate::policy::tier::mover`]): each block stays
+//! marked as moving in the ledger, on the device and counted there, until
+//! the thread has copied it out and remapped its range, or work that names
+//! it has claimed it back.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use vramshare_common::event::Placement;
-
 use crate::config::Device;
 
-/// One block to move: where, the context its device's work is given in
-/// (the thread makes it current), and which way (`incoming`: onto the
-/// device).
+/// One block to move out: where, and the context its device's work is
+/// given in (the thread makes it current).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Leaving {
     pub ptr: usize,
     pub size: u64,
     pub device: Device,
     pub context: usize,
-    pub incoming: bool,
-}
-
-impl Leaving {
-    /// Where the block is until its move is made.
-    pub fn from(&self) -> Placement {
-        if self.incoming {
-            Placement::Host
-        } else {
-            Placement::Device
-        }
-    }
-
-    /// Ends the ledger's move of a block whose move was not made: it stays
-    /// where it was, and a move onto the device gives its reserved bytes
-    /// back.
-    pub fn not_made(&self, ledger: &super::ledger::Ledger) {
-        ledger.end_tier_move(self.ptr, self.from());
-        if self.incoming {
-            ledger.unreserve(self.device, self.size);
-        }
-    }
 }
 
 #[derive(Default)]
@@ -69,11 +42,9 @@ pub struct Outgoing {
     pub pending: AtomicU64,
     /// Whether the thread runs (asked once, at the first move handed over).
     pub thread: OnceLock<bool>,
-    /// Time the thread spent making moves, and the moves it made, of them
-    /// onto the device.
+    /// Time the thread spent making moves, and the moves it made.
     pub busy_ns: AtomicU64,
     pub made: AtomicU64,
-    pub made_in: AtomicU64,
     /// Of `busy_ns`: waiting for its copies to land, remapping ranges
     /// (host memory mapped at the block, and at the staging half where it
     /// is new), and making and releasing physical memory (pinning host
@@ -107,7 +78,7 @@ impl Outgoing {
         queue.waiting.retain(|leaving| {
             let drop = pick(leaving);
             if drop {
-                leaving.not_made(ledger);
+                ledger.end_tier_move(leaving.ptr, vramshare_common::event::Placement::Device);
             }
             !drop
         });

@@ -257,7 +257,6 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
         mover_moves: tier.outgoing.made.load(Relaxed),
         mover_seconds: tier.outgoing.busy_ns.load(Relaxed) as f64 / 1e9,
         mover_claimed: tier.outgoing.claimed.load(Relaxed),
-        mover_moves_in: tier.outgoing.made_in.load(Relaxed),
         mover_copy_seconds: tier.outgoing.copy_ns.load(Relaxed) as f64 / 1e9,
         mover_remap_seconds: tier.outgoing.remap_ns.load(Relaxed) as f64 / 1e9,
         mover_memory_seconds: tier.outgoing.memory_ns.load(Relaxed) as f64 / 1e9,

@@ -2,11 +2,9 @@
 //! steps and moves overlap the job's kernels, the step before's record
 //! ([`crate::state::access::replay`]) names the blocks the next uses will
 //! name. After each use, those of them in host memory come onto the device,
-//! the soonest first, into the room there is: each is handed to the mover
-//! thread ([`super::mover::send_in`]), which makes its device memory,
-//! remaps its range and queues its copy on the tier's stream, and the work
-//! that names it waits for that copy on the device ([`super::uses`]), so
-//! the job's thread waits for nothing.
+//! the soonest first, into the room there is: each one's copy is queued on
+//! the tier's stream, and the work that names it waits for that copy on the
+//! device ([`super::uses`]), so the job's thread waits for nothing.
 //!
 //! Nothing is moved out for them: they take only room that is free beyond
 //! the move budget ([`super::room::spare_beyond_budget`]), of the room
@@ -108,17 +106,11 @@ pub(super) fn bring(state: &'static State, api: Api) {
             break;
         }
         spare -= block.size;
-        // On the mover thread, where it runs: the remaps stay off the
-        // job's thread.
-        let handed = super::mover::send_in(state, start, block.size);
-        let staged_here = (!handed)
-            .then(|| moves::stage_in(state, start, block, true))
-            .flatten();
-        if handed || staged_here.is_some() {
+        if let Some(move_in) = moves::stage_in(state, start, block, true) {
             tier.ahead_moves.fetch_add(1, Relaxed);
             tier.ahead_bytes.fetch_add(block.size, Relaxed);
+            staged.push(move_in);
         }
-        staged.extend(staged_here);
     }
     if !found {
         tier.ahead_none_in_host.fetch_add(1, Relaxed);

@@ -14,14 +14,6 @@
 //! where it went). Work whose uses are not known claims every move
 //! ([`claim_all`]). So the range is remapped only while no work the shim
 //! let through may touch it.
-//!
-//! Blocks brought onto the device ahead of need ([`super::ahead`]) are
-//! handed over too ([`send_in`]): the thread makes their device memory,
-//! remaps their range and queues their copy in, which work naming them
-//! then waits for on the device, as when the job's thread brings them.
-//! Until it has, a block stays in host memory for everyone, its bytes
-//! reserved on the device; the remaps, which cost the job's thread most
-//! of a launch where blocks are large, are the thread's.
 
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::{MutexGuard, PoisonError};
@@ -40,20 +32,6 @@ use super::moves::{self, Staged};
 /// thread, the process exiting, no current context, or the block is not
 /// where it was): the caller may make the move itself.
 pub fn send(state: &'static State, ptr: usize, size: u64) -> bool {
-    hand_over(state, ptr, size, false)
-}
-
-/// Hands the move of the block at `ptr` (`size` bytes, in host memory,
-/// not moving) onto the device to the mover thread, its bytes reserved
-/// there by the caller, who gets them back if it was not handed over (as
-/// [`send`] says). Work that names the block meanwhile claims it back as
-/// it does a move out: the block is then read where it is, or moved by
-/// that work.
-pub fn send_in(state: &'static State, ptr: usize, size: u64) -> bool {
-    hand_over(state, ptr, size, true)
-}
-
-fn hand_over(state: &'static State, ptr: usize, size: u64, incoming: bool) -> bool {
     let outgoing = &state.tier.outgoing;
     if outgoing.exiting.load(SeqCst) || !*outgoing.thread.get_or_init(|| start(state)) {
         return false;
@@ -61,12 +39,7 @@ fn hand_over(state: &'static State, ptr: usize, size: u64, incoming: bool) -> bo
     let Some(context) = backing::current_context() else {
         return false;
     };
-    let from = if incoming {
-        Placement::Host
-    } else {
-        Placement::Device
-    };
-    let Some(block) = state.ledger.begin_tier_move(ptr, from, size) else {
+    let Some(block) = state.ledger.begin_tier_move(ptr, Placement::Device, size) else {
         return false;
     };
     let leaving = Leaving {
@@ -74,7 +47,6 @@ fn hand_over(state: &'static State, ptr: usize, size: u64, incoming: bool) -> bo
         size,
         device: block.device,
         context,
-        incoming,
     };
     let mut queue = lock(&outgoing.queue);
     queue.waiting.push_back(leaving);
@@ -144,14 +116,14 @@ pub fn leaving(state: &State, device: Device) -> u64 {
         .waiting
         .iter()
         .chain(queue.busy.iter())
-        .filter(|leaving| leaving.device == device && !leaving.incoming)
+        .filter(|leaving| leaving.device == device)
         .filter(still)
         .map(|leaving| leaving.size)
         .sum()
 }
 
-/// Waits until one more move has ended; false (at once) if no move to the
-/// host is waiting or under way (moves onto the device free no room).
+/// Waits until one more move has ended; false (at once) if none is waiting
+/// or under way.
 fn wait_for_one(state: &State) -> bool {
     let outgoing = &state.tier.outgoing;
     if outgoing.pending.load(SeqCst) == 0 {
@@ -160,8 +132,7 @@ fn wait_for_one(state: &State) -> bool {
     let mut queue = lock(&outgoing.queue);
     let ended = queue.ended;
     let mut waited = false;
-    let out = |leaving: &Leaving| !leaving.incoming;
-    while queue.ended == ended && (queue.busy.iter().any(out) || queue.waiting.iter().any(out)) {
+    while queue.ended == ended && (!queue.busy.is_empty() || !queue.waiting.is_empty()) {
         waited = true;
         queue = wait(outgoing, queue);
     }
@@ -255,7 +226,7 @@ fn run(state: &'static State) {
                 // Where the ledger was not told (the likeliest): a free of
                 // the block would wait for the move for ever.
                 if state.ledger.block_at(leaving.ptr).is_some_and(|b| b.moving) {
-                    leaving.not_made(&state.ledger);
+                    state.ledger.end_tier_move(leaving.ptr, Placement::Device);
                 }
             }
         }
@@ -304,17 +275,12 @@ fn make(
             finish(state, std::mem::take(&mut staged), taken, counted);
         }
         if backing::make_current(next.context, current).is_err() {
-            next.not_made(&state.ledger);
+            state.ledger.end_tier_move(next.ptr, Placement::Device);
             end(state, taken, counted, next.ptr, false);
             continue;
         }
         // Ends the ledger's move if it cannot be staged.
-        let staged_move = if next.incoming {
-            moves::stage_begun_in(state, next.ptr, next.size, next.device)
-        } else {
-            moves::stage_begun_out(state, next.ptr, next.size, next.device)
-        };
-        match staged_move {
+        match moves::stage_begun_out(state, next.ptr, next.size, next.device) {
             Some(move_) => staged.push(move_),
             None => end(state, taken, counted, next.ptr, false),
         }
@@ -351,6 +317,9 @@ fn end(
     moved: bool,
 ) {
     let outgoing = &state.tier.outgoing;
+    if moved {
+        outgoing.made.fetch_add(1, Relaxed);
+    }
     let now = std::time::Instant::now();
     let spent = now.duration_since(*counted).as_nanos() as u64;
     outgoing.busy_ns.fetch_add(spent, Relaxed);
@@ -359,12 +328,6 @@ fn end(
         return;
     };
     let leaving = taken.swap_remove(at);
-    if moved {
-        outgoing.made.fetch_add(1, Relaxed);
-        if leaving.incoming {
-            outgoing.made_in.fetch_add(1, Relaxed);
-        }
-    }
     let mut queue = lock(&outgoing.queue);
     queue.busy.retain(|busy| *busy != leaving);
     queue.ended += 1;

@@ -153,18 +153,6 @@ pub fn stage_in_lent(state: &State, ptr: usize, block: Block, lender: Kept) -> O
     staged
 }
 
-/// As [`stage_in`] with `overlap`, for a block in host memory on `device`
-/// whose move the ledger has begun, its bytes reserved there (the mover
-/// thread's, [`super::mover::send_in`]); `None` (the ledger's move ended,
-/// the reservation given back) if it cannot move.
-pub fn stage_begun_in(state: &State, ptr: usize, size: u64, device: Device) -> Option<Staged> {
-    let staged = stage_begun_in_to(state, ptr, size, device, true, None);
-    if staged.is_none() {
-        state.ledger.unreserve(device, size);
-    }
-    staged
-}
-
 fn stage_in_to(
     state: &State,
     ptr: usize,
@@ -174,19 +162,6 @@ fn stage_in_to(
 ) -> Option<Staged> {
     let (device, size) = (block.device, block.size);
     state.ledger.begin_tier_move(ptr, Placement::Host, size)?;
-    stage_begun_in_to(state, ptr, size, device, overlap, lender)
-}
-
-/// [`stage_in_to`] once the ledger's move has begun; it ends it if the
-/// block cannot move.
-fn stage_begun_in_to(
-    state: &State,
-    ptr: usize,
-    size: u64,
-    device: Device,
-    overlap: bool,
-    lender: Option<&Kept>,
-) -> Option<Staged> {
     let tier = &state.tier;
     let at = ptr as CUdeviceptr;
     let backing = state.tier.blocks.get(&ptr).map(|b| *b);
