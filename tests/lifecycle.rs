@@ -147,6 +147,7 @@ fn a_free_after_the_exit_handler_takes_nothing_from_the_pool_a_second_time() {
 }
 
 #[test]
+#[cfg_attr(not(debug_assertions), ignore)]
 fn a_panic_in_the_exit_handler_never_takes_the_job_down() {
     let run = client(
         Runtime::Fake13,
@@ -161,6 +162,8 @@ fn a_panic_in_the_exit_handler_never_takes_the_job_down() {
 }
 
 #[test]
+// Only a debug build panics on purpose (`config::panics_at`).
+#[cfg_attr(not(debug_assertions), ignore)]
 fn a_panic_after_the_real_call_never_makes_it_twice() {
     let run = client(
         Runtime::Fake13,
