@@ -1,0 +1,233 @@
+//! The trace's `moves`: what the spill tier moved, its counters over time,
+//! and what the shim's hooks cost the job's threads.
+
+use serde::{Deserialize, Serialize};
+
+/// What the spill tier moved between device and host memory.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct MovesJson {
+    /// Blocks moved, each way, and their bytes.
+    pub to_device: u64,
+    pub to_host: u64,
+    pub bytes_to_device: u64,
+    pub bytes_to_host: u64,
+    /// Times a move found the block had come in already this step and
+    /// left it in host memory, read in place.
+    pub left_in_place: u64,
+    /// Time spent copying and remapping, while the job's launches were
+    /// held back and the device had nothing else to do.
+    pub seconds: f64,
+    /// Time the moves first waited for the device to finish the job's
+    /// work (the job's own compute, with no new work queued behind it).
+    pub drain_seconds: f64,
+    /// Of `seconds`: waiting for the copies, remapping ranges, and making
+    /// and giving back physical memory (the rest is the shim's own work).
+    pub copy_seconds: f64,
+    pub remap_seconds: f64,
+    pub memory_seconds: f64,
+    /// Of all the tier's time (moves and allocations): making new host
+    /// memory, which pins it, and its bytes.
+    pub pinning_seconds: f64,
+    pub pinned_bytes: u64,
+    /// Host memory given back to the machine while live blocks remained,
+    /// for want of room among the spares.
+    pub unpinned_bytes: u64,
+    /// Of `bytes_to_device`: blocks no work had touched since they were
+    /// handed out, whose bytes were not yet the job's.
+    pub fresh_bytes_to_device: u64,
+    /// Of `bytes_to_device`: blocks brought into the device memory of
+    /// blocks freed in stream order whose frees were not reached yet, their
+    /// copies queued behind those frees (no block moved out for the room).
+    #[serde(default)]
+    pub lent_bytes_to_device: u64,
+    /// Where moves overlap the job's kernels: new blocks made on the device
+    /// by moving others out, where they would have been made in host
+    /// memory (not a part of `bytes_to_device`: nothing was copied).
+    pub made_with_room_bytes: u64,
+    /// Times the job's launches were held back and the device drained for
+    /// moves (before a launch, or for a quota or budget cut).
+    pub fetches: u64,
+    /// Where moves overlap the job's kernels: moves to the host made on the
+    /// shim's mover thread (not a part of `to_host`'s time above, which is
+    /// the job's threads'), the time it spent on them, and moves claimed
+    /// back before they began, by work that named their block.
+    pub mover_moves: u64,
+    pub mover_seconds: f64,
+    pub mover_claimed: u64,
+    /// Of `mover_seconds`: waiting for its copies to land, remapping
+    /// ranges, and making and releasing physical memory.
+    pub mover_copy_seconds: f64,
+    pub mover_remap_seconds: f64,
+    pub mover_memory_seconds: f64,
+    /// Time the job's threads waited for the mover's moves under way that
+    /// their work claimed back.
+    pub mover_claim_wait_seconds: f64,
+    /// Time the job's threads waited for the mover's moves under way to
+    /// land, for the room they free.
+    pub mover_room_wait_seconds: f64,
+    /// Time allocations waited for kept blocks' stream-ordered frees to be
+    /// reached, to give their room back.
+    pub free_wait_seconds: f64,
+    /// Where the job marks its steps and moves overlap: moves onto the
+    /// device ahead of need, as the step before's record named the block
+    /// among the next uses (a part of `to_device`), and their bytes; and
+    /// the uses that named first the block the record had its use at that
+    /// place name first, and those that did not (how well the step before
+    /// foretold this one); of those that did not, the uses whose first
+    /// block the step before never named.
+    pub ahead_moves: u64,
+    pub ahead_bytes: u64,
+    pub replay_matched: u64,
+    pub replay_missed: u64,
+    pub replay_unseen: u64,
+    /// The first uses of the last complete step (at most 16) that did not
+    /// name first what the step before had named first at their place.
+    pub replay_misses: Vec<ReplayMiss>,
+    /// Steps begun while the process ran (0: none found).
+    pub steps: u64,
+    /// The counters over time, so that a part of the run (its timed steps,
+    /// without the warm-up) can be told apart: taken every 50 ms or more,
+    /// at most [`MOVES_SAMPLES_MAX`] spread over the whole run, then one at
+    /// the run's end.
+    pub samples: Vec<MovesSample>,
+    /// The job's threads' time in the shim's hooks by hook (each call less
+    /// the CUDA call it passes on), and in the CUDA calls the hooks made
+    /// of their own by function, once the tier had blocks; the costliest
+    /// first. Over the whole run, and over the last complete step the job
+    /// marked.
+    pub host_calls: Vec<HostCallJson>,
+    pub host_calls_last_step: Vec<HostCallJson>,
+}
+
+/// A use that the step before did not foretell: its place in its step,
+/// what the step before named first at the place the record had reached
+/// (none past its end; the record follows a job whose uses came early or
+/// late, so that place may differ from the use's own) and what this one
+/// named first (a block as the so-manieth allocation of its
+/// step or of the step before, or an older block by its start), and how
+/// many uses from that place the step before had a use naming that block
+/// first (none within 16 uses either way).
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct ReplayMiss {
+    pub at: u64,
+    pub expected: Option<String>,
+    pub named: String,
+    pub found_at: Option<i64>,
+}
+
+/// Calls of one name, `kind` "hook" (a hook's own time) or "cuda" (the
+/// shim's own CUDA calls of that function).
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct HostCallJson {
+    pub name: String,
+    pub kind: String,
+    pub calls: u64,
+    pub seconds: f64,
+}
+
+/// The most samples of the moves' counters a trace holds.
+pub const MOVES_SAMPLES_MAX: usize = 4096;
+
+/// The tier's counters at one moment (`t_ns`, `CLOCK_MONOTONIC`, as
+/// Python's `time.monotonic_ns()` reads it), times in nanoseconds.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq)]
+#[serde(default)]
+pub struct MovesSample {
+    pub t_ns: u64,
+    pub bytes_to_device: u64,
+    pub bytes_to_host: u64,
+    pub move_ns: u64,
+    pub drain_ns: u64,
+    pub copy_ns: u64,
+    pub remap_ns: u64,
+    /// Of `remap_ns`: the remaps that end moves to the host.
+    pub remap_to_host_ns: u64,
+    pub memory_ns: u64,
+    /// Of `memory_ns`: making device memory for blocks coming in, and
+    /// releasing what blocks going out leave.
+    pub device_create_ns: u64,
+    pub device_release_ns: u64,
+    /// Queuing moves' copies and their events (part of the moves' time
+    /// that is none of the above).
+    pub queue_ns: u64,
+    /// Choosing blocks to move out, inside moves and before them (not a
+    /// part of `move_ns`).
+    pub choose_ns: u64,
+    /// Giving kept blocks' device memory back, inside moves, at
+    /// allocations and at quota cuts (not a part of `move_ns`).
+    pub give_back_ns: u64,
+    /// Of `give_back_ns`: for the room kept free ahead of need, not for a
+    /// block or an allocation that needs room now.
+    pub give_back_ahead_ns: u64,
+    /// Mapping memory at a kept block's empty range as it is handed out
+    /// again, at allocations (not a part of `move_ns`).
+    pub hand_out_ns: u64,
+    /// The job's threads ordering work after blocks' uses and recording
+    /// their events, around each call that names tier blocks (not a part
+    /// of `move_ns`).
+    pub uses_ns: u64,
+    /// Of `uses_ns`: waiting on the host for the last uses of a call's
+    /// blocks, where the call's stream is not known (a library call whose
+    /// handle's stream was not seen set).
+    pub uses_wait_ns: u64,
+    pub pinning_ns: u64,
+    pub fetches: u64,
+    /// The mover thread's time making moves (not a part of `move_ns`), and
+    /// of it: waiting for copies, remapping, making and releasing memory.
+    pub mover_ns: u64,
+    pub mover_copy_ns: u64,
+    pub mover_remap_ns: u64,
+    pub mover_memory_ns: u64,
+    /// The job's threads waiting for moves under way that they claimed.
+    pub mover_claim_wait_ns: u64,
+    /// The job's threads waiting for the mover's moves to land, for room.
+    pub mover_room_wait_ns: u64,
+    /// Allocations waiting for kept blocks' frees to be reached.
+    pub free_wait_ns: u64,
+    /// Of `bytes_to_device`: brought ahead of need.
+    pub ahead_bytes: u64,
+    /// Why blocks did or did not come ahead: looks at the uses to come
+    /// made while blocks were in host memory; of them, those that found no
+    /// block there that could come; blocks passed over as queued work still
+    /// read them in place; looks that stopped at a block for want of room.
+    pub ahead_looks: u64,
+    pub ahead_none_in_host: u64,
+    pub ahead_passed_busy: u64,
+    pub ahead_short_of_room: u64,
+    /// Bytes of kept blocks (freed, kept for reuse) on the device at the
+    /// sample: room counted under the quota that no live block holds.
+    pub kept_on_device_bytes: u64,
+    /// New blocks made on the device by moving others out.
+    pub made_with_room_bytes: u64,
+    /// Uses the step before foretold and those it did not (the totals of
+    /// `replay_matched` and `replay_missed` so far).
+    pub replay_matched: u64,
+    pub replay_missed: u64,
+    /// Uses that read their block in host memory because it had come onto
+    /// the device once in the step already (`left_in_place` so far).
+    pub left_in_place: u64,
+    /// The mover thread's moves made, and those claimed back before they
+    /// began by work that named their block (`mover_moves` and
+    /// `mover_claimed` so far).
+    pub mover_moves: u64,
+    pub mover_claimed: u64,
+    /// The job's threads in the shim's hooks (once the tier had blocks):
+    /// kernel launches timed, their time in the shim (each call less the
+    /// CUDA call passed on), and of it the shim's own CUDA calls (time and
+    /// number), reading parameters, moving the blocks named, and bringing
+    /// blocks ahead; then every other hooked call alike.
+    pub launch_hooks: u64,
+    pub launch_hooks_ns: u64,
+    pub launch_hooks_cuda_ns: u64,
+    pub launch_hooks_cuda_calls: u64,
+    pub launch_read_ns: u64,
+    pub launch_fetch_ns: u64,
+    pub launch_ahead_ns: u64,
+    pub other_hooks: u64,
+    pub other_hooks_ns: u64,
+    pub other_hooks_cuda_ns: u64,
+    pub other_hooks_cuda_calls: u64,
+}
