@@ -106,7 +106,6 @@ pub fn by_name() -> (Vec<HostCallJson>, Vec<HostCallJson>) {
 }
 
 /// Counts for one kind of hooked call.
-#[derive(Default)]
 pub struct Calls {
     /// Hooked calls timed.
     pub calls: AtomicU64,
@@ -118,7 +117,6 @@ pub struct Calls {
 }
 
 /// The process's counts.
-#[derive(Default)]
 pub struct HostCosts {
     /// Kernel launches (of every form, graphs' included).
     pub launches: Calls,
@@ -190,14 +188,17 @@ pub fn hook_began() -> Option<Hook> {
     Some(Hook(Instant::now(), spent))
 }
 
-/// At the end of the hook `began` (a launch, or another call): its time
-/// in the shim is counted, and the thread's CUDA time put back as it was,
-/// so that a hook that ran inside another's CUDA call (a library's own
-/// launches) is not counted again as that call's.
-pub fn hook_ended(began: Option<Hook>, name: &'static str, launch: bool) {
+/// At the end of the hook `began` (of `name`: a launch, or another call):
+/// its time in the shim is counted, and the thread's CUDA time put back as
+/// it was, so that a hook that ran inside another's CUDA call (a library's
+/// own launches) is not counted again as that call's.
+pub fn hook_ended(began: Option<Hook>, name: &'static str) {
     let Some(Hook(at, before)) = began else {
         return;
     };
+    // Every kernel launch's hook, and only those, has "Launch" in its name
+    // (`cudaLaunchKernel`, `cuLaunchKernelEx`, `cudaGraphLaunch`, …).
+    let launch = name.contains("Launch");
     let whole = at.elapsed().as_nanos() as u64;
     let _ = IN_HOOK.try_with(|depth| depth.set(depth.get().saturating_sub(1)));
     let Ok(now) = SPENT.try_with(|spent| spent.replace(before)) else {
@@ -307,7 +308,7 @@ mod tests {
         assert!(cuda_began().is_none());
         std::thread::sleep(std::time::Duration::from_millis(30));
         cuda_ended(passed, "cuLaunchKernel", true);
-        hook_ended(hook, "cuLaunchKernel", true);
+        hook_ended(hook, "cuLaunchKernel");
         assert_eq!(counts.calls.load(Relaxed), before.0 + 1);
         assert_eq!(counts.cuda_calls.load(Relaxed), before.1 + 1);
         let own_ns = counts.own_ns.load(Relaxed) - before.2;

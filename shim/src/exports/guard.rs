@@ -70,7 +70,7 @@ pub fn wall<R>(
         },
     };
     let _ = catch_unwind(crate::lifecycle::after_call);
-    host_costs::hook_ended(began, name, name.contains("Launch"));
+    host_costs::hook_ended(began, name);
     result
 }
 
