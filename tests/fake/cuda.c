@@ -253,11 +253,16 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
     trace("cuMemAddressFree ptr=%#llx size=%zu rc=%d", ptr, size, rc);
     return rc;
 }
+/* A handle maps whole: the driver refuses an offset into it and a size
+ * below its own ("operation not supported", device and host memory alike,
+ * on the H100's driver 580). */
 CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags) {
     CUresult rc = INVALID_VALUE;
     pthread_mutex_lock(&lock);
     for (int i = 0; i < handles_used && rc != OK; i++)
-        if (handle && handles[i].handle == handle && !handles[i].released && offset + size <= handles[i].size)
+        if (handle && handles[i].handle == handle && !handles[i].released && (offset != 0 || size != handles[i].size))
+            rc = offset + size <= handles[i].size ? NOT_SUPPORTED : INVALID_VALUE;
+        else if (handle && handles[i].handle == handle && !handles[i].released)
             for (int m = 0; m < MAX_MAPPINGS; m++)
                 if (!mappings[m].ptr) {
                     void *at = mmap((void *)ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, handles[i].fd, (off_t)offset);

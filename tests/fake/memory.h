@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { OK = 0, INVALID_VALUE = 1, MEMORY_ALLOCATION = 2, NO_DEVICE = 100 };
+enum { OK = 0, INVALID_VALUE = 1, MEMORY_ALLOCATION = 2, NO_DEVICE = 100, NOT_SUPPORTED = 801 };
 #define MAX_DEVICES 8
 #define BUCKETS 4096
 

@@ -3,10 +3,13 @@
 //! of its step's sizes again and again (a tensor per block) would pin its
 //! spilled bytes anew at every step. Host memory that no block holds any
 //! more is kept as a spare, and a block that needs host memory takes, in
-//! order: a spare of its size or up to twice it; the host memory of a kept
-//! block ([`super::kept`]) in host memory, likewise, which then is given up
-//! whole; new memory. Spares stay under the most the device's blocks ever
-//! had in host memory at once.
+//! order: a spare of its size; the host memory of a kept block
+//! ([`super::kept`]) of its size in host memory, which then is given up
+//! whole; new memory. Only memory of the block's own size serves: the
+//! driver maps a handle whole, refusing a mapping smaller than the handle
+//! (or at an offset into it), so a larger spare could not be mapped at the
+//! block. Spares stay under the most the device's blocks ever had in host
+//! memory at once.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -19,10 +22,10 @@ use crate::state::{lock, State};
 
 use super::backing;
 
-/// Whether host memory of `bytes` serves a block of `size`: it holds it,
-/// and wastes at most as much again.
+/// Whether host memory of `bytes` serves a block of `size`: a handle maps
+/// whole, so only one of the block's own size.
 fn serves(bytes: u64, size: u64) -> bool {
-    bytes >= size && bytes <= size.saturating_mul(2)
+    bytes == size
 }
 
 /// Host memory for a block of `size` bytes on `device`, as above.
@@ -40,39 +43,31 @@ pub fn take(state: &State, size: u64, device: Device) -> backing::Result<u64> {
     Ok(handle)
 }
 
-/// The smallest spare that serves `size`.
+/// A spare that serves `size`.
 fn spare(state: &State, size: u64, device: Device) -> Option<u64> {
     let mut spares = lock(&state.tier.spare_host);
-    let best = spares
+    let index = spares
         .iter()
-        .enumerate()
-        .filter(|(_, &(bytes, of, _))| of == device && serves(bytes, size))
-        .min_by_key(|(_, &(bytes, _, _))| bytes)
-        .map(|(index, _)| index)?;
-    Some(spares.swap_remove(best).2)
+        .position(|&(bytes, of, _)| of == device && serves(bytes, size))?;
+    Some(spares.swap_remove(index).2)
 }
 
-/// The host memory of the kept block in host memory (its free reached)
-/// whose host memory serves `size` best; the kept block is given up.
+/// The host memory of a kept block in host memory (its free reached)
+/// whose host memory serves `size`; the kept block is given up.
 fn from_kept(state: &State, size: u64, device: Device) -> Option<u64> {
     let kept = {
         // In the order kept blocks take these locks.
         let mut list = lock(&state.tier.kept);
         let sizes = lock(&state.tier.host_bytes);
         let bytes = |k: &Kept| bytes_of(&sizes, &k.backing);
-        let best = list
-            .iter()
-            .enumerate()
-            .filter(|(_, k)| {
-                k.backing.device == device
-                    && k.backing.on_device == 0
-                    && k.backing.in_host != 0
-                    && serves(bytes(k), size)
-                    && super::kept::settled(k)
-            })
-            .min_by_key(|(_, k)| bytes(k))
-            .map(|(index, _)| index)?;
-        list.remove(best)
+        let index = list.iter().position(|k| {
+            k.backing.device == device
+                && k.backing.on_device == 0
+                && k.backing.in_host != 0
+                && serves(bytes(k), size)
+                && super::kept::settled(k)
+        })?;
+        list.remove(index)
     };
     let backing = kept.backing;
     backing::unmap_block(kept.ptr as CUdeviceptr, backing.size, !kept.empty, true);
