@@ -52,13 +52,9 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) sizes.push_back(strtoul(argv[i], nullptr, 10));
     if (sizes.empty()) sizes = {2, 16, 64, 256};
     CUdevice dev = first_device();
-    (void)dev;
     CUstream stream;
     CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-    CUmemAccessDesc access = {};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = 0;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CUmemAccessDesc access = device_access(dev);
     const size_t chunk = 2 << 20;
 
     for (size_t mib : sizes) {

@@ -1,7 +1,8 @@
 // What the probes share: the check of a driver call (on failure, the line,
 // the call and CUDA's words for the error on stderr, and exit status 1), the
-// first device made ready, the host memory nearest it, physical memory and
-// its mappings, the sizes a GPT-2 step moves out, and moves out pipelined.
+// first device made ready, the host memory nearest it, a device's access to
+// a mapping, physical memory and its mappings, the sizes a GPT-2 step moves
+// out, and moves out pipelined.
 #pragma once
 #include <chrono>
 #include <cstdio>
@@ -39,6 +40,15 @@ static inline CUdevice first_device() {
     CU(cuDevicePrimaryCtxRetain(&context, dev));
     CU(cuCtxSetCurrent(context));
     return dev;
+}
+
+// Read and write access for `dev` to a mapping, as every probe sets it.
+static inline CUmemAccessDesc device_access(CUdevice dev) {
+    CUmemAccessDesc access = {};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = dev;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    return access;
 }
 
 // The host NUMA node nearest `dev` (0 where the driver does not say).

@@ -50,10 +50,7 @@ int main(int argc, char **argv) {
     int numa = host_numa_node(dev);
     CUstream stream;
     CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-    CUmemAccessDesc access = {};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = 0;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CUmemAccessDesc access = device_access(dev);
     const size_t page = 2 << 20;
     size_t largest = *std::max_element(sizes.begin(), sizes.end()) << 20;
     size_t arena = std::max<size_t>(256 << 20, 4 * largest);

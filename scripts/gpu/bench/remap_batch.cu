@@ -42,14 +42,6 @@ struct Times {
     double map = 0, access = 0, unmap = 0;
 };
 
-static CUmemAccessDesc device_access(CUdevice dev) {
-    CUmemAccessDesc access = {};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = dev;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    return access;
-}
-
 // Maps every block, its access set block by block (`batch` false) or once
 // over the whole range, then unmaps them one by one; each part's time.
 static Times remap(const Blocks &b, const CUmemAccessDesc &access, bool batch) {
