@@ -259,22 +259,26 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
 CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags) {
     CUresult rc = INVALID_VALUE;
     pthread_mutex_lock(&lock);
-    for (int i = 0; i < handles_used && rc != OK; i++)
-        if (handle && handles[i].handle == handle && !handles[i].released && (offset != 0 || size != handles[i].size))
+    for (int i = 0; i < handles_used; i++) {
+        if (!handle || handles[i].handle != handle || handles[i].released) continue;
+        if (offset != 0 || size != handles[i].size) {
             rc = offset + size <= handles[i].size ? NOT_SUPPORTED : INVALID_VALUE;
-        else if (handle && handles[i].handle == handle && !handles[i].released)
-            for (int m = 0; m < MAX_MAPPINGS; m++)
-                if (!mappings[m].ptr) {
-                    void *at = mmap((void *)ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, handles[i].fd, (off_t)offset);
-                    if (at == MAP_FAILED) break;
-                    if (m >= mappings_used) mappings_used = m + 1;
-                    mappings[m].ptr = ptr;
-                    mappings[m].size = size;
-                    mappings[m].handle_index = i;
-                    handles[i].mappings++;
-                    rc = OK;
-                    break;
-                }
+            break;
+        }
+        for (int m = 0; m < MAX_MAPPINGS; m++)
+            if (!mappings[m].ptr) {
+                void *at = mmap((void *)ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, handles[i].fd, (off_t)offset);
+                if (at == MAP_FAILED) break;
+                if (m >= mappings_used) mappings_used = m + 1;
+                mappings[m].ptr = ptr;
+                mappings[m].size = size;
+                mappings[m].handle_index = i;
+                handles[i].mappings++;
+                rc = OK;
+                break;
+            }
+        break;
+    }
     pthread_mutex_unlock(&lock);
     if (rc == OK) remap_cost(size);
     trace("cuMemMap ptr=%#llx size=%zu handle=%llu rc=%d", ptr, size, handle, rc);
