@@ -182,6 +182,10 @@ pub struct Tier {
     pub ahead_none_in_host: AtomicU64,
     pub ahead_passed_busy: AtomicU64,
     pub ahead_short_of_room: AtomicU64,
+    /// The latest look at the uses to come found a block in host memory
+    /// among them: blocks are coming ahead of need, and room is kept free
+    /// for them.
+    pub ahead_coming: AtomicBool,
     /// Kept blocks' bytes on devices' memory as a sample last found them.
     pub kept_on_device_seen: AtomicU64,
     /// By device: the tier's blocks that serve stream-ordered allocations

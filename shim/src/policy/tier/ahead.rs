@@ -49,6 +49,7 @@ pub fn recording(state: &State) -> bool {
 pub(super) fn bring(state: &'static State, api: Api) {
     let replay = &state.access.replay;
     if state.tier.bytes_in_host.load(Relaxed) == 0 {
+        state.tier.ahead_coming.store(false, Relaxed);
         return;
     }
     // After a launch the shim could not read, the next move drains the
@@ -115,6 +116,7 @@ pub(super) fn bring(state: &'static State, api: Api) {
     if !found {
         tier.ahead_none_in_host.fetch_add(1, Relaxed);
     }
+    tier.ahead_coming.store(found, Relaxed);
     replay.looked_to(looked);
     let came = !staged.is_empty();
     moves::finish(state, staged);

@@ -5,7 +5,7 @@
 //! may go, each once its last use has completed ([`super::uses`]), and
 //! those that go ahead of need move on the mover thread ([`super::mover`]).
 
-use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
 use crate::config::Device;
 use crate::state::tier::Kept;
@@ -22,14 +22,17 @@ use super::{backing, drained, kept, mover, uses, Timed};
 const MOVE_BUDGET_DIVISOR: u64 = 8;
 
 /// The room made free under `limit` whenever room is made (after a block a
-/// use names came in): the move budget, twice it where blocks come ahead
-/// of need ([`super::ahead::recording`]), since those take what is free
+/// use names came in): the move budget, twice it while blocks come ahead
+/// of need ([`super::ahead::recording`], and the latest look at the uses
+/// to come found one in host memory), since those take what is free
 /// beyond the budget ([`spare_beyond_budget`]) and a block a use names
 /// must still find room at once. On the GPU, with marked steps, a quarter
-/// of the quota beat an eighth; a third was no better.
+/// of the quota beat an eighth; a third was no better. While no block in
+/// host memory is among the uses to come (a forward pass filling the
+/// quota), the second budget would only send blocks out to come back.
 fn kept_free(state: &State, limit: u64) -> u64 {
     let budget = limit / MOVE_BUDGET_DIVISOR;
-    if super::ahead::recording(state) {
+    if super::ahead::recording(state) && state.tier.ahead_coming.load(Relaxed) {
         budget.saturating_mul(2)
     } else {
         budget
