@@ -135,3 +135,19 @@ fn the_trace_names_the_uses_the_step_before_did_not_foretell() {
     assert!(on_the_way.iter().all(|s| matched(s) <= total), "{moves:#}");
     assert!(moves["replay_missed"].as_u64() >= Some(1), "{moves:#}");
 }
+
+#[test]
+fn room_is_kept_free_for_blocks_ahead_only_while_they_come() {
+    // Each step makes 48 MiB of blocks under 32 MiB: at its peak, as the
+    // forward ends, 16 MiB must be out. While the forward fills the quota
+    // no block in host memory is among the uses to come (those it sent out
+    // come back as the backward ends), so only the move budget is kept
+    // free; room kept for blocks ahead then would only send more out.
+    let run = forward_and_backward(&[]);
+    let moves = &run.trace()["processes"][0]["moves"];
+    let out = moves["bytes_to_host"].as_u64().unwrap();
+    // Five steps: at least 16 MiB out each. With room kept for blocks ahead
+    // all through, 20 MiB went out each step; with it kept only while they
+    // come, 18.
+    assert!((80 * MIB..=95 * MIB).contains(&out), "{moves:#}");
+}
