@@ -63,14 +63,16 @@ def moves_of(name, steps):
     remaps, seconds waiting for the device, and of the first: seconds
     waiting for copies, remapping, making memory, pinning new host memory
     (wherever it was made); times the device was
-    drained; and over the whole run: GB of host memory pinned, and given back
-while blocks remained), or None."""
+    drained; and over the whole run: GB of host memory pinned, the most the
+    blocks held at once (0 from a build before that was counted), and given
+    back while blocks remained), or None."""
     moves = (trace_process(name) or {}).get("moves")
     if not moves or not steps:
         return None
     moved = (moves["bytes_to_device"] + moves["bytes_to_host"]) / steps / 1e9
     parts = [moves.get(k, 0) / steps for k in ("copy_seconds", "remap_seconds", "memory_seconds", "pinning_seconds", "fetches")]
-    host = (moves.get("pinned_bytes", 0) / 1e9, moves.get("unpinned_bytes", 0) / 1e9)
+    host = (moves.get("pinned_bytes", 0) / 1e9, moves.get("most_bytes_in_host", 0) / 1e9,
+            moves.get("unpinned_bytes", 0) / 1e9)
     return (moved, moves["seconds"] / steps, moves.get("drain_seconds", 0) / steps, *parts, *host)
 
 
@@ -136,7 +138,7 @@ natives = list(runs)
 if os.environ.get("NATIVE_FROM"):
     natives += [json.loads(line) for line in open(os.environ["NATIVE_FROM"])]
 native = {r["job"]: r for r in natives if r["name"].endswith("-native") and r["result"]}
-print("| run | exit | step ms (median) | x native | x floor | x floor for moves | losses = native | most device bytes / quota | link GB/step (rx+tx) | moved GB/step | copy+remap ms/step | drain ms/step | of copy+remap: copies / remaps / memory ms | pinning ms/step | drains/step | host GB pinned / given back (run) |")
+print("| run | exit | step ms (median) | x native | x floor | x floor for moves | losses = native | most device bytes / quota | link GB/step (rx+tx) | moved GB/step | copy+remap ms/step | drain ms/step | of copy+remap: copies / remaps / memory ms | pinning ms/step | drains/step | host GB pinned / most held at once / given back (run) |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for run in runs:
     result = run["result"]
@@ -167,7 +169,7 @@ for run in runs:
     tier = (
         f"{moved[0]:.1f} | {1e3 * moved[1]:.0f} | {1e3 * moved[2]:.0f} | "
         f"{1e3 * moved[3]:.0f} / {1e3 * moved[4]:.0f} / {1e3 * moved[5]:.0f} | {1e3 * moved[6]:.0f} | {moved[7]:.0f} | "
-        f"{moved[8]:.1f} / {moved[9]:.1f}"
+        f"{moved[8]:.1f} / {moved[9]:.1f} / {moved[10]:.1f}"
         if moved
         else "- | - | - | - | - | - | -"
     )

@@ -10,7 +10,10 @@
 //! ledger says where it lives; this says with what.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64,
+    Ordering::{Relaxed, SeqCst},
+};
 use std::sync::{Mutex, RwLock, TryLockError};
 
 use dashmap::DashMap;
@@ -96,8 +99,11 @@ pub struct Tier {
     /// gate (one load a launch, where asking the map would lock its shards).
     pub active: AtomicBool,
     /// Bytes of tier blocks on the host: moves are looked for only while
-    /// some are.
+    /// some are. Raised only through [`Tier::into_host`].
     pub bytes_in_host: AtomicU64,
+    /// The most `bytes_in_host` has been: of the host memory pinned, what
+    /// blocks held at once.
+    pub most_in_host: AtomicU64,
     /// Moves each way and their bytes, since the process began; uses left
     /// in place since their block had come in already that step; and the
     /// time moves held the job back.
@@ -274,6 +280,12 @@ impl Samples {
 }
 
 impl Tier {
+    /// A block of `size` bytes is now in host memory.
+    pub fn into_host(&self, size: u64) {
+        let now = self.bytes_in_host.fetch_add(size, SeqCst) + size;
+        self.most_in_host.fetch_max(now, Relaxed);
+    }
+
     /// Adds a live block at `ptr`.
     pub fn insert(&self, ptr: usize, backing: Backing) {
         let (start, end) = (ptr as u64, ptr as u64 + backing.size);
