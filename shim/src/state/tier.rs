@@ -281,7 +281,7 @@ impl Samples {
 
 impl Tier {
     /// A block of `size` bytes is now in host memory.
-    pub fn into_host(&self, size: u64) {
+    pub fn went_to_host(&self, size: u64) {
         let now = self.bytes_in_host.fetch_add(size, SeqCst) + size;
         self.most_in_host.fetch_max(now, Relaxed);
     }

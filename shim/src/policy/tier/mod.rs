@@ -163,7 +163,7 @@ pub fn place(
     state.tier.active.store(true, SeqCst);
     host_costs::count_from_now();
     if !on_device {
-        state.tier.into_host(size);
+        state.tier.went_to_host(size);
         let usage = state.ledger.device(device);
         if usage.spills.fetch_add(1, Relaxed) == 0 {
             warn!("device {device} is at its quota: allocations now go to host memory, and move onto the device as kernels need them (the job slows down instead of failing)");
