@@ -99,7 +99,7 @@ pub struct Tier {
     /// gate (one load a launch, where asking the map would lock its shards).
     pub active: AtomicBool,
     /// Bytes of tier blocks on the host: moves are looked for only while
-    /// some are. Raised only through [`Tier::into_host`].
+    /// some are. Raised only through [`Tier::went_to_host`].
     pub bytes_in_host: AtomicU64,
     /// The most `bytes_in_host` has been: of the host memory pinned, what
     /// blocks held at once.
