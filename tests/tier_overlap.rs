@@ -175,6 +175,9 @@ fn after_a_launch_the_shim_could_not_read_the_next_move_waits_for_the_device() {
     run.assert_ok();
     let moves = moves(&run);
     assert!(moves["drain_seconds"].as_f64().unwrap() > 0.0, "{moves:#}");
+    // The trace says why.
+    assert_eq!(moves["drains_unread"], 1, "{moves:#}");
+    assert_eq!(moves["drains_for_room"], 0, "{moves:#}");
     assert_eq!(log_field(run.line("hostbytes"), "first"), "3");
     assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
 }
@@ -216,6 +219,8 @@ fn a_block_handed_out_again_goes_out_only_with_the_device_drained_until_work_nam
     assert!(moved.contains(&("demote".to_string(), w)), "{moved:?}");
     let moves = moves(&run);
     assert!(moves["drain_seconds"].as_f64().unwrap() > 0.0, "{moves:#}");
+    assert_eq!(moves["drains_for_room"], 1, "{moves:#}");
+    assert_eq!(moves["drains_unread"], 0, "{moves:#}");
     assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
 }
 

@@ -243,6 +243,14 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
     } else {
         String::new()
     };
+    let drains = if moves.drains_unread + moves.drains_for_room > 0 {
+        format!(
+            "  moves beside the kernels that drained the device all the same: {} after a launch vramshare could not read, {} for want of room among blocks whose uses are known\n",
+            moves.drains_unread, moves.drains_for_room
+        )
+    } else {
+        String::new()
+    };
     let waits = if moves.mover_room_wait_seconds + moves.free_wait_seconds > 0.0 {
         format!(
             "  the job's threads waited for room {:.2} s for the mover's moves to land, {:.2} s for kept blocks' frees to be reached\n",
@@ -283,6 +291,7 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
             String::new()
         }
     ) + &born
+        + &drains
         + &waits
         + &host_line(moves)
 }
@@ -361,6 +370,8 @@ mod tests {
                 lent_bytes_to_device: 0,
                 made_with_room_bytes: 0,
                 fetches: 6,
+                drains_unread: 0,
+                drains_for_room: 0,
                 mover_moves: 0,
                 mover_seconds: 0.0,
                 mover_claimed: 0,

@@ -65,7 +65,9 @@ def moves_of(name, steps):
     (wherever it was made); times the device was
     drained; and over the whole run: GB of host memory pinned, the most the
     blocks held at once (0 from a build before that was counted), and given
-    back while blocks remained), or None."""
+    back while blocks remained; then drains a step beside the kernels after
+    a launch the shim could not read, and for want of room among blocks
+    whose uses are known), or None."""
     moves = (trace_process(name) or {}).get("moves")
     if not moves or not steps:
         return None
@@ -73,7 +75,8 @@ def moves_of(name, steps):
     parts = [moves.get(k, 0) / steps for k in ("copy_seconds", "remap_seconds", "memory_seconds", "pinning_seconds", "fetches")]
     host = (moves.get("pinned_bytes", 0) / 1e9, moves.get("most_bytes_in_host", 0) / 1e9,
             moves.get("unpinned_bytes", 0) / 1e9)
-    return (moved, moves["seconds"] / steps, moves.get("drain_seconds", 0) / steps, *parts, *host)
+    drains = (moves.get("drains_unread", 0) / steps, moves.get("drains_for_room", 0) / steps)
+    return (moved, moves["seconds"] / steps, moves.get("drain_seconds", 0) / steps, *parts, *host, *drains)
 
 
 def timed_moves(name, result):
@@ -168,7 +171,8 @@ for run in runs:
     moved = moves_of(run["name"], len(result["values"]))
     tier = (
         f"{moved[0]:.1f} | {1e3 * moved[1]:.0f} | {1e3 * moved[2]:.0f} | "
-        f"{1e3 * moved[3]:.0f} / {1e3 * moved[4]:.0f} / {1e3 * moved[5]:.0f} | {1e3 * moved[6]:.0f} | {moved[7]:.0f} | "
+        f"{1e3 * moved[3]:.0f} / {1e3 * moved[4]:.0f} / {1e3 * moved[5]:.0f} | {1e3 * moved[6]:.0f} | "
+        f"{moved[7]:.0f} ({moved[11]:.1f} unread, {moved[12]:.1f} for room) | "
         f"{moved[8]:.1f} / {moved[9]:.1f} / {moved[10]:.1f}"
         if moved
         else "- | - | - | - | - | - | -"

@@ -52,6 +52,13 @@ pub struct MovesJson {
     /// Times the job's launches were held back and the device drained for
     /// moves (before a launch, or for a quota or budget cut).
     pub fetches: u64,
+    /// Where moves overlap the job's kernels, moves that drained the device
+    /// all the same: after a launch the shim could not read, and for want
+    /// of room that blocks whose uses are known could make.
+    #[serde(default)]
+    pub drains_unread: u64,
+    #[serde(default)]
+    pub drains_for_room: u64,
     /// Where moves overlap the job's kernels: moves to the host made on the
     /// shim's mover thread (not a part of `to_host`'s time above, which is
     /// the job's threads'), the time it spent on them, and moves claimed

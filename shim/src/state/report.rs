@@ -255,6 +255,8 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
         lent_bytes_to_device: tier.moved_in_lent.load(Relaxed),
         made_with_room_bytes: tier.room_at_birth.load(Relaxed),
         fetches: tier.fetches.load(Relaxed),
+        drains_unread: tier.drains_unread.load(Relaxed),
+        drains_for_room: tier.drains_for_room.load(Relaxed),
         mover_moves: tier.outgoing.made.load(Relaxed),
         mover_seconds: tier.outgoing.busy_ns.load(Relaxed) as f64 / 1e9,
         mover_claimed: tier.outgoing.claimed.load(Relaxed),

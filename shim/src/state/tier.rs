@@ -201,6 +201,12 @@ pub struct Tier {
     /// launch, or for a quota or budget cut), or, where moves overlap the
     /// job's kernels, closed for moves without a drain.
     pub fetches: AtomicU64,
+    /// Where moves overlap the job's kernels, why moves drained the device
+    /// all the same: a launch the shim could not read had been made since
+    /// the last drain, or too few blocks whose uses are known could make
+    /// room for a block coming in.
+    pub drains_unread: AtomicU64,
+    pub drains_for_room: AtomicU64,
     /// Where moves overlap the job's kernels: a launch whose parameters
     /// the shim could not read was made since the device was last drained,
     /// so the next move drains it first.

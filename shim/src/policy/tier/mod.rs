@@ -364,7 +364,8 @@ fn fetch_named(state: &'static State, api: Api, named: &[usize]) {
     // Where moves overlap the job's kernels, they run beside them, unless
     // a launch whose parameters the shim could not read may still be
     // running: then the device is drained first.
-    let mut strict = !uses::overlapping() || state.tier.unread_since_drain.load(Relaxed);
+    let unread = uses::overlapping() && state.tier.unread_since_drain.load(Relaxed);
+    let mut strict = !uses::overlapping() || unread;
     // Declared after the gate's guard, so dropped before it: should what
     // follows unwind, the gate opens only once the copies queued have
     // landed (beside the job's kernels, those onto the device are ordered
@@ -375,6 +376,9 @@ fn fetch_named(state: &'static State, api: Api, named: &[usize]) {
     };
     if !begin(state, api, strict) {
         return;
+    }
+    if unread {
+        state.tier.drains_unread.fetch_add(1, Relaxed);
     }
     let _timed = Timed(state, std::time::Instant::now());
     let mut staged: Vec<Staged> = Vec::new();
@@ -403,6 +407,7 @@ fn fetch_named(state: &'static State, api: Api, named: &[usize]) {
             // device drained, any may.
             strict = true;
             copies.ordered_in = false;
+            state.tier.drains_for_room.fetch_add(1, Relaxed);
             came = begin(state, api, true) && come(true);
         }
         if came {
