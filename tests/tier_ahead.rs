@@ -150,9 +150,4 @@ fn room_is_kept_free_for_blocks_ahead_only_while_they_come() {
     // all through, 20 MiB went out each step; with it kept only while they
     // come, 18.
     assert!((80 * MIB..=95 * MIB).contains(&out), "{moves:#}");
-    // The host memory the blocks held at once: the 16 MiB out at the peak,
-    // at least, and never more than was pinned.
-    let most = moves["most_bytes_in_host"].as_u64().unwrap();
-    let pinned = moves["pinned_bytes"].as_u64().unwrap();
-    assert!(most >= 16 * MIB && most <= pinned, "{moves:#}");
 }

@@ -260,7 +260,7 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
         String::new()
     };
     format!(
-        "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making memory), {:.2} s waiting for the device first, {} times; {} of new host memory pinned in {:.2} s (at most {} of the blocks in it at once), {} given back while live blocks remained{}{ahead}\n",
+        "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making memory), {:.2} s waiting for the device first, {} times; {} of new host memory pinned in {:.2} s, {} given back while live blocks remained{}{ahead}\n",
         moves.to_device,
         human_bytes(moves.bytes_to_device),
         moves.to_host,
@@ -274,7 +274,6 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
         moves.fetches,
         human_bytes(moves.pinned_bytes),
         moves.pinning_seconds,
-        human_bytes(moves.most_bytes_in_host),
         human_bytes(moves.unpinned_bytes),
         if moves.mover_moves + moves.mover_claimed > 0 {
             format!(
@@ -365,7 +364,6 @@ mod tests {
                 pinning_seconds: 0.75,
                 pinned_bytes: 4 << 20,
                 unpinned_bytes: 1 << 20,
-                most_bytes_in_host: 3 << 20,
                 fresh_bytes_to_device: 0,
                 lent_bytes_to_device: 0,
                 made_with_room_bytes: 0,
@@ -382,7 +380,7 @@ mod tests {
         };
         let report = process_report(&process, &[]);
         assert!(
-            report.contains("  moves: 3 onto the device (3.00 MiB), 2 to the host (2.00 MiB); 4 uses left in place; 1.50 s copying and remapping (1.00 s waiting for copies, 0.25 s remapping, 0.50 s making memory), 0.25 s waiting for the device first, 6 times; 4.00 MiB of new host memory pinned in 0.75 s (at most 3.00 MiB of the blocks in it at once), 1.00 MiB given back while live blocks remained\n"),
+            report.contains("  moves: 3 onto the device (3.00 MiB), 2 to the host (2.00 MiB); 4 uses left in place; 1.50 s copying and remapping (1.00 s waiting for copies, 0.25 s remapping, 0.50 s making memory), 0.25 s waiting for the device first, 6 times; 4.00 MiB of new host memory pinned in 0.75 s, 1.00 MiB given back while live blocks remained\n"),
             "{report}"
         );
         // Moves beside the kernels say what the mover thread made.
@@ -395,7 +393,14 @@ mod tests {
                 moves.mover_memory_seconds,
             ) = (0.25, 0.125, 0.0625);
         }
+        if let Some(moves) = beside.moves.as_mut() {
+            (moves.drains_unread, moves.drains_for_room) = (3, 4);
+        }
         let report = process_report(&beside, &[]);
+        assert!(
+            report.contains("  moves beside the kernels that drained the device all the same: 3 after a launch vramshare could not read, 4 for want of room among blocks whose uses are known\n"),
+            "{report}"
+        );
         assert!(
             report.contains("given back while live blocks remained; 2 of the moves to the host made on the mover thread, in 0.50 s (0.25 s waiting for copies, 0.12 s remapping, 0.06 s making and releasing memory), 1 claimed back by work before they began (0.00 s waited for by work that named a block on its way out)\n"),
             "{report}"

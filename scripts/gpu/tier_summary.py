@@ -63,18 +63,20 @@ def moves_of(name, steps):
     remaps, seconds waiting for the device, and of the first: seconds
     waiting for copies, remapping, making memory, pinning new host memory
     (wherever it was made); times the device was
-    drained; and over the whole run: GB of host memory pinned, the most the
-    blocks held at once (0 from a build before that was counted), and given
-    back while blocks remained; then drains a step beside the kernels after
+    drained; and over the whole run: GB of host memory pinned, the most
+    bytes in host memory at once (the process's peak spilled: the tier's
+    blocks there and any other spill), and given back while blocks
+    remained; then drains a step beside the kernels after
     a launch the shim could not read, and for want of room among blocks
     whose uses are known), or None."""
-    moves = (trace_process(name) or {}).get("moves")
+    process = trace_process(name) or {}
+    moves = process.get("moves")
     if not moves or not steps:
         return None
     moved = (moves["bytes_to_device"] + moves["bytes_to_host"]) / steps / 1e9
     parts = [moves.get(k, 0) / steps for k in ("copy_seconds", "remap_seconds", "memory_seconds", "pinning_seconds", "fetches")]
-    host = (moves.get("pinned_bytes", 0) / 1e9, moves.get("most_bytes_in_host", 0) / 1e9,
-            moves.get("unpinned_bytes", 0) / 1e9)
+    spilled = max((process.get("peak_spilled") or {}).values(), default=0)
+    host = (moves.get("pinned_bytes", 0) / 1e9, spilled / 1e9, moves.get("unpinned_bytes", 0) / 1e9)
     drains = (moves.get("drains_unread", 0) / steps, moves.get("drains_for_room", 0) / steps)
     return (moved, moves["seconds"] / steps, moves.get("drain_seconds", 0) / steps, *parts, *host, *drains)
 
@@ -141,7 +143,7 @@ natives = list(runs)
 if os.environ.get("NATIVE_FROM"):
     natives += [json.loads(line) for line in open(os.environ["NATIVE_FROM"])]
 native = {r["job"]: r for r in natives if r["name"].endswith("-native") and r["result"]}
-print("| run | exit | step ms (median) | x native | x floor | x floor for moves | losses = native | most device bytes / quota | link GB/step (rx+tx) | moved GB/step | copy+remap ms/step | drain ms/step | of copy+remap: copies / remaps / memory ms | pinning ms/step | drains/step | host GB pinned / most held at once / given back (run) |")
+print("| run | exit | step ms (median) | x native | x floor | x floor for moves | losses = native | most device bytes / quota | link GB/step (rx+tx) | moved GB/step | copy+remap ms/step | drain ms/step | of copy+remap: copies / remaps / memory ms | pinning ms/step | drains/step | host GB pinned / most in host memory at once / given back (run) |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for run in runs:
     result = run["result"]

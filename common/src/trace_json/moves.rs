@@ -33,10 +33,6 @@ pub struct MovesJson {
     /// Host memory given back to the machine while live blocks remained,
     /// for want of room among the spares.
     pub unpinned_bytes: u64,
-    /// The most bytes of the tier's blocks in host memory at once: what of
-    /// the host memory pinned was needed at one time.
-    #[serde(default)]
-    pub most_bytes_in_host: u64,
     /// Of `bytes_to_device`: blocks no work had touched since they were
     /// handed out, whose bytes were not yet the job's.
     pub fresh_bytes_to_device: u64,

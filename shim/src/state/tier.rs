@@ -10,10 +10,7 @@
 //! ledger says where it lives; this says with what.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{
-    AtomicBool, AtomicU64,
-    Ordering::{Relaxed, SeqCst},
-};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, RwLock, TryLockError};
 
 use dashmap::DashMap;
@@ -99,11 +96,8 @@ pub struct Tier {
     /// gate (one load a launch, where asking the map would lock its shards).
     pub active: AtomicBool,
     /// Bytes of tier blocks on the host: moves are looked for only while
-    /// some are. Raised only through [`Tier::went_to_host`].
+    /// some are.
     pub bytes_in_host: AtomicU64,
-    /// The most `bytes_in_host` has been: of the host memory pinned, what
-    /// blocks held at once.
-    pub most_in_host: AtomicU64,
     /// Moves each way and their bytes, since the process began; uses left
     /// in place since their block had come in already that step; and the
     /// time moves held the job back.
@@ -188,9 +182,10 @@ pub struct Tier {
     pub ahead_none_in_host: AtomicU64,
     pub ahead_passed_busy: AtomicU64,
     pub ahead_short_of_room: AtomicU64,
-    /// The latest look at the uses to come found a block in host memory
-    /// among them: blocks are coming ahead of need, and room is kept free
-    /// for them.
+    /// The latest look at the uses to come that was made found a block in
+    /// host memory among them: blocks are coming ahead of need, and room is
+    /// kept free for them. One for the process: the tier moves blocks of
+    /// processes that see one device only.
     pub ahead_coming: AtomicBool,
     /// Kept blocks' bytes on devices' memory as a sample last found them.
     pub kept_on_device_seen: AtomicU64,
@@ -286,12 +281,6 @@ impl Samples {
 }
 
 impl Tier {
-    /// A block of `size` bytes is now in host memory.
-    pub fn went_to_host(&self, size: u64) {
-        let now = self.bytes_in_host.fetch_add(size, SeqCst) + size;
-        self.most_in_host.fetch_max(now, Relaxed);
-    }
-
     /// Adds a live block at `ptr`.
     pub fn insert(&self, ptr: usize, backing: Backing) {
         let (start, end) = (ptr as u64, ptr as u64 + backing.size);

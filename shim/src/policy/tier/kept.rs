@@ -226,7 +226,7 @@ pub fn reuse(
     super::uses::handed_out(state, &mut backing, &kept);
     state.tier.insert(kept.ptr, backing);
     if !on_device {
-        state.tier.went_to_host(size);
+        state.tier.bytes_in_host.fetch_add(size, SeqCst);
     }
     state.tier.reused.fetch_add(1, Relaxed);
     super::record_block(state, api, kept.ptr, size, device, on_device, false);

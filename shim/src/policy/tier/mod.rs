@@ -163,7 +163,7 @@ pub fn place(
     state.tier.active.store(true, SeqCst);
     host_costs::count_from_now();
     if !on_device {
-        state.tier.went_to_host(size);
+        state.tier.bytes_in_host.fetch_add(size, SeqCst);
         let usage = state.ledger.device(device);
         if usage.spills.fetch_add(1, Relaxed) == 0 {
             warn!("device {device} is at its quota: allocations now go to host memory, and move onto the device as kernels need them (the job slows down instead of failing)");
@@ -407,8 +407,10 @@ fn fetch_named(state: &'static State, api: Api, named: &[usize]) {
             // device drained, any may.
             strict = true;
             copies.ordered_in = false;
-            state.tier.drains_for_room.fetch_add(1, Relaxed);
-            came = begin(state, api, true) && come(true);
+            came = begin(state, api, true) && {
+                state.tier.drains_for_room.fetch_add(1, Relaxed);
+                come(true)
+            };
         }
         if came {
             let bound = limit(state, block.device, Some(quota)).unwrap_or(quota);
@@ -423,7 +425,7 @@ fn fetch_named(state: &'static State, api: Api, named: &[usize]) {
         }
     }
     // While those copies run, blocks move out until the room kept free
-    // (the move budget, or twice it beside moves ahead) is free again, for
+    // (the move budget, or twice it while blocks come ahead) is free again, for
     // the next block to come at once: the link carries both directions
     // together.
     if let Some((device, quota)) = made_room_on {

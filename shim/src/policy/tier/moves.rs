@@ -477,7 +477,7 @@ fn count_move(state: &State, device: Device, direction: Direction, size: u64) {
             (&tier.moves_in, &tier.moved_in)
         }
         Direction::ToHost => {
-            tier.went_to_host(size);
+            tier.bytes_in_host.fetch_add(size, SeqCst);
             (&tier.moves_out, &tier.moved_out)
         }
     };

@@ -17,7 +17,7 @@ use super::{backing, drained, kept, mover, uses, Timed};
 /// The share of the quota kept free for blocks coming in (1/8), so that a
 /// block's copy onto the device can start at once and the copies of the
 /// blocks making room overlap it. The tier keeps that much less on the
-/// device (twice that where blocks come ahead of need, [`kept_free`]): a
+/// device (twice that while blocks come ahead of need, [`kept_free`]): a
 /// block that comes later waits for room to be made first.
 const MOVE_BUDGET_DIVISOR: u64 = 8;
 
