@@ -182,9 +182,11 @@ pub struct Tier {
     pub ahead_none_in_host: AtomicU64,
     pub ahead_passed_busy: AtomicU64,
     pub ahead_short_of_room: AtomicU64,
-    /// The latest look at the uses to come that was made found a block in
-    /// host memory among them: blocks are coming ahead of need, and room is
-    /// kept free for them. One for the process: the tier moves blocks of
+    /// The latest look at the uses to come found a block in host memory
+    /// among them: blocks are coming ahead of need, and room is kept free
+    /// for them. No block in host memory at all clears it; a look not made
+    /// (nothing recorded ahead, a capture, an unread launch) leaves it as
+    /// it was, as measured. One for the process: the tier moves blocks of
     /// processes that see one device only.
     pub ahead_coming: AtomicBool,
     /// Kept blocks' bytes on devices' memory as a sample last found them.

@@ -60,7 +60,6 @@ pub(super) fn bring(state: &'static State, api: Api) {
     let ahead = (replay.length() / AHEAD_DIVISOR).max(AHEAD_LEAST);
     let upcoming = replay.upcoming(ahead, LOOKED_AT_ONCE);
     let Some(&(last, _)) = upcoming.last() else {
-        state.tier.ahead_coming.store(false, Relaxed);
         return;
     };
     let backend = Backend::of(api);
