@@ -29,19 +29,6 @@ extern "C" __global__ void touch(float *data, size_t n) {
         data[i] += 1.0f;
 }
 
-static double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
-static CUmemAllocationProp prop(bool device) {
-    CUmemAllocationProp p = {};
-    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    p.location.type = device ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_HOST_NUMA;
-    p.location.id = 0;
-    return p;
-}
-
 static void use(CUdeviceptr va, size_t bytes, CUstream stream) {
     touch<<<264, 256, 0, stream>>>((float *)va, bytes / 4);
     CU(cuStreamSynchronize(stream));
@@ -61,7 +48,7 @@ int main(int argc, char **argv) {
         size_t bytes = ((mib << 20) + chunk - 1) / chunk * chunk;
         size_t count = bytes / chunk;
         for (bool device : {true, false}) {
-            CUmemAllocationProp p = prop(device);
+            CUmemAllocationProp p = pinned_prop(!device, 0);
             std::vector<CUmemGenericAllocationHandle> pool(count);
             for (auto &h : pool) CU(cuMemCreate(&h, chunk, &p, 0));
             std::vector<double> whole_in, whole_out, chunks_in, chunks_out;
@@ -69,16 +56,12 @@ int main(int argc, char **argv) {
                 CUdeviceptr va = 0;
                 CU(cuMemAddressReserve(&va, bytes, chunk, 0, 0));
 
-                CUmemGenericAllocationHandle h;
                 double t0 = now_ms();
-                CU(cuMemCreate(&h, bytes, &p, 0));
-                CU(cuMemMap(va, bytes, 0, h, 0));
-                CU(cuMemSetAccess(va, bytes, &access, 1));
+                CUmemGenericAllocationHandle h = make_and_map(va, bytes, p, access);
                 double t1 = now_ms();
                 use(va, bytes, stream);
                 double t2 = now_ms();
-                CU(cuMemUnmap(va, bytes));
-                CU(cuMemRelease(h));
+                unmap_and_release(va, bytes, h);
                 double t3 = now_ms();
 
                 double t4 = now_ms();

@@ -1,9 +1,11 @@
 // What the probes share: the check of a driver call (on failure, the line,
 // the call and CUDA's words for the error on stderr, and exit status 1), the
-// first device made ready, the host memory nearest it, a device's access to
-// a mapping, physical memory and its mappings, the sizes a GPT-2 step moves
-// out, and moves out pipelined.
+// median of timings, the first device made ready, the host memory nearest
+// it, a device's access to a mapping, physical memory and its mappings (a
+// handle of a block's own made and mapped, and given back), the sizes a
+// GPT-2 step moves out, and moves out pipelined.
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +30,12 @@ static inline double now_ms() {
     return std::chrono::duration<double, std::milli>(
                std::chrono::steady_clock::now().time_since_epoch())
         .count();
+}
+
+// The median of a probe's repeated timings (the upper one of an even count).
+static inline double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
 }
 
 // The first device, its primary context made current (released at exit
@@ -77,12 +85,26 @@ static inline CUmemAllocationProp pinned_prop(bool host, int numa) {
 // and write.
 static inline void map_for_device(CUdeviceptr at, size_t bytes, CUmemGenericAllocationHandle handle,
                                   size_t offset = 0) {
-    CUmemAccessDesc access = {};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = 0;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    const CUmemAccessDesc access = device_access(0);
     CU(cuMemMap(at, bytes, offset, handle, 0));
     CU(cuMemSetAccess(at, bytes, &access, 1));
+}
+
+// A handle of `bytes` of its own made as `p` says, mapped at `at` and its
+// access set: what the spill tier does for a block's memory.
+static inline CUmemGenericAllocationHandle make_and_map(CUdeviceptr at, size_t bytes, const CUmemAllocationProp &p,
+                                                        const CUmemAccessDesc &access) {
+    CUmemGenericAllocationHandle handle;
+    CU(cuMemCreate(&handle, bytes, &p, 0));
+    CU(cuMemMap(at, bytes, 0, handle, 0));
+    CU(cuMemSetAccess(at, bytes, &access, 1));
+    return handle;
+}
+
+// The handle mapped at `at` unmapped and released.
+static inline void unmap_and_release(CUdeviceptr at, size_t bytes, CUmemGenericAllocationHandle handle) {
+    CU(cuMemUnmap(at, bytes));
+    CU(cuMemRelease(handle));
 }
 
 // Moves `items` out in a pipeline: each one's copies queued (`queue`) while

@@ -29,19 +29,6 @@ extern "C" __global__ void stamp(unsigned *data, size_t n, unsigned value) {
         data[i] = value + (unsigned)i;
 }
 
-static double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
-static CUmemAllocationProp prop(bool device, int numa) {
-    CUmemAllocationProp p = {};
-    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    p.location.type = device ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_HOST_NUMA;
-    p.location.id = device ? 0 : numa;
-    return p;
-}
-
 int main(int argc, char **argv) {
     std::vector<size_t> sizes;
     for (int i = 1; i < argc; i++) sizes.push_back(strtoul(argv[i], nullptr, 10));
@@ -56,7 +43,7 @@ int main(int argc, char **argv) {
     size_t arena = std::max<size_t>(256 << 20, 4 * largest);
 
     for (bool device : {true, false}) {
-        CUmemAllocationProp p = prop(device, numa);
+        CUmemAllocationProp p = pinned_prop(!device, numa);
         CUmemGenericAllocationHandle big;
         CU(cuMemCreate(&big, arena, &p, 0));
         // The whole handle, mapped once, to read the carved blocks back.
@@ -102,14 +89,10 @@ int main(int argc, char **argv) {
                 double t1 = now_ms();
                 CU(cuMemUnmap(va, bytes));
                 double t2 = now_ms();
-                CUmemGenericAllocationHandle h;
                 double t3 = now_ms();
-                CU(cuMemCreate(&h, bytes, &p, 0));
-                CU(cuMemMap(va, bytes, 0, h, 0));
-                CU(cuMemSetAccess(va, bytes, &access, 1));
+                CUmemGenericAllocationHandle h = make_and_map(va, bytes, p, access);
                 double t4 = now_ms();
-                CU(cuMemUnmap(va, bytes));
-                CU(cuMemRelease(h));
+                unmap_and_release(va, bytes, h);
                 double t5 = now_ms();
                 carved_in.push_back(t1 - t0);
                 carved_out.push_back(t2 - t1);

@@ -68,11 +68,6 @@ static Times remap(const Blocks &b, const CUmemAccessDesc &access, bool batch) {
     return t;
 }
 
-static double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
 static void measure(const Blocks &b, const CUmemAccessDesc &access, bool batch, const char *beside,
                     size_t copy_mib) {
     std::vector<double> map, set, unmap;

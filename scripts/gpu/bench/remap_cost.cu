@@ -29,11 +29,6 @@ __global__ void touch(float *data, size_t n) {
         data[i] += 1.0f;
 }
 
-static double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
 // 0: the device, 1: host memory on NUMA node 0, 2: host memory anywhere.
 static CUmemAllocationProp prop(int where) {
     CUmemAllocationProp p = {};
