@@ -67,6 +67,7 @@ fn a_block_goes_out_beside_other_kernels_only_once_its_own_have_finished() {
     let moves = moves(&run);
     assert!(moves["fetches"].as_u64().unwrap() >= 1, "{moves:#}");
     assert_eq!(moves["drain_seconds"].as_f64(), Some(0.0), "{moves:#}");
+    assert_eq!(moves["drains"], 0, "{moves:#}");
 }
 
 #[test]
@@ -178,6 +179,7 @@ fn after_a_launch_the_shim_could_not_read_the_next_move_waits_for_the_device() {
     // The trace says why.
     assert_eq!(moves["drains_unread"], 1, "{moves:#}");
     assert_eq!(moves["drains_for_room"], 0, "{moves:#}");
+    assert_eq!(moves["drains"], 1, "{moves:#}");
     assert_eq!(log_field(run.line("hostbytes"), "first"), "3");
     assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
 }
@@ -190,7 +192,11 @@ fn moves_with_on_drain_the_device_and_never_unmap_under_a_kernel() {
     let run = client(Runtime::Fake13, &vars, &steps);
     run.assert_ok();
     assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
-    assert!(moves(&run)["drain_seconds"].as_f64().unwrap() > 0.0);
+    let moves = moves(&run);
+    assert!(moves["drain_seconds"].as_f64().unwrap() > 0.0);
+    // With `on`, every round of moves drained the device first.
+    assert!(moves["drains"].as_u64().unwrap() >= 1, "{moves:#}");
+    assert_eq!(moves["drains"], moves["fetches"], "{moves:#}");
     assert_eq!(log_field(run.line("hostbytes"), "first"), "3");
 }
 
@@ -221,6 +227,7 @@ fn a_block_handed_out_again_goes_out_only_with_the_device_drained_until_work_nam
     assert!(moves["drain_seconds"].as_f64().unwrap() > 0.0, "{moves:#}");
     assert_eq!(moves["drains_for_room"], 1, "{moves:#}");
     assert_eq!(moves["drains_unread"], 0, "{moves:#}");
+    assert_eq!(moves["drains"], 1, "{moves:#}");
     assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
 }
 

@@ -260,7 +260,7 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
         String::new()
     };
     format!(
-        "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making memory), {:.2} s waiting for the device first, {} times; {} of new host memory pinned in {:.2} s, {} given back while live blocks remained{}{ahead}\n",
+        "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making memory), {:.2} s waiting for the device first, {} times in {} rounds of moves; {} of new host memory pinned in {:.2} s, {} given back while live blocks remained{}{ahead}\n",
         moves.to_device,
         human_bytes(moves.bytes_to_device),
         moves.to_host,
@@ -271,6 +271,7 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
         moves.remap_seconds,
         moves.memory_seconds,
         moves.drain_seconds,
+        moves.drains,
         moves.fetches,
         human_bytes(moves.pinned_bytes),
         moves.pinning_seconds,
@@ -368,6 +369,7 @@ mod tests {
                 lent_bytes_to_device: 0,
                 made_with_room_bytes: 0,
                 fetches: 6,
+                drains: 2,
                 drains_unread: 0,
                 drains_for_room: 0,
                 mover_moves: 0,
@@ -380,7 +382,7 @@ mod tests {
         };
         let report = process_report(&process, &[]);
         assert!(
-            report.contains("  moves: 3 onto the device (3.00 MiB), 2 to the host (2.00 MiB); 4 uses left in place; 1.50 s copying and remapping (1.00 s waiting for copies, 0.25 s remapping, 0.50 s making memory), 0.25 s waiting for the device first, 6 times; 4.00 MiB of new host memory pinned in 0.75 s, 1.00 MiB given back while live blocks remained\n"),
+            report.contains("  moves: 3 onto the device (3.00 MiB), 2 to the host (2.00 MiB); 4 uses left in place; 1.50 s copying and remapping (1.00 s waiting for copies, 0.25 s remapping, 0.50 s making memory), 0.25 s waiting for the device first, 2 times in 6 rounds of moves; 4.00 MiB of new host memory pinned in 0.75 s, 1.00 MiB given back while live blocks remained\n"),
             "{report}"
         );
         // Moves beside the kernels say what the mover thread made.

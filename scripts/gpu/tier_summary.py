@@ -62,13 +62,13 @@ def moves_of(name, steps):
     made (warm-up included): (GB moved both ways, seconds of copies and
     remaps, seconds waiting for the device, and of the first: seconds
     waiting for copies, remapping, making memory, pinning new host memory
-    (wherever it was made); times the device was
-    drained; and over the whole run: GB of host memory pinned, the most
-    bytes in host memory at once (the process's peak spilled: the tier's
+    (wherever it was made); rounds of moves; and over the whole run: GB
+    of host memory pinned, the most bytes in host memory at once (the process's peak spilled: the tier's
     blocks there and any other spill), and given back while blocks
-    remained; then drains a step beside the kernels after
-    a launch the shim could not read, and for want of room among blocks
-    whose uses are known), or None."""
+    remained; then the times the device was drained a step (None for a
+    build before they were counted), and of them those beside the kernels
+    after a launch the shim could not read, and for want of room among
+    blocks whose uses are known), or None."""
     process = trace_process(name) or {}
     moves = process.get("moves")
     if not moves or not steps:
@@ -77,7 +77,9 @@ def moves_of(name, steps):
     parts = [moves.get(k, 0) / steps for k in ("copy_seconds", "remap_seconds", "memory_seconds", "pinning_seconds", "fetches")]
     spilled = max((process.get("peak_spilled") or {}).values(), default=0)
     host = (moves.get("pinned_bytes", 0) / 1e9, spilled / 1e9, moves.get("unpinned_bytes", 0) / 1e9)
-    drains = (moves.get("drains_unread", 0) / steps, moves.get("drains_for_room", 0) / steps)
+    # A trace from a build before `drains` was counted has none: None.
+    drains = (moves["drains"] / steps if "drains" in moves else None,
+              moves.get("drains_unread", 0) / steps, moves.get("drains_for_room", 0) / steps)
     return (moved, moves["seconds"] / steps, moves.get("drain_seconds", 0) / steps, *parts, *host, *drains)
 
 
@@ -109,7 +111,7 @@ def timed_moves(name, result):
         return None
     # A build before a counter was added has none: 0.
     keys = ("move_ns", "copy_ns", "remap_ns", "remap_to_host_ns", "memory_ns", "drain_ns",
-            "fetches", "bytes_to_device", "bytes_to_host", "device_create_ns",
+            "fetches", "drains", "bytes_to_device", "bytes_to_host", "device_create_ns",
             "device_release_ns", "pinning_ns", "queue_ns", "choose_ns", "give_back_ns", "hand_out_ns",
             "mover_ns", "mover_copy_ns", "mover_remap_ns", "mover_memory_ns", "mover_claim_wait_ns",
             "mover_room_wait_ns", "free_wait_ns", "ahead_bytes",
@@ -123,7 +125,7 @@ def timed_moves(name, result):
                                     "mover_room_wait_ns", "free_wait_ns")]
     parts.append(per["ahead_bytes"] / 1e9)
     parts.append(per["made_with_room_bytes"] / 1e9)
-    return (moved, *ms, other / 1e6, per["drain_ns"] / 1e6, per["fetches"], *parts)
+    return (moved, *ms, other / 1e6, per["drain_ns"] / 1e6, (per["fetches"], per["drains"] if "drains" in last else None), *parts)
 
 
 def index_rebuild_ms(name, steps):
@@ -143,7 +145,7 @@ natives = list(runs)
 if os.environ.get("NATIVE_FROM"):
     natives += [json.loads(line) for line in open(os.environ["NATIVE_FROM"])]
 native = {r["job"]: r for r in natives if r["name"].endswith("-native") and r["result"]}
-print("| run | exit | step ms (median) | x native | x floor | x floor for moves | losses = native | most device bytes / quota | link GB/step (rx+tx) | moved GB/step | copy+remap ms/step | drain ms/step | of copy+remap: copies / remaps / memory ms | pinning ms/step | drains/step | host GB pinned / most in host memory at once / given back (run) |")
+print("| run | exit | step ms (median) | x native | x floor | x floor for moves | losses = native | most device bytes / quota | link GB/step (rx+tx) | moved GB/step | copy+remap ms/step | drain ms/step | of copy+remap: copies / remaps / memory ms | pinning ms/step | rounds of moves / drains a step | host GB pinned / most in host memory at once / given back (run) |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for run in runs:
     result = run["result"]
@@ -174,7 +176,7 @@ for run in runs:
     tier = (
         f"{moved[0]:.1f} | {1e3 * moved[1]:.0f} | {1e3 * moved[2]:.0f} | "
         f"{1e3 * moved[3]:.0f} / {1e3 * moved[4]:.0f} / {1e3 * moved[5]:.0f} | {1e3 * moved[6]:.0f} | "
-        f"{moved[7]:.0f} ({moved[11]:.1f} unread, {moved[12]:.1f} for room) | "
+        f"{moved[7]:.0f} / {'-' if moved[11] is None else f'{moved[11]:.1f}'} ({moved[12]:.1f} unread, {moved[13]:.1f} for room) | "
         f"{moved[8]:.1f} / {moved[9]:.1f} / {moved[10]:.1f}"
         if moved
         else "- | - | - | - | - | - | -"
@@ -185,7 +187,7 @@ print()
 print("Timed steps only (the trace's samples inside them):" if FROM_STEP == 1 else
       f"Timed steps from timed step {FROM_STEP} on (the trace's samples inside them):")
 print()
-print("| run | step ms (median) | moved GB/step | copies ms | remaps ms | of which to host ms | memory ms | other moves' work ms | drain ms | drains/step | of memory: device made / released ms | pinning ms | of other work: queuing ms | choosing blocks ms (also before moves) | kept blocks given back ms (also at allocations) | kept blocks' ranges filled at hand-out ms | mover thread's moves ms (beside the job) | of the mover's: copies / remaps / memory ms | job's waits for moves it claimed ms | job's waits for room: the mover's moves / kept blocks' frees ms | brought ahead GB/step | made on the device by moving others out GB/step | index rebuilds ms/step (whole run) |")
+print("| run | step ms (median) | moved GB/step | copies ms | remaps ms | of which to host ms | memory ms | other moves' work ms | drain ms | rounds of moves / drains a step | of memory: device made / released ms | pinning ms | of other work: queuing ms | choosing blocks ms (also before moves) | kept blocks given back ms (also at allocations) | kept blocks' ranges filled at hand-out ms | mover thread's moves ms (beside the job) | of the mover's: copies / remaps / memory ms | job's waits for moves it claimed ms | job's waits for room: the mover's moves / kept blocks' frees ms | brought ahead GB/step | made on the device by moving others out GB/step | index rebuilds ms/step (whole run) |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for run in runs:
     result = run["result"]
@@ -196,7 +198,9 @@ for run in runs:
     if not timed and rebuilds == "-":
         continue
     if timed:
-        head = " | ".join(f"{x:.1f}" if i == 0 else f"{x:.0f}" for i, x in enumerate(timed[:8]))
+        head = " | ".join(f"{x:.1f}" if i == 0 else f"{x:.0f}" for i, x in enumerate(timed[:7]))
+        rounds, drains = timed[7]
+        head += f" | {rounds:.0f} / {'-' if drains is None else f'{drains:.1f}'}"
         made, released, pinning, queuing, choosing, given, filled, mover, m_copy, m_remap, m_memory, claim_wait, room_wait, free_wait, ahead, born = timed[8:]
         cells = (f"{head} | {made:.0f} / {released:.0f} | {pinning:.0f} | {queuing:.0f} | {choosing:.0f} | {given:.0f} | {filled:.0f} | {mover:.0f} | "
                  f"{m_copy:.0f} / {m_remap:.0f} / {m_memory:.0f} | {claim_wait:.0f} | {room_wait:.0f} / {free_wait:.0f} | {ahead:.1f} | {born:.1f}")

@@ -45,9 +45,15 @@ pub struct MovesJson {
     /// by moving others out, where they would have been made in host
     /// memory (not a part of `bytes_to_device`: nothing was copied).
     pub made_with_room_bytes: u64,
-    /// Times the job's launches were held back and the device drained for
-    /// moves (before a launch, or for a quota or budget cut).
+    /// Times the job's work was held back for moves (before a launch, an
+    /// allocation that needed room, or a quota or budget cut): with the
+    /// device drained first, or, where moves overlap the job's kernels,
+    /// beside them.
     pub fetches: u64,
+    /// Of `fetches`: times the device was drained first. A trace written
+    /// before this was counted has none.
+    #[serde(default)]
+    pub drains: u64,
     /// Where moves overlap the job's kernels, moves that drained the device
     /// all the same: after a launch the shim could not read, and for want
     /// of room that blocks whose uses are known could make.
@@ -182,6 +188,8 @@ pub struct MovesSample {
     pub uses_wait_ns: u64,
     pub pinning_ns: u64,
     pub fetches: u64,
+    #[serde(default)]
+    pub drains: u64,
     /// The mover thread's time making moves (not a part of `move_ns`), and
     /// of it: waiting for copies, remapping, making and releasing memory.
     pub mover_ns: u64,

@@ -198,6 +198,8 @@ pub struct Tier {
     /// launch, or for a quota or budget cut), or, where moves overlap the
     /// job's kernels, closed for moves without a drain.
     pub fetches: AtomicU64,
+    /// Of `fetches`: times the device was drained first.
+    pub drains: AtomicU64,
     /// Where moves overlap the job's kernels, why moves drained the device
     /// all the same: a launch the shim could not read had been made since
     /// the last drain, or too few blocks whose uses are known could make
@@ -388,6 +390,7 @@ impl Tier {
             memory_ns: self.memory_ns.load(Relaxed),
             pinning_ns: self.pinning_ns.load(Relaxed),
             fetches: self.fetches.load(Relaxed),
+            drains: self.drains.load(Relaxed),
             mover_ns: self.outgoing.busy_ns.load(Relaxed),
             mover_copy_ns: self.outgoing.copy_ns.load(Relaxed),
             mover_remap_ns: self.outgoing.remap_ns.load(Relaxed),

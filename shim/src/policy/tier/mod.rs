@@ -503,6 +503,7 @@ fn drained(state: &State, api: Api) -> bool {
     match drained {
         Ok(()) => {
             tier.fetches.fetch_add(1, Relaxed);
+            tier.drains.fetch_add(1, Relaxed);
             true
         }
         Err(rc) => {
