@@ -68,6 +68,13 @@ fn a_block_goes_out_beside_other_kernels_only_once_its_own_have_finished() {
     assert!(moves["fetches"].as_u64().unwrap() >= 1, "{moves:#}");
     assert_eq!(moves["drain_seconds"].as_f64(), Some(0.0), "{moves:#}");
     assert_eq!(moves["drains"], 0, "{moves:#}");
+    // The copies out were made on the copier thread, and timed there.
+    let copier = moves["copier_seconds"].as_f64().unwrap();
+    let queuing = moves["copier_queue_seconds"].as_f64().unwrap();
+    assert!(
+        copier > 0.0 && queuing > 0.0 && queuing <= copier,
+        "{moves:#}"
+    );
 }
 
 #[test]
@@ -194,8 +201,10 @@ fn moves_with_on_drain_the_device_and_never_unmap_under_a_kernel() {
     assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
     let moves = moves(&run);
     assert!(moves["drain_seconds"].as_f64().unwrap() > 0.0);
-    // With `on`, every round of moves drained the device first.
+    // With `on`, every round of moves drained the device first, and the
+    // job's threads made the copies.
     assert!(moves["drains"].as_u64().unwrap() >= 1, "{moves:#}");
+    assert_eq!(moves["copier_seconds"].as_f64(), Some(0.0), "{moves:#}");
     assert_eq!(moves["drains"], moves["fetches"], "{moves:#}");
     assert_eq!(log_field(run.line("hostbytes"), "first"), "3");
 }

@@ -251,6 +251,14 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
     } else {
         String::new()
     };
+    let copier = if moves.copier_seconds > 0.0 {
+        format!(
+            "  copies out under way on the copier thread for {:.2} s, {:.2} s of it queuing their pieces\n",
+            moves.copier_seconds, moves.copier_queue_seconds
+        )
+    } else {
+        String::new()
+    };
     let waits = if moves.mover_room_wait_seconds + moves.free_wait_seconds > 0.0 {
         format!(
             "  the job's threads waited for room {:.2} s for the mover's moves to land, {:.2} s for kept blocks' frees to be reached\n",
@@ -292,6 +300,7 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
         }
     ) + &born
         + &drains
+        + &copier
         + &waits
         + &host_line(moves)
 }
@@ -385,6 +394,7 @@ mod tests {
             report.contains("  moves: 3 onto the device (3.00 MiB), 2 to the host (2.00 MiB); 4 uses left in place; 1.50 s copying and remapping (1.00 s waiting for copies, 0.25 s remapping, 0.50 s making memory), 0.25 s waiting for the device first, 2 times in 6 rounds of moves; 4.00 MiB of new host memory pinned in 0.75 s, 1.00 MiB given back while live blocks remained\n"),
             "{report}"
         );
+        assert!(!report.contains("copier thread"), "{report}");
         // Moves beside the kernels say what the mover thread made.
         let mut beside = process.clone();
         if let Some(moves) = beside.moves.as_mut() {
@@ -397,10 +407,15 @@ mod tests {
         }
         if let Some(moves) = beside.moves.as_mut() {
             (moves.drains_unread, moves.drains_for_room) = (3, 4);
+            (moves.copier_seconds, moves.copier_queue_seconds) = (0.375, 0.0625);
         }
         let report = process_report(&beside, &[]);
         assert!(
             report.contains("  moves beside the kernels that drained the device all the same: 3 after a launch vramshare could not read, 4 for want of room among blocks whose uses are known\n"),
+            "{report}"
+        );
+        assert!(
+            report.contains("  copies out under way on the copier thread for 0.38 s, 0.06 s of it queuing their pieces\n"),
             "{report}"
         );
         assert!(

@@ -79,6 +79,13 @@ pub struct MovesJson {
     /// Time the job's threads waited for the mover's moves under way to
     /// land, for the room they free.
     pub mover_room_wait_seconds: f64,
+    /// The copier threads' time with a copy out under way, from its first
+    /// piece queued to its last landed, and of it the time queuing pieces.
+    /// A trace written before these were counted has none.
+    #[serde(default)]
+    pub copier_seconds: f64,
+    #[serde(default)]
+    pub copier_queue_seconds: f64,
     /// Time allocations waited for kept blocks' stream-ordered frees to be
     /// reached, to give their room back.
     pub free_wait_seconds: f64,
@@ -200,6 +207,11 @@ pub struct MovesSample {
     pub mover_claim_wait_ns: u64,
     /// The job's threads waiting for the mover's moves to land, for room.
     pub mover_room_wait_ns: u64,
+    /// The copier threads with a copy out under way, and of it queuing.
+    #[serde(default)]
+    pub copier_busy_ns: u64,
+    #[serde(default)]
+    pub copier_queue_ns: u64,
     /// Allocations waiting for kept blocks' frees to be reached.
     pub free_wait_ns: u64,
     /// Of `bytes_to_device`: brought ahead of need.

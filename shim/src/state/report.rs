@@ -265,6 +265,8 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
         mover_memory_seconds: tier.outgoing.memory_ns.load(Relaxed) as f64 / 1e9,
         mover_claim_wait_seconds: tier.outgoing.claim_wait_ns.load(Relaxed) as f64 / 1e9,
         mover_room_wait_seconds: tier.outgoing.room_wait_ns.load(Relaxed) as f64 / 1e9,
+        copier_seconds: tier.outgoing.copier_busy_ns.load(Relaxed) as f64 / 1e9,
+        copier_queue_seconds: tier.outgoing.copier_queue_ns.load(Relaxed) as f64 / 1e9,
         free_wait_seconds: tier.free_wait_ns.load(Relaxed) as f64 / 1e9,
         ahead_moves: tier.ahead_moves.load(Relaxed),
         ahead_bytes: tier.ahead_bytes.load(Relaxed),

@@ -397,6 +397,8 @@ impl Tier {
             mover_memory_ns: self.outgoing.memory_ns.load(Relaxed),
             mover_claim_wait_ns: self.outgoing.claim_wait_ns.load(Relaxed),
             mover_room_wait_ns: self.outgoing.room_wait_ns.load(Relaxed),
+            copier_busy_ns: self.outgoing.copier_busy_ns.load(Relaxed),
+            copier_queue_ns: self.outgoing.copier_queue_ns.load(Relaxed),
             free_wait_ns: self.free_wait_ns.load(Relaxed),
             ahead_bytes: self.ahead_bytes.load(Relaxed),
             ahead_looks: self.ahead_looks.load(Relaxed),
