@@ -253,7 +253,7 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
     };
     let copier = if moves.copier_seconds > 0.0 {
         format!(
-            "  copies out under way on the copier thread for {:.2} s, {:.2} s of it queuing their pieces\n",
+            "  copies out under way on the copier threads for {:.2} s, {:.2} s of it in the calls queuing their pieces\n",
             moves.copier_seconds, moves.copier_queue_seconds
         )
     } else {
@@ -268,7 +268,7 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
         String::new()
     };
     format!(
-        "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making memory), {:.2} s waiting for the device first, {} times in {} rounds of moves; {} of new host memory pinned in {:.2} s, {} given back while live blocks remained{}{ahead}\n",
+        "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making memory), {:.2} s waiting for the device first{} in {} rounds of moves; {} of new host memory pinned in {:.2} s, {} given back while live blocks remained{}{ahead}\n",
         moves.to_device,
         human_bytes(moves.bytes_to_device),
         moves.to_host,
@@ -279,7 +279,10 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
         moves.remap_seconds,
         moves.memory_seconds,
         moves.drain_seconds,
-        moves.drains,
+        // A trace written before the drains were counted has none.
+        moves
+            .drains
+            .map_or_else(String::new, |drains| format!(", {drains} times")),
         moves.fetches,
         human_bytes(moves.pinned_bytes),
         moves.pinning_seconds,
@@ -378,7 +381,7 @@ mod tests {
                 lent_bytes_to_device: 0,
                 made_with_room_bytes: 0,
                 fetches: 6,
-                drains: 2,
+                drains: Some(2),
                 drains_unread: 0,
                 drains_for_room: 0,
                 mover_moves: 0,
@@ -394,7 +397,17 @@ mod tests {
             report.contains("  moves: 3 onto the device (3.00 MiB), 2 to the host (2.00 MiB); 4 uses left in place; 1.50 s copying and remapping (1.00 s waiting for copies, 0.25 s remapping, 0.50 s making memory), 0.25 s waiting for the device first, 2 times in 6 rounds of moves; 4.00 MiB of new host memory pinned in 0.75 s, 1.00 MiB given back while live blocks remained\n"),
             "{report}"
         );
-        assert!(!report.contains("copier thread"), "{report}");
+        assert!(!report.contains("copier threads"), "{report}");
+        // A trace from before the drains were counted gives no count.
+        let mut older = process.clone();
+        if let Some(moves) = older.moves.as_mut() {
+            moves.drains = None;
+        }
+        let report = process_report(&older, &[]);
+        assert!(
+            report.contains("0.25 s waiting for the device first in 6 rounds of moves;"),
+            "{report}"
+        );
         // Moves beside the kernels say what the mover thread made.
         let mut beside = process.clone();
         if let Some(moves) = beside.moves.as_mut() {
@@ -415,7 +428,7 @@ mod tests {
             "{report}"
         );
         assert!(
-            report.contains("  copies out under way on the copier thread for 0.38 s, 0.06 s of it queuing their pieces\n"),
+            report.contains("  copies out under way on the copier threads for 0.38 s, 0.06 s of it in the calls queuing their pieces\n"),
             "{report}"
         );
         assert!(

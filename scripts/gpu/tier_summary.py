@@ -63,9 +63,9 @@ def moves_of(name, steps):
     remaps, seconds waiting for the device, and of the first: seconds
     waiting for copies, remapping, making memory, pinning new host memory
     (wherever it was made); rounds of moves; and over the whole run: GB
-    of host memory pinned, the most bytes in host memory at once (the process's peak spilled: the tier's
-    blocks there and any other spill), and given back while blocks
-    remained; then the times the device was drained a step (None for a
+    of host memory pinned, the most bytes in host memory at once (the
+    process's peak spilled: the tier's blocks there and any other spill),
+    and given back while blocks remained; then the times the device was drained a step (None for a
     build before they were counted), and of them those beside the kernels
     after a launch the shim could not read, and for want of room among
     blocks whose uses are known), or None."""
@@ -88,7 +88,9 @@ def timed_moves(name, result):
     out), from the trace's samples of its counters that fall inside the
     timed window: (GB moved both ways, ms of copies, remaps, of which to
     the host, making memory, other work of the moves, waiting for the
-    device; drains; then the parts), or None."""
+    device; the rounds of moves and of them the drains (None for a build
+    before they were counted); then the parts, the last the copier's time
+    as `copier` below), or None."""
     window = result.get("timed_ns")
     try:
         samples = trace_process(name)["moves"]["samples"]
@@ -125,10 +127,13 @@ def timed_moves(name, result):
                                     "mover_room_wait_ns", "free_wait_ns")]
     parts.append(per["ahead_bytes"] / 1e9)
     parts.append(per["made_with_room_bytes"] / 1e9)
-    # The copier's time with a copy out under way, of it queuing pieces, and
-    # the bytes out a ms of it (GB/s); None for a build before it was timed.
+    # The copier's time with a copy out under way (ms), of it in the calls
+    # that queue each piece, and the bytes to the host over that time (bytes
+    # a ns: GB/s; every move out goes through the copier where it runs, and
+    # none where it is 0); None for a build before the copier was timed.
     busy = per["copier_busy_ns"]
-    copier = (busy / 1e6, per["copier_queue_ns"] / 1e6, per["bytes_to_host"] / busy) if "copier_busy_ns" in last else None
+    rate = per["bytes_to_host"] / busy if busy else None
+    copier = (busy / 1e6, per["copier_queue_ns"] / 1e6, rate) if "copier_busy_ns" in last else None
     parts.append(copier)
     return (moved, *ms, other / 1e6, per["drain_ns"] / 1e6, (per["fetches"], per["drains"] if "drains" in last else None), *parts)
 
@@ -207,7 +212,7 @@ for run in runs:
         rounds, drains = timed[7]
         head += f" | {rounds:.0f} / {'-' if drains is None else f'{drains:.1f}'}"
         made, released, pinning, queuing, choosing, given, filled, mover, m_copy, m_remap, m_memory, claim_wait, room_wait, free_wait, ahead, born, copier = timed[8:]
-        copier_cell = "-" if copier is None else (f"{copier[0]:.0f} / {copier[1]:.0f} ({copier[2]:.0f})" if copier[0] else "0")
+        copier_cell = "-" if copier is None else (f"{copier[0]:.0f} / {copier[1]:.0f} ({copier[2]:.0f})" if copier[2] else "0")
         cells = (f"{head} | {made:.0f} / {released:.0f} | {pinning:.0f} | {queuing:.0f} | {choosing:.0f} | {given:.0f} | {filled:.0f} | {mover:.0f} | "
                  f"{m_copy:.0f} / {m_remap:.0f} / {m_memory:.0f} | {claim_wait:.0f} | {room_wait:.0f} / {free_wait:.0f} | {ahead:.1f} | {born:.1f} | {copier_cell}")
     else:

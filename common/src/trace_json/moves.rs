@@ -45,15 +45,15 @@ pub struct MovesJson {
     /// by moving others out, where they would have been made in host
     /// memory (not a part of `bytes_to_device`: nothing was copied).
     pub made_with_room_bytes: u64,
-    /// Times the job's work was held back for moves (before a launch, an
-    /// allocation that needed room, or a quota or budget cut): with the
-    /// device drained first, or, where moves overlap the job's kernels,
-    /// beside them.
+    /// Rounds of moves: for work that named blocks in host memory, for
+    /// blocks brought ahead of need, for a new block that needed room, or
+    /// for a quota or budget cut; with the device drained first, or, where
+    /// moves overlap the job's kernels, beside them.
     pub fetches: u64,
-    /// Of `fetches`: times the device was drained first. A trace written
-    /// before this was counted has none.
+    /// Of `fetches`: times the device was drained first; `None` in a trace
+    /// written before they were counted.
     #[serde(default)]
-    pub drains: u64,
+    pub drains: Option<u64>,
     /// Where moves overlap the job's kernels, moves that drained the device
     /// all the same: after a launch the shim could not read, and for want
     /// of room that blocks whose uses are known could make.
@@ -79,9 +79,10 @@ pub struct MovesJson {
     /// Time the job's threads waited for the mover's moves under way to
     /// land, for the room they free.
     pub mover_room_wait_seconds: f64,
-    /// The copier threads' time with a copy out under way, from its first
-    /// piece queued to its last landed, and of it the time queuing pieces.
-    /// A trace written before these were counted has none.
+    /// The copier threads' time with a copy out under way (from taking it
+    /// to its last piece landed), and of it the time in the calls that
+    /// queue each piece on the copy stream. A trace written before these
+    /// were counted has none.
     #[serde(default)]
     pub copier_seconds: f64,
     #[serde(default)]
@@ -207,7 +208,8 @@ pub struct MovesSample {
     pub mover_claim_wait_ns: u64,
     /// The job's threads waiting for the mover's moves to land, for room.
     pub mover_room_wait_ns: u64,
-    /// The copier threads with a copy out under way, and of it queuing.
+    /// The copier threads with a copy out under way, and of it in the
+    /// calls that queue its pieces.
     #[serde(default)]
     pub copier_busy_ns: u64,
     #[serde(default)]

@@ -60,10 +60,11 @@ pub struct Outgoing {
     /// Time the job's threads waited for the moves under way to land, for
     /// the room they free (a new block, or room for a block coming in).
     pub room_wait_ns: AtomicU64,
-    /// The copier threads' time with a copy out under way (from its first
-    /// piece queued to its last landed), and of it the time queuing the
-    /// pieces: beside the moves' own times, whether the link or the thread
-    /// that feeds it set the pace of the moves out.
+    /// The copier threads' time with a copy out under way (from taking it
+    /// to its last piece landed), and of it the time in the calls that
+    /// queue each piece on the copy stream: beside the moves' own times,
+    /// whether the link or the threads that feed it set the pace of the
+    /// moves out.
     pub copier_busy_ns: AtomicU64,
     pub copier_queue_ns: AtomicU64,
     /// Set by the process's exit handler: no move begins after it.

@@ -254,7 +254,7 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
         lent_bytes_to_device: tier.moved_in_lent.load(Relaxed),
         made_with_room_bytes: tier.room_at_birth.load(Relaxed),
         fetches: tier.fetches.load(Relaxed),
-        drains: tier.drains.load(Relaxed),
+        drains: Some(tier.drains.load(Relaxed)),
         drains_unread: tier.drains_unread.load(Relaxed),
         drains_for_room: tier.drains_for_room.load(Relaxed),
         mover_moves: tier.outgoing.made.load(Relaxed),

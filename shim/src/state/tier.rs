@@ -194,9 +194,10 @@ pub struct Tier {
     /// By device: the tier's blocks that serve stream-ordered allocations
     /// of the device's default pool.
     pub ordered: [Ordered; MAX_DEVICES],
-    /// Times the gate closed and the device was drained for moves (for a
-    /// launch, or for a quota or budget cut), or, where moves overlap the
-    /// job's kernels, closed for moves without a drain.
+    /// Rounds of moves (for a launch, blocks ahead of need, a new block
+    /// that needed room, or a quota or budget cut): the gate closed and the
+    /// device drained, or, where moves overlap the job's kernels, the gate
+    /// closed without a drain.
     pub fetches: AtomicU64,
     /// Of `fetches`: times the device was drained first.
     pub drains: AtomicU64,
