@@ -2,13 +2,17 @@
 // memory for the device (cuMemMap + cuMemSetAccess) and unmapping it, for
 // BLOCKS blocks of MIB each, split over 1, 2, 4 and 8 threads, each block at
 // its own reserved range; the same with device memory; and the host
-// mappings again while a large copy runs on the copy engines.
+// mappings again while a large copy runs on the copy engines. With
+// CONTEXTS=own each thread works in a context of its own (made with
+// cuCtxCreate before the measures), not the device's primary one: whether
+// the driver runs one context's remaps beside another's.
 //   remap_threads [BLOCKS [MIB]]
 // Prints one JSON object per measure (milliseconds for all the blocks,
 // median of 3). Everything it allocates is freed before it exits.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -17,12 +21,15 @@
 #include "cu_check.h"
 
 static CUcontext context;
+// The contexts of the threads, by thread: all the primary one, or each its
+// own (CONTEXTS=own).
+static std::vector<CUcontext> contexts;
 
-// Maps (or unmaps) blocks [first, last) on the calling thread.
-static void work(bool map, const std::vector<CUdeviceptr> &at,
+// Maps (or unmaps) blocks [first, last) on the calling thread, in `own`.
+static void work(CUcontext own, bool map, const std::vector<CUdeviceptr> &at,
                  const std::vector<CUmemGenericAllocationHandle> &handles, size_t bytes,
                  size_t first, size_t last) {
-    CU(cuCtxSetCurrent(context));
+    CU(cuCtxSetCurrent(own));
     for (size_t i = first; i < last; i++) {
         if (map) {
             map_for_device(at[i], bytes, handles[i]);
@@ -40,7 +47,8 @@ static double timed(int threads, bool map, const std::vector<CUdeviceptr> &at,
     size_t share = (at.size() + threads - 1) / threads;
     for (int t = 0; t < threads; t++) {
         size_t first = std::min(at.size(), t * share), last = std::min(at.size(), first + share);
-        pool.emplace_back(work, map, std::cref(at), std::cref(handles), bytes, first, last);
+        pool.emplace_back(work, contexts[t], map, std::cref(at), std::cref(handles), bytes, first,
+                          last);
     }
     for (auto &thread : pool) thread.join();
     return now_ms() - began;
@@ -56,9 +64,10 @@ static void measure(const char *memory, int threads, const std::vector<CUdevicep
     }
     std::sort(map_ms.begin(), map_ms.end());
     std::sort(unmap_ms.begin(), unmap_ms.end());
-    printf("{\"memory\": \"%s\", \"threads\": %d, \"blocks\": %zu, \"mib\": %zu, \"beside\": \"%s\", "
-           "\"map_and_access_ms\": %.3f, \"unmap_ms\": %.3f}\n",
-           memory, threads, at.size(), bytes >> 20, beside, map_ms[1], unmap_ms[1]);
+    printf("{\"memory\": \"%s\", \"threads\": %d, \"contexts\": \"%s\", \"blocks\": %zu, \"mib\": %zu, "
+           "\"beside\": \"%s\", \"map_and_access_ms\": %.3f, \"unmap_ms\": %.3f}\n",
+           memory, threads, contexts[0] == context ? "primary" : "own", at.size(), bytes >> 20, beside,
+           map_ms[1], unmap_ms[1]);
     fflush(stdout);
 }
 
@@ -69,6 +78,13 @@ int main(int argc, char **argv) {
     CUdevice device;
     CU(cuDeviceGet(&device, 0));
     CU(cuDevicePrimaryCtxRetain(&context, device));
+    const char *own = getenv("CONTEXTS");
+    bool own_contexts = own && !strcmp(own, "own");
+    for (int t = 0; t < 8; t++) {
+        CUcontext made = context;
+        if (own_contexts) CU(cuCtxCreate(&made, nullptr, 0, device));
+        contexts.push_back(made);
+    }
     CU(cuCtxSetCurrent(context));
     for (bool host : {true, false}) {
         CUmemAllocationProp p = pinned_prop(host, 0);
@@ -95,6 +111,8 @@ int main(int argc, char **argv) {
             CU(cuMemRelease(handles[i]));
         }
     }
+    for (CUcontext made : contexts)
+        if (made != context) CU(cuCtxDestroy(made));
     CU(cuDevicePrimaryCtxRelease(device));
     return 0;
 }
