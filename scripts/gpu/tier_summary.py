@@ -65,10 +65,10 @@ def moves_of(name, steps):
     (wherever it was made); rounds of moves; and over the whole run: GB
     of host memory pinned, the most bytes in host memory at once (the
     process's peak spilled: the tier's blocks there and any other spill),
-    and given back while blocks remained; then the times the device was drained a step (None for a
-    build before they were counted), and of them those beside the kernels
-    after a launch the shim could not read, and for want of room among
-    blocks whose uses are known), or None."""
+    and given back while blocks remained; then the times the device was
+    drained a step (None for a build before they were counted), and of
+    them those beside the kernels after a launch the shim could not read,
+    and for want of room among blocks whose uses are known), or None."""
     process = trace_process(name) or {}
     moves = process.get("moves")
     if not moves or not steps:
