@@ -48,7 +48,10 @@ pub fn recording(state: &State) -> bool {
 /// is room to spare.
 pub(super) fn bring(state: &'static State, api: Api) {
     let replay = &state.access.replay;
-    if state.tier.bytes_in_host.load(Relaxed) == 0 {
+    let in_host = state.tier.bytes_in_host.load(Relaxed);
+    replay.note_in_host(in_host);
+    out_for_peak(state, api, in_host);
+    if in_host == 0 {
         state.tier.ahead_coming.store(false, Relaxed);
         return;
     }
@@ -123,4 +126,44 @@ pub(super) fn bring(state: &'static State, api: Api) {
     if came {
         state.tier.fetches.fetch_add(1, Relaxed);
     }
+}
+
+/// How often, in uses, blocks are looked for to go out before the peak:
+/// choosing them looks at every block on the device.
+const PEAK_LOOK_EVERY: u64 = 16;
+
+/// Before the point of the step where the step before had the most bytes
+/// in host memory: while fewer are in host memory or leaving, and the
+/// mover thread has few moves to make, the blocks next used past that
+/// point go out as soon as nothing uses them ([`room::out_for_peak`]).
+/// Every [`PEAK_LOOK_EVERY`]th use.
+fn out_for_peak(state: &'static State, api: Api, in_host: u64) {
+    static USES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    if USES.fetch_add(1, Relaxed) % PEAK_LOOK_EVERY != 0
+        || state.tier.outgoing.pending.load(Relaxed) >= super::mover::BATCH as u64
+        || state.tier.unread_since_drain.load(Relaxed)
+        || state.access.graphs.capturing_any()
+    {
+        return;
+    }
+    let Some((most, distance)) = state.access.replay.in_host_peak_ahead() else {
+        return;
+    };
+    let backend = Backend::of(api);
+    let Ok(device) = backend.current_device() else {
+        return;
+    };
+    let leaving = super::mover::leaving(state, device);
+    let Some(bytes) = most.checked_sub(in_host + leaving).filter(|b| *b > 0) else {
+        return;
+    };
+    let Some(quota) = device_quota(state, device, backend) else {
+        return;
+    };
+    let bound = limit(state, device, Some(quota)).unwrap_or(quota);
+    let Some(_closed) = state.tier.gate.close() else {
+        return;
+    };
+    let _timed = Timed(state, std::time::Instant::now());
+    room::out_for_peak(state, device, bound, bytes, distance);
 }

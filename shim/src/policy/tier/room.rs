@@ -112,6 +112,36 @@ pub(super) fn evict_ahead(
     staged
 }
 
+/// Hands to the mover thread, the least needed first, blocks on `device`
+/// idle now whose next use is more than `beyond` uses away, until `bytes`
+/// are leaving: before the point of the step where the step before had the
+/// most bytes in host memory, what will go out by then goes out as soon as
+/// nothing uses it, while the link would otherwise wait for the quota to
+/// fill. The bytes handed over.
+pub(super) fn out_for_peak(
+    state: &'static State,
+    device: Device,
+    limit: u64,
+    bytes: u64,
+    beyond: u64,
+) -> u64 {
+    let budget = limit / MOVE_BUDGET_DIVISOR;
+    let candidates: Vec<(usize, u64)> = movable_blocks(state, device, &[], false)
+        .into_iter()
+        .filter(|(ptr, size)| *size <= budget && uses::idle(state, *ptr))
+        .collect();
+    let mut sent = 0;
+    for (next, size, ptr) in by_next_use(state, candidates) {
+        if sent >= bytes || next <= beyond {
+            break;
+        }
+        if mover::send(state, ptr, size) {
+            sent += size;
+        }
+    }
+    sent
+}
+
 /// The tier's blocks on `device` that `keep` does not name, as (address,
 /// size): what may move out to make room; unless `strict`, only those
 /// whose uses are known.

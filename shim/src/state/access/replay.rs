@@ -182,6 +182,11 @@ struct Inner {
     misses: Vec<Miss>,
     last_misses: Vec<Miss>,
     births: Births,
+    /// The most bytes the spill tier had in host memory at once in the
+    /// step under way, and in the step before, each with the position of
+    /// the use where it was first reached.
+    in_host_now: (u64, usize),
+    in_host_before: (u64, usize),
 }
 
 /// The most misses kept a step ([`Replay::last_misses`]).
@@ -306,6 +311,25 @@ impl Replay {
         inner.last_misses = std::mem::take(&mut inner.misses);
         inner.before = Recorded::of(ended);
         inner.births.step();
+        inner.in_host_before = std::mem::take(&mut inner.in_host_now);
+    }
+
+    /// After a use: the spill tier has `bytes` in host memory.
+    pub fn note_in_host(&self, bytes: u64) {
+        let mut inner = self.lock();
+        if bytes > inner.in_host_now.0 {
+            inner.in_host_now = (bytes, inner.now.uses());
+        }
+    }
+
+    /// Where the step before had the most bytes in host memory at once,
+    /// if that is still to come in the step under way: those bytes, and
+    /// how many uses from now.
+    pub fn in_host_peak_ahead(&self) -> Option<(u64, u64)> {
+        let inner = self.lock();
+        let (bytes, position) = inner.in_host_before;
+        let now = inner.at();
+        (bytes > 0 && position > now).then(|| (bytes, (position - now) as u64))
     }
 
     /// For each block (by start), how many uses from now the step before
