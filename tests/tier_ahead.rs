@@ -6,11 +6,11 @@ mod common;
 use common::*;
 use serde_json::Value;
 
-/// A marked step five times under 32 MiB, as a training step's forward and
-/// backward passes: 24 blocks of 2 MiB made and filled in turn, then filled
+/// A marked step `times` times under 32 MiB, as a training step's forward
+/// and backward passes: 24 blocks of 2 MiB made and filled in turn, then filled
 /// again in the reverse order and freed in stream order, kept for the next
 /// step's. Each fill is waited for.
-fn forward_and_backward(more: &[(&str, &str)]) -> Run {
+fn forward_and_backward(times: usize, more: &[(&str, &str)]) -> Run {
     let blocks: Vec<String> = (0..24).map(|i| format!("a{i}")).collect();
     let mut step = vec!["step".to_string()];
     for (byte, name) in blocks.iter().enumerate() {
@@ -28,7 +28,7 @@ fn forward_and_backward(more: &[(&str, &str)]) -> Run {
         ]);
     }
     step.push("sync".into());
-    let mut steps = vec![format!("repeat:5:{}", step.len())];
+    let mut steps = vec![format!("repeat:{times}:{}", step.len())];
     steps.extend(step);
     let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
     let mut vars = moving_beside("32MiB", &[("FAKE_CUDA_STREAM_DELAY_US", "1000")]);
@@ -46,7 +46,7 @@ fn the_trace_says_why_blocks_came_ahead_or_not() {
     // look stops where there is no room to spare. Every fill is waited for,
     // so no block in host memory is still being read in place when looked
     // at.
-    let run = forward_and_backward(&[]);
+    let run = forward_and_backward(5, &[]);
     let moves = &run.trace()["processes"][0]["moves"];
     let last = run.last_sample();
     let count = |key: &str| last[key].as_u64().unwrap();
@@ -143,11 +143,38 @@ fn room_is_kept_free_for_blocks_ahead_only_while_they_come() {
     // no block in host memory is among the uses to come (those it sent out
     // come back as the backward ends), so only the move budget is kept
     // free; room kept for blocks ahead then would only send more out.
-    let run = forward_and_backward(&[]);
+    let run = forward_and_backward(5, &[]);
     let moves = &run.trace()["processes"][0]["moves"];
     let out = moves["bytes_to_host"].as_u64().unwrap();
     // Five steps: at least 16 MiB out each. With room kept for blocks ahead
     // all through, 20 MiB went out each step; with it kept only while they
     // come, 18.
     assert!((80 * MIB..=95 * MIB).contains(&out), "{moves:#}");
+}
+
+#[test]
+fn blocks_needed_past_the_peak_go_out_before_room_runs_short() {
+    // Each step makes 48 MiB of blocks under 32 MiB, the first ones next
+    // used once the forward has ended: past the point where the step
+    // before had the most bytes in host memory. From the second step on,
+    // they go out as soon as they are idle, while the quota still has
+    // room, so fewer of the forward's blocks wait for room to be made.
+    let run = forward_and_backward(5, &[]);
+    let moves = &run.trace()["processes"][0]["moves"];
+    let count = |key: &str| moves[key].as_u64().unwrap();
+    // Four steps with a step before: at least half of the 16 MiB each must
+    // put out went early (12 MiB each here).
+    assert!(count("out_before_peak_bytes") >= 4 * 8 * MIB, "{moves:#}");
+    // The first step made 6 MiB of blocks by moving others out, and so did
+    // each later one while the blocks waited for room to run short (30 MiB
+    // in all); sent early, 2 MiB a later step (14 in all).
+    assert!(count("made_with_room_bytes") <= 20 * MIB, "{moves:#}");
+    // What went out comes back: every step still holds to the quota and
+    // moves at least the 16 MiB over it each way.
+    assert!(count("bytes_to_host") >= 5 * 16 * MIB, "{moves:#}");
+    let last = run.last_sample();
+    assert_eq!(
+        last["out_before_peak_bytes"], moves["out_before_peak_bytes"],
+        "{last:#}"
+    );
 }

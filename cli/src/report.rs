@@ -243,6 +243,14 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
     } else {
         String::new()
     };
+    let before_peak = if moves.out_before_peak_bytes > 0 {
+        format!(
+            "  sent out as soon as idle, ahead of the step's most bytes in host memory: {}\n",
+            human_bytes(moves.out_before_peak_bytes)
+        )
+    } else {
+        String::new()
+    };
     let drains = if moves.drains_unread + moves.drains_for_room > 0 {
         format!(
             "  moves beside the kernels that drained the device all the same: {} after a launch vramshare could not read, {} for want of room among blocks whose uses are known\n",
@@ -302,6 +310,7 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
             String::new()
         }
     ) + &born
+        + &before_peak
         + &drains
         + &copier
         + &waits
@@ -398,6 +407,7 @@ mod tests {
             "{report}"
         );
         assert!(!report.contains("copier threads"), "{report}");
+        assert!(!report.contains("ahead of the step's most"), "{report}");
         // A trace from before the drains were counted gives no count.
         let mut older = process.clone();
         if let Some(moves) = older.moves.as_mut() {
@@ -421,10 +431,15 @@ mod tests {
         if let Some(moves) = beside.moves.as_mut() {
             (moves.drains_unread, moves.drains_for_room) = (3, 4);
             (moves.copier_seconds, moves.copier_queue_seconds) = (0.375, 0.0625);
+            moves.out_before_peak_bytes = 3 << 20;
         }
         let report = process_report(&beside, &[]);
         assert!(
             report.contains("  moves beside the kernels that drained the device all the same: 3 after a launch vramshare could not read, 4 for want of room among blocks whose uses are known\n"),
+            "{report}"
+        );
+        assert!(
+            report.contains("  sent out as soon as idle, ahead of the step's most bytes in host memory: 3.00 MiB\n"),
             "{report}"
         );
         assert!(

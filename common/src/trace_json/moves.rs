@@ -45,6 +45,15 @@ pub struct MovesJson {
     /// by moving others out, where they would have been made in host
     /// memory (not a part of `bytes_to_device`: nothing was copied).
     pub made_with_room_bytes: u64,
+    /// Where the job marks its steps and moves overlap: bytes handed to
+    /// the mover thread before the point of the step where the step before
+    /// had the most in host memory, as soon as nothing used them, because
+    /// their next use lies past that point. Work that names one of them
+    /// before its move begins claims it back, so nearly all, not all, are
+    /// a part of `bytes_to_host`. A trace written before these were
+    /// counted has none.
+    #[serde(default)]
+    pub out_before_peak_bytes: u64,
     /// Rounds of moves: for work that named blocks in host memory, for
     /// blocks brought ahead of need, for a new block that needed room, or
     /// for a quota or budget cut; with the device drained first, or, where
@@ -231,6 +240,10 @@ pub struct MovesSample {
     pub kept_on_device_bytes: u64,
     /// New blocks made on the device by moving others out.
     pub made_with_room_bytes: u64,
+    /// Handed to the mover before the step's most in host memory (nearly
+    /// all of them a part of `bytes_to_host`).
+    #[serde(default)]
+    pub out_before_peak_bytes: u64,
     /// Uses the step before foretold and those it did not (the totals of
     /// `replay_matched` and `replay_missed` so far).
     pub replay_matched: u64,

@@ -253,6 +253,7 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
         fresh_bytes_to_device: tier.moved_in_fresh.load(Relaxed),
         lent_bytes_to_device: tier.moved_in_lent.load(Relaxed),
         made_with_room_bytes: tier.room_at_birth.load(Relaxed),
+        out_before_peak_bytes: tier.out_before_peak.load(Relaxed),
         fetches: tier.fetches.load(Relaxed),
         drains: Some(tier.drains.load(Relaxed)),
         drains_unread: tier.drains_unread.load(Relaxed),

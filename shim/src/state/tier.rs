@@ -166,6 +166,11 @@ pub struct Tier {
     /// Bytes of new blocks made on the device by moving others out (where
     /// moves overlap the job's kernels), instead of in host memory.
     pub room_at_birth: AtomicU64,
+    /// Bytes handed to the mover thread before the point of the step where
+    /// the step before had the most in host memory, as soon as nothing used
+    /// them ([`crate::policy::tier::ahead`]); those claimed back before
+    /// their moves began never went out.
+    pub out_before_peak: AtomicU64,
     /// Moves onto the device ahead of need (the step before's record named
     /// the block among the next uses), and their bytes: a part of
     /// `moves_in` and `moved_in`.
@@ -408,6 +413,7 @@ impl Tier {
             ahead_short_of_room: self.ahead_short_of_room.load(Relaxed),
             kept_on_device_bytes: self.kept_on_device(),
             made_with_room_bytes: self.room_at_birth.load(Relaxed),
+            out_before_peak_bytes: self.out_before_peak.load(Relaxed),
             replay_matched: replay.0,
             replay_missed: replay.1,
             left_in_place: self.left_in_place.load(Relaxed),

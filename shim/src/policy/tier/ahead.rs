@@ -139,7 +139,7 @@ const PEAK_LOOK_EVERY: u64 = 16;
 /// Every [`PEAK_LOOK_EVERY`]th use.
 fn out_for_peak(state: &'static State, api: Api, in_host: u64) {
     static USES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    if USES.fetch_add(1, Relaxed) % PEAK_LOOK_EVERY != 0
+    if !USES.fetch_add(1, Relaxed).is_multiple_of(PEAK_LOOK_EVERY)
         || state.tier.outgoing.pending.load(Relaxed) >= super::mover::BATCH as u64
         || state.tier.unread_since_drain.load(Relaxed)
         || state.access.graphs.capturing_any()
@@ -165,5 +165,6 @@ fn out_for_peak(state: &'static State, api: Api, in_host: u64) {
         return;
     };
     let _timed = Timed(state, std::time::Instant::now());
-    room::out_for_peak(state, device, bound, bytes, distance);
+    let sent = room::out_for_peak(state, device, bound, bytes, distance);
+    state.tier.out_before_peak.fetch_add(sent, Relaxed);
 }
