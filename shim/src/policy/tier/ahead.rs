@@ -14,6 +14,11 @@
 //! those blocks had to be pinned and copied out in the same chain as the
 //! moves they made room for.
 //!
+//! The same record keeps the point of the step where the tier had the most
+//! bytes in host memory: until that point, blocks whose next use lies past
+//! it go out as soon as nothing uses them ([`out_for_peak`]), so that the
+//! moves out a forward pass would wait for begin while the quota has room.
+//!
 //! A prediction that is wrong costs link traffic and room, never
 //! correctness: a block is brought only once its last use has completed,
 //! as any move beside the kernels.
