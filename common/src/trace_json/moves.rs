@@ -49,8 +49,8 @@ pub struct MovesJson {
     /// the mover thread before the point of the step where the step before
     /// had the most in host memory, as soon as nothing used them, because
     /// their next use lies past that point. Work that names one of them
-    /// before its move begins claims it back, so nearly all, not all, are
-    /// a part of `bytes_to_host`. A trace written before these were
+    /// before its move begins claims it back, and it does not go; the rest
+    /// are a part of `bytes_to_host`. A trace written before these were
     /// counted has none.
     #[serde(default)]
     pub out_before_peak_bytes: u64,
@@ -240,8 +240,8 @@ pub struct MovesSample {
     pub kept_on_device_bytes: u64,
     /// New blocks made on the device by moving others out.
     pub made_with_room_bytes: u64,
-    /// Handed to the mover before the step's most in host memory (nearly
-    /// all of them a part of `bytes_to_host`).
+    /// Handed to the mover before the step's most in host memory (those
+    /// not claimed back a part of `bytes_to_host`).
     #[serde(default)]
     pub out_before_peak_bytes: u64,
     /// Uses the step before foretold and those it did not (the totals of

@@ -6,7 +6,7 @@
 //! the tier's stream, and the work that names it waits for that copy on the
 //! device ([`super::uses`]), so the job's thread waits for nothing.
 //!
-//! Nothing is moved out for them: they take only room that is free beyond
+//! No block is moved out to make room for them: they take only room that is free beyond
 //! the move budget ([`super::room::spare_beyond_budget`]), of the room
 //! made free whenever a block a use names comes in (twice the budget while
 //! they come), so that a block a use names still finds room at once.
@@ -49,8 +49,10 @@ pub fn recording(state: &State) -> bool {
 }
 
 /// After the moves for a use, where uses are recorded ([`recording`]):
-/// brings the blocks the next uses will name onto the device, where there
-/// is room to spare.
+/// notes the bytes in host memory for the record, hands blocks next used
+/// past the step's peak to the mover thread ([`out_for_peak`]), and brings
+/// the blocks the next uses will name onto the device, where there is room
+/// to spare.
 pub(super) fn bring(state: &'static State, api: Api) {
     let replay = &state.access.replay;
     let in_host = state.tier.bytes_in_host.load(Relaxed);
@@ -159,7 +161,10 @@ fn out_for_peak(state: &'static State, api: Api, in_host: u64) {
         return;
     };
     let leaving = super::mover::leaving(state, device);
-    let Some(bytes) = most.checked_sub(in_host + leaving).filter(|b| *b > 0) else {
+    let Some(bytes) = most
+        .checked_sub(in_host.saturating_add(leaving))
+        .filter(|b| *b > 0)
+    else {
         return;
     };
     let Some(quota) = device_quota(state, device, backend) else {

@@ -4,6 +4,8 @@
 //! `strict`: the device was not drained), only blocks whose uses are known
 //! may go, each once its last use has completed ([`super::uses`]), and
 //! those that go ahead of need move on the mover thread ([`super::mover`]).
+//! Also, before the step's peak in host memory, the blocks that will have
+//! to be out by then, sent as soon as they are idle ([`out_for_peak`]).
 
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
