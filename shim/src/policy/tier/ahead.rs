@@ -27,6 +27,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use vramshare_common::event::{Api, Placement};
 
+use crate::config::Device;
 use crate::cuda::backend::Backend;
 use crate::state::State;
 
@@ -72,14 +73,9 @@ pub(super) fn bring(state: &'static State, api: Api) {
     let Some(&(last, _)) = upcoming.last() else {
         return;
     };
-    let backend = Backend::of(api);
-    let Ok(device) = backend.current_device() else {
+    let Some((device, quota, bound)) = device_limits(state, api) else {
         return;
     };
-    let Some(quota) = device_quota(state, device, backend) else {
-        return;
-    };
-    let bound = limit(state, device, Some(quota)).unwrap_or(quota);
     let Some(_closed) = state.tier.gate.close() else {
         return;
     };
@@ -156,8 +152,7 @@ fn out_for_peak(state: &'static State, api: Api, in_host: u64) {
     let Some((most, distance)) = state.access.replay.in_host_peak_ahead() else {
         return;
     };
-    let backend = Backend::of(api);
-    let Ok(device) = backend.current_device() else {
+    let Some((device, _, bound)) = device_limits(state, api) else {
         return;
     };
     let leaving = super::mover::leaving(state, device);
@@ -167,14 +162,24 @@ fn out_for_peak(state: &'static State, api: Api, in_host: u64) {
     else {
         return;
     };
-    let Some(quota) = device_quota(state, device, backend) else {
-        return;
-    };
-    let bound = limit(state, device, Some(quota)).unwrap_or(quota);
     let Some(_closed) = state.tier.gate.close() else {
         return;
     };
     let _timed = Timed(state, std::time::Instant::now());
     let sent = room::out_for_peak(state, device, bound, bytes, distance);
     state.tier.out_before_peak.fetch_add(sent, Relaxed);
+}
+
+/// The calling thread's device, its quota, and the limit under it that
+/// the tier holds its blocks to (the quota, or the pool's budget where
+/// that is lower).
+fn device_limits(state: &State, api: Api) -> Option<(Device, u64, u64)> {
+    let backend = Backend::of(api);
+    let device = backend.current_device().ok()?;
+    let quota = device_quota(state, device, backend)?;
+    Some((
+        device,
+        quota,
+        limit(state, device, Some(quota)).unwrap_or(quota),
+    ))
 }
