@@ -6,10 +6,11 @@
 //! the tier's stream, and the work that names it waits for that copy on the
 //! device ([`super::uses`]), so the job's thread waits for nothing.
 //!
-//! No block is moved out to make room for them: they take only room that is free beyond
-//! the move budget ([`super::room::spare_beyond_budget`]), of the room
-//! made free whenever a block a use names comes in (twice the budget while
-//! they come), so that a block a use names still finds room at once.
+//! No block is moved out to make room for them: they take only room that
+//! is free beyond the move budget ([`super::room::spare_beyond_budget`]),
+//! of the room made free whenever a block a use names comes in (twice the
+//! budget while they come), so that a block a use names still finds room
+//! at once.
 //! Pushing blocks out for them was measured to cost more than it saved:
 //! those blocks had to be pinned and copied out in the same chain as the
 //! moves they made room for.
