@@ -427,8 +427,6 @@ mod tests {
                 moves.mover_remap_seconds,
                 moves.mover_memory_seconds,
             ) = (0.25, 0.125, 0.0625);
-        }
-        if let Some(moves) = beside.moves.as_mut() {
             (moves.drains_unread, moves.drains_for_room) = (3, 4);
             (moves.copier_seconds, moves.copier_queue_seconds) = (0.375, 0.0625);
             moves.out_before_peak_bytes = 3 << 20;

@@ -18,9 +18,8 @@
 //! itself.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, Once, PoisonError};
-use std::time::Instant;
 
 use cudart_sys::*;
 use vramshare_common::size::MAX_DEVICES;
@@ -30,6 +29,7 @@ use crate::state::lock;
 use crate::state::outgoing::Outgoing;
 
 use super::backing::{self, Direction};
+use super::moves::timed;
 
 /// A piece of a copy out: 4 MiB cross the link in about 75 µs, the most
 /// a remap beside it waits for.
@@ -154,10 +154,6 @@ fn counted() -> &'static Outgoing {
     &crate::state::state().tier.outgoing
 }
 
-fn elapsed_ns(since: Instant) -> u64 {
-    since.elapsed().as_nanos() as u64
-}
-
 fn start(copier: &'static Copier) {
     let started = std::thread::Builder::new()
         .name("vramshare-copier".into())
@@ -188,15 +184,13 @@ fn run(copier: &'static Copier) {
                     .unwrap_or_else(PoisonError::into_inner);
             }
         };
-        let began = Instant::now();
         let copying = std::panic::AssertUnwindSafe(|| copy(&next, &mut current));
-        let copied = std::panic::catch_unwind(copying).unwrap_or_else(|_| {
-            error!("the spill tier's copier failed a copy out; the block stays on the device");
-            Err(CUDA_ERROR_UNKNOWN)
+        let copied = timed(&counted().copier_busy_ns, || {
+            std::panic::catch_unwind(copying).unwrap_or_else(|_| {
+                error!("the spill tier's copier failed a copy out; the block stays on the device");
+                Err(CUDA_ERROR_UNKNOWN)
+            })
         });
-        counted()
-            .copier_busy_ns
-            .fetch_add(elapsed_ns(began), Relaxed);
         next.ticket.end(copied);
     }
 }
@@ -207,18 +201,15 @@ fn copy(out: &CopyOut, current: &mut usize) -> backing::Result<()> {
     let mut offset = 0;
     while offset < out.size {
         let bytes = PIECE.min(out.size - offset);
-        let queuing = Instant::now();
-        let queued = backing::copy(
-            out.dst + offset,
-            out.src + offset,
-            bytes,
-            out.device,
-            Direction::ToHost,
-        );
-        counted()
-            .copier_queue_ns
-            .fetch_add(elapsed_ns(queuing), Relaxed);
-        queued?;
+        timed(&counted().copier_queue_ns, || {
+            backing::copy(
+                out.dst + offset,
+                out.src + offset,
+                bytes,
+                out.device,
+                Direction::ToHost,
+            )
+        })?;
         // The stream runs its copies in order: this waits for the piece
         // just queued (and anything queued before it).
         backing::wait(out.device, Direction::ToHost)?;
