@@ -9,8 +9,10 @@ use serde_json::Value;
 /// A marked step `times` times under 32 MiB, as a training step's forward
 /// and backward passes: 24 blocks of 2 MiB made and filled in turn, then filled
 /// again in the reverse order and freed in stream order, kept for the next
-/// step's. Each fill is waited for.
-fn forward_and_backward(times: usize, more: &[(&str, &str)]) -> Run {
+/// step's. Each fill is waited for. With `checked`, each block is copied
+/// to the host and its bytes counted before the backward fills it again
+/// (a `hostcount` line each).
+fn forward_and_backward(times: usize, checked: bool, more: &[(&str, &str)]) -> Run {
     let blocks: Vec<String> = (0..24).map(|i| format!("a{i}")).collect();
     let mut step = vec!["step".to_string()];
     for (byte, name) in blocks.iter().enumerate() {
@@ -21,6 +23,13 @@ fn forward_and_backward(times: usize, more: &[(&str, &str)]) -> Run {
         ]);
     }
     for (byte, name) in blocks.iter().enumerate().rev() {
+        if checked {
+            step.extend([
+                format!("copyout:{name}:1"),
+                "sync".into(),
+                format!("hostcount:{}", byte + 1),
+            ]);
+        }
         step.extend([
             format!("fill:{name}:{}:1", byte + 101),
             "sync".into(),
@@ -46,7 +55,7 @@ fn the_trace_says_why_blocks_came_ahead_or_not() {
     // look stops where there is no room to spare. Every fill is waited for,
     // so no block in host memory is still being read in place when looked
     // at.
-    let run = forward_and_backward(5, &[]);
+    let run = forward_and_backward(5, false, &[]);
     let moves = &run.trace()["processes"][0]["moves"];
     let last = run.last_sample();
     let count = |key: &str| last[key].as_u64().unwrap();
@@ -143,7 +152,7 @@ fn room_is_kept_free_for_blocks_ahead_only_while_they_come() {
     // no block in host memory is among the uses to come (those it sent out
     // come back as the backward ends), so only the move budget is kept
     // free; room kept for blocks ahead then would only send more out.
-    let run = forward_and_backward(5, &[]);
+    let run = forward_and_backward(5, false, &[]);
     let moves = &run.trace()["processes"][0]["moves"];
     let out = moves["bytes_to_host"].as_u64().unwrap();
     // Five steps: at least 16 MiB out each. With room kept for blocks ahead
@@ -159,7 +168,7 @@ fn blocks_needed_past_the_peak_go_out_before_room_runs_short() {
     // before had the most bytes in host memory. From the second step on,
     // they go out as soon as they are idle, while the quota still has
     // room, so fewer of the forward's blocks wait for room to be made.
-    let run = forward_and_backward(5, &[]);
+    let run = forward_and_backward(5, false, &[]);
     let moves = &run.trace()["processes"][0]["moves"];
     let count = |key: &str| moves[key].as_u64().unwrap();
     // Four steps with a step before: at least half of the 16 MiB each must
@@ -176,5 +185,46 @@ fn blocks_needed_past_the_peak_go_out_before_room_runs_short() {
     assert_eq!(
         last["out_before_peak_bytes"], moves["out_before_peak_bytes"],
         "{last:#}"
+    );
+}
+
+#[test]
+fn blocks_coming_ahead_take_the_memory_of_kept_blocks_of_their_size() {
+    // In the backward each block is freed in stream order after its last
+    // fill and kept for the next step's: kept blocks fill the room the
+    // blocks sent out in the forward come back into. A block coming ahead
+    // takes the memory of a kept block of its size, its copy waiting on
+    // the device for that block's free: over the five steps 36 of the 45
+    // moves onto the device came ahead of need, against 24 while blocks
+    // ahead took only free room.
+    let run = forward_and_backward(5, false, &[]);
+    let moves = &run.trace()["processes"][0]["moves"];
+    let count = |key: &str| moves[key].as_u64().unwrap();
+    let (ahead, onto) = (count("ahead_moves"), count("to_device"));
+    assert!(onto >= 32, "{moves:#}");
+    assert!(3 * ahead >= 2 * onto, "{moves:#}");
+    assert!(count("lent_bytes_to_device") >= 8 * 2 * MIB, "{moves:#}");
+}
+
+#[test]
+fn blocks_coming_ahead_into_kept_memory_hold_their_own_bytes() {
+    // As above, each block copied out and its bytes counted before the
+    // backward fills it again: what came back into a kept block's memory
+    // is what the forward wrote, not what the kept block held.
+    let run = forward_and_backward(5, true, &[]);
+    let counts: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("hostcount"))
+        .collect();
+    assert_eq!(counts.len(), 5 * 24);
+    for line in counts {
+        assert_eq!(log_field(line, "differ"), "0", "{line}");
+        assert_eq!(log_field(line, "size"), (2 * MIB).to_string(), "{line}");
+    }
+    let moves = &run.trace()["processes"][0]["moves"];
+    assert!(
+        moves["lent_bytes_to_device"].as_u64() >= Some(8 * 2 * MIB),
+        "{moves:#}"
     );
 }

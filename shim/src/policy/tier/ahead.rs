@@ -10,7 +10,9 @@
 //! is free beyond the move budget ([`super::room::spare_beyond_budget`]),
 //! of the room made free whenever a block a use names comes in (twice the
 //! budget while they come), so that a block a use names still finds room
-//! at once.
+//! at once, or else the memory of a block of their size freed in stream
+//! order and kept for reuse, their copy waiting on the device for that
+//! free ([`lender`]).
 //! Pushing blocks out for them was measured to cost more than it saved:
 //! those blocks had to be pinned and copied out in the same chain as the
 //! moves they made room for.
@@ -30,10 +32,11 @@ use vramshare_common::event::{Api, Placement};
 
 use crate::config::Device;
 use crate::cuda::backend::Backend;
+use crate::state::tier::Kept;
 use crate::state::State;
 
 use super::moves::{self, Staged};
-use super::{limit, room, uses, Timed};
+use super::{kept, limit, room, uses, Timed};
 use crate::policy::quota::device_quota;
 
 /// How far ahead blocks are brought: this share of the step before's uses
@@ -106,15 +109,20 @@ pub(super) fn bring(state: &'static State, api: Api) {
             tier.ahead_passed_busy.fetch_add(1, Relaxed);
             continue;
         }
-        if block.size > spare || !state.ledger.try_reserve(device, block.size, quota) {
+        let move_in = if block.size <= spare && state.ledger.try_reserve(device, block.size, quota)
+        {
+            spare -= block.size;
+            moves::stage_in(state, start, block, true)
+        } else if let Some(lender) = lender(state, device, block.size, quota) {
+            moves::stage_in_lent(state, start, block, lender)
+        } else {
             // No room to spare: looked at again after a later use, once
             // room has been made for a block a use names.
             tier.ahead_short_of_room.fetch_add(1, Relaxed);
             looked = distance;
             break;
-        }
-        spare -= block.size;
-        if let Some(move_in) = moves::stage_in(state, start, block, true) {
+        };
+        if let Some(move_in) = move_in {
             tier.ahead_moves.fetch_add(1, Relaxed);
             tier.ahead_bytes.fetch_add(block.size, Relaxed);
             staged.push(move_in);
@@ -130,6 +138,20 @@ pub(super) fn bring(state: &'static State, api: Api) {
     if came {
         state.tier.fetches.fetch_add(1, Relaxed);
     }
+}
+
+/// Where no room is spare for a block coming ahead: a block of its size
+/// freed in stream order and kept, whose memory it may take with its copy
+/// waiting on the device for that free ([`kept::lend`]), as a block a use
+/// names may. In a backward pass the freed activations' kept blocks fill
+/// the quota, their frees queued behind the job's launches, while the
+/// blocks it will need wait in host memory. Not while the device is over
+/// its limits: kept blocks go back then.
+fn lender(state: &State, device: Device, size: u64, quota: u64) -> Option<Kept> {
+    if crate::policy::moves::over_limits(state, device, quota) {
+        return None;
+    }
+    kept::lend(state, device, size)
 }
 
 /// How often, in uses, blocks are looked for to go out before the peak:
