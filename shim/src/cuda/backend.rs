@@ -137,6 +137,12 @@ static DRIVER_STREAMS_OUT: [AtomicPtr<c_void>; MAX_DEVICES] =
 /// other copy.
 static DRIVER_STREAMS_AFTER_FREE: [AtomicPtr<c_void>; MAX_DEVICES] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_DEVICES];
+/// A fourth driver stream per device: the copies onto the device of blocks
+/// brought ahead of need into a freed block's memory, so that their waits
+/// for frees the device reaches late hold up no copy of a block work names
+/// now.
+static DRIVER_STREAMS_AHEAD_AFTER_FREE: [AtomicPtr<c_void>; MAX_DEVICES] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_DEVICES];
 
 /// In a forked child: the parent's streams are not the child's.
 pub fn forget_streams() {
@@ -145,6 +151,7 @@ pub fn forget_streams() {
         .chain(&DRIVER_STREAMS)
         .chain(&DRIVER_STREAMS_OUT)
         .chain(&DRIVER_STREAMS_AFTER_FREE)
+        .chain(&DRIVER_STREAMS_AHEAD_AFTER_FREE)
     {
         slot.store(std::ptr::null_mut(), Ordering::Release);
     }
@@ -372,6 +379,15 @@ impl Backend {
     /// [`DRIVER_STREAMS_AFTER_FREE`]).
     pub fn third_stream(device: Device) -> *mut c_void {
         made_once(&DRIVER_STREAMS_AFTER_FREE[device.index()], driver_stream)
+    }
+
+    /// The driver's fourth stream for `device` (see
+    /// [`DRIVER_STREAMS_AHEAD_AFTER_FREE`]).
+    pub fn fourth_stream(device: Device) -> *mut c_void {
+        made_once(
+            &DRIVER_STREAMS_AHEAD_AFTER_FREE[device.index()],
+            driver_stream,
+        )
     }
 }
 

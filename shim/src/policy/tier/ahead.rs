@@ -35,6 +35,7 @@ use crate::cuda::backend::Backend;
 use crate::state::tier::Kept;
 use crate::state::State;
 
+use super::backing::Direction;
 use super::moves::{self, Staged};
 use super::{kept, limit, room, uses, Timed};
 use crate::policy::quota::device_quota;
@@ -114,7 +115,7 @@ pub(super) fn bring(state: &'static State, api: Api) {
             spare -= block.size;
             moves::stage_in(state, start, block, true)
         } else if let Some(lender) = lender(state, device, block.size, quota) {
-            moves::stage_in_lent(state, start, block, lender)
+            moves::stage_in_lent(state, start, block, lender, Direction::AheadAfterFree)
         } else {
             // No room to spare: looked at again after a later use, once
             // room has been made for a block a use names.

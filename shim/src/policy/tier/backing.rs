@@ -198,11 +198,22 @@ pub enum Direction {
     ToDevice,
     ToHost,
     AfterFree,
+    /// As `AfterFree`, for blocks brought ahead of need.
+    AheadAfterFree,
 }
 
 impl Direction {
     /// Every stream of the tier's copies onto the device.
-    pub const IN: [Direction; 2] = [Direction::ToDevice, Direction::AfterFree];
+    pub const IN: [Direction; 3] = [
+        Direction::ToDevice,
+        Direction::AfterFree,
+        Direction::AheadAfterFree,
+    ];
+
+    /// Whether copies this way go into memory a freed block lends.
+    pub fn after_free(self) -> bool {
+        matches!(self, Direction::AfterFree | Direction::AheadAfterFree)
+    }
 }
 
 /// The shim's own non-blocking stream for copies `direction` on `device`.
@@ -215,6 +226,7 @@ pub fn stream(device: Device, direction: Direction) -> Result<CUstream> {
         Direction::ToDevice => Backend::Driver.stream(device),
         Direction::ToHost => Backend::second_stream(device),
         Direction::AfterFree => Backend::third_stream(device),
+        Direction::AheadAfterFree => Backend::fourth_stream(device),
     };
     if stream.is_null() {
         Err(CUDA_ERROR_NOT_SUPPORTED)

@@ -274,8 +274,8 @@ pub(super) fn lend(state: &State, device: Device, size: u64) -> Option<Kept> {
 /// Makes the tier's copies onto `device` wait for the free that kept
 /// `kept`, and for its last use (a copy of its own may still be landing);
 /// where CUDA refuses, waits here.
-pub(super) fn order_after(kept: &Kept, device: Device) {
-    let stream = backing::stream(device, backing::Direction::AfterFree).ok();
+pub(super) fn order_after(kept: &Kept, device: Device, direction: backing::Direction) {
+    let stream = backing::stream(device, direction).ok();
     for event in events_of(kept) {
         match stream {
             Some(stream) if event.complete() || event.wait_on(stream as usize, false) => {}

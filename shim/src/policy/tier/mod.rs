@@ -397,7 +397,9 @@ fn fetch_named(state: &'static State, api: Api, named: &[usize]) {
             let room = room::room_for_coming(state, block.device, block.size, quota, named, strict);
             let move_in = match room {
                 Some(room::Room::Reserved) => moves::stage_in(state, ptr, block, !strict),
-                Some(room::Room::Lent(lender)) => moves::stage_in_lent(state, ptr, block, lender),
+                Some(room::Room::Lent(lender)) => {
+                    moves::stage_in_lent(state, ptr, block, lender, backing::Direction::AfterFree)
+                }
                 None => None,
             };
             move_in.map(|s| staged.push(s)).is_some()

@@ -83,7 +83,7 @@ impl Drop for WaitOnDrop {
         // not on the stream until the thread queues it: a move dropped
         // unfinished waits for its own, [`copier::Handed`].)
         if !self.ordered_in {
-            for direction in [Direction::ToDevice, Direction::AfterFree, Direction::ToHost] {
+            for direction in Direction::IN.into_iter().chain([Direction::ToHost]) {
                 let _ = backing::wait(self.device, direction);
             }
         }
@@ -144,8 +144,17 @@ pub fn stage_in(state: &State, ptr: usize, block: Block, overlap: bool) -> Optio
 /// of the same size whose free may not be reached yet ([`kept::lend`]): its
 /// bytes are the ones reserved, and the copy waits for the free. `None` (and
 /// the kept block kept again, as it was) if it cannot move.
-pub fn stage_in_lent(state: &State, ptr: usize, block: Block, lender: Kept) -> Option<Staged> {
-    let staged = stage_in_to(state, ptr, block, true, Some(&lender));
+/// `direction` is the stream that waits: [`Direction::AfterFree`] for a
+/// block work names now, [`Direction::AheadAfterFree`] for one ahead of
+/// need.
+pub fn stage_in_lent(
+    state: &State,
+    ptr: usize,
+    block: Block,
+    lender: Kept,
+    direction: Direction,
+) -> Option<Staged> {
+    let staged = stage_in_to(state, ptr, block, true, Some((&lender, direction)));
     match staged {
         Some(_) => kept::lent(state, lender),
         None => kept::not_lent(state, lender),
@@ -158,7 +167,7 @@ fn stage_in_to(
     ptr: usize,
     block: Block,
     overlap: bool,
-    lender: Option<&Kept>,
+    lender: Option<(&Kept, Direction)>,
 ) -> Option<Staged> {
     let (device, size) = (block.device, block.size);
     state.ledger.begin_tier_move(ptr, Placement::Host, size)?;
@@ -167,7 +176,7 @@ fn stage_in_to(
     let backing = state.tier.blocks.get(&ptr).map(|b| *b);
     let staged = backing.filter(|b| b.in_host != 0).and_then(|backing| {
         let handle = match lender {
-            Some(lender) => lender.backing.on_device,
+            Some((lender, _)) => lender.backing.on_device,
             None => timed(&tier.memory_ns, || {
                 timed(&tier.device_create_ns, || {
                     backing::create(size, device, true)
@@ -188,12 +197,14 @@ fn stage_in_to(
             return None;
         }
         if let Some(lender) = lender {
-            timed(&tier.queue_ns, || kept::order_after(lender, device));
+            timed(&tier.queue_ns, || {
+                kept::order_after(lender.0, device, lender.1)
+            });
         }
         // Into lent memory, on a stream of its own: the copy waits for the
         // lender's free, and the copies queued after it should not.
         let direction = match lender {
-            Some(_) => Direction::AfterFree,
+            Some((_, direction)) => direction,
             None => Direction::ToDevice,
         };
         let staged = Staged {
@@ -394,14 +405,14 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
     let at = ptr as CUdeviceptr;
     let tier = &state.tier;
     let (op, placement, rc) = match direction {
-        Direction::ToDevice | Direction::AfterFree => match copied {
+        Direction::ToDevice | Direction::AfterFree | Direction::AheadAfterFree => match copied {
             Ok(()) => {
                 if let Some(mut entry) = tier.blocks.get_mut(&ptr) {
                     entry.on_device = to;
                     entry.fetched_in = state.access.steps.current() + 1;
                 }
                 count_move(state, device, direction, size);
-                if direction == Direction::AfterFree {
+                if direction.after_free() {
                     tier.moved_in_lent.fetch_add(size, Relaxed);
                 }
                 super::faults::moved(state, ptr, size, true);
@@ -472,7 +483,7 @@ fn count_move(state: &State, device: Device, direction: Direction, size: u64) {
     let usage = state.ledger.device(device);
     usage.moved_bytes.fetch_add(size, Relaxed);
     let (moves, bytes) = match direction {
-        Direction::ToDevice | Direction::AfterFree => {
+        Direction::ToDevice | Direction::AfterFree | Direction::AheadAfterFree => {
             tier.bytes_in_host.fetch_sub(size, SeqCst);
             (&tier.moves_in, &tier.moved_in)
         }
