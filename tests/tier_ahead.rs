@@ -228,3 +228,77 @@ fn blocks_coming_ahead_into_kept_memory_hold_their_own_bytes() {
         "{moves:#}"
     );
 }
+
+#[test]
+fn a_block_freed_before_its_copy_in_lands_is_reused_after_it() {
+    // Four steps as above; then a fifth whose backward fills and frees the
+    // later blocks on a second, slow stream, and frees the first ten on the
+    // first stream before any work names them again, each time allocating
+    // a new block of their size there and setting its bytes. Those ten may
+    // be coming ahead into the memory of blocks whose frees wait behind the
+    // second stream's slow work: the new blocks, which take their memory
+    // back at once on the stream they were freed on, must not be written
+    // over by those copies when they land.
+    let blocks: Vec<String> = (0..24).map(|i| format!("a{i}")).collect();
+    let mut step = vec!["step".to_string()];
+    for (byte, name) in blocks.iter().enumerate() {
+        step.extend([
+            format!("async:{name}:2M:1"),
+            format!("fill:{name}:{}:1", byte + 1),
+            "sync".into(),
+        ]);
+    }
+    let mut last = step.clone();
+    for (byte, name) in blocks.iter().enumerate().rev() {
+        step.extend([
+            format!("fill:{name}:{}:1", byte + 101),
+            "sync".into(),
+            format!("freeasync:{name}:1"),
+        ]);
+        if byte >= 10 {
+            last.extend([
+                format!("fill:{name}:{}:2", byte + 101),
+                format!("freeasync:{name}:2"),
+            ]);
+        } else {
+            last.extend([
+                format!("freeasync:{name}:1"),
+                format!("async:c{byte}:2M:1"),
+                format!("memset:c{byte}:{}:1", byte + 150),
+            ]);
+        }
+    }
+    step.push("sync".into());
+    last.push("sync".into());
+    for byte in (0..10).rev() {
+        last.extend([
+            format!("copyout:c{byte}:1"),
+            "sync".into(),
+            format!("hostcount:{}", byte + 150),
+        ]);
+    }
+    let mut steps = vec![format!("repeat:4:{}", step.len())];
+    steps.extend(step);
+    steps.extend(last);
+    steps.push("step".into());
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let vars = moving_beside(
+        "32MiB",
+        &[
+            ("FAKE_CUDA_STREAM_DELAY_US", "1000"),
+            ("FAKE_CUDA_KERNEL_US", "30000"),
+            ("FAKE_CUDA_LINK_MIB_PER_S", "2000"),
+        ],
+    );
+    let run = client(Runtime::Fake13, &vars, &steps);
+    run.assert_ok();
+    let counts: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("hostcount"))
+        .collect();
+    assert_eq!(counts.len(), 10, "{}", run.stdout);
+    for line in counts {
+        assert_eq!(log_field(line, "differ"), "0", "{line}");
+    }
+}

@@ -220,7 +220,10 @@ impl Direction {
 /// Those of `ToDevice` and `ToHost` wait for no job's stream: the drain
 /// before a move has waited for all of them, or, where moves overlap the
 /// job's kernels, each block's own last use has ([`super::uses`]). Those of
-/// `AfterFree` wait for the frees of the blocks lending their memory.
+/// `AfterFree` and `AheadAfterFree` wait for the frees of the blocks lending
+/// their memory: a stream each, so that copies of blocks brought ahead of
+/// need, whose lenders' frees the device may reach late, never hold up a
+/// block work names now.
 pub fn stream(device: Device, direction: Direction) -> Result<CUstream> {
     let stream = match direction {
         Direction::ToDevice => Backend::Driver.stream(device),

@@ -74,6 +74,16 @@ pub fn keep(state: &State, api: Api, ptr: usize, block: &Block, stream: usize) -
         }
         return cudaSuccess;
     }
+    // The free comes after the block's last use the tier knows of. Where
+    // that is a copy onto the device on one of the tier's streams (a block
+    // brought ahead and freed before any work named it, its copy perhaps
+    // waiting for another block's free), an allocation that takes the block
+    // back at once on the freeing stream must not be written over when the
+    // copy lands.
+    let last_use = state.tier.blocks.get(&ptr).and_then(|b| Event::of(&b));
+    if let Some(last_use) = last_use.filter(|e| !e.complete()) {
+        last_use.order(stream, per_thread(api));
+    }
     let Some((event, runtime_event)) = record(state, api, stream) else {
         if block.placement == Placement::Device {
             state.ledger.unreserve(block.device, block.size);

@@ -117,7 +117,7 @@ pub fn opaque(state: &State, api: Api) {
 pub(super) struct Event(pub usize, pub bool);
 
 impl Event {
-    fn of(backing: &Backing) -> Option<Event> {
+    pub(super) fn of(backing: &Backing) -> Option<Event> {
         (backing.used != 0).then_some(Event(backing.used, backing.used_runtime))
     }
 
@@ -164,7 +164,7 @@ impl Event {
     }
 
     /// As [`Event::wait_on`]; waits here if CUDA refuses.
-    fn order(self, stream: usize, per_thread: bool) {
+    pub(super) fn order(self, stream: usize, per_thread: bool) {
         if !self.wait_on(stream, per_thread) {
             self.wait();
         }
