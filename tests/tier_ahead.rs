@@ -210,8 +210,10 @@ fn blocks_coming_ahead_take_the_memory_of_kept_blocks_of_their_size() {
 fn blocks_coming_ahead_into_kept_memory_hold_their_own_bytes() {
     // As above, each block copied out and its bytes counted before the
     // backward fills it again: what came back into a kept block's memory
-    // is what the forward wrote, not what the kept block held.
-    let run = forward_and_backward(5, true, &[]);
+    // is what the forward wrote, not what the kept block held. Copies cost
+    // link time here, so that copies onto the device wait for the lenders'
+    // frees on the device rather than on the host.
+    let run = forward_and_backward(5, true, &[("FAKE_CUDA_LINK_MIB_PER_S", "2000")]);
     let counts: Vec<&str> = run
         .stdout
         .lines()
