@@ -6,14 +6,9 @@ mod common;
 use common::*;
 use serde_json::Value;
 
-/// A marked step `times` times under 32 MiB, as a training step's forward
-/// and backward passes: 24 blocks of 2 MiB made and filled in turn, then filled
-/// again in the reverse order and freed in stream order, kept for the next
-/// step's. Each fill is waited for. With `checked`, each block is copied
-/// to the host and its bytes counted before the backward fills it again
-/// (a `hostcount` line each).
-fn forward_and_backward(times: usize, checked: bool, more: &[(&str, &str)]) -> Run {
-    let blocks: Vec<String> = (0..24).map(|i| format!("a{i}")).collect();
+/// A marked step's forward pass: each of `blocks` (2 MiB) made on the
+/// first stream and filled with its number plus one, each fill waited for.
+fn forward(blocks: &[String]) -> Vec<String> {
     let mut step = vec!["step".to_string()];
     for (byte, name) in blocks.iter().enumerate() {
         step.extend([
@@ -22,6 +17,19 @@ fn forward_and_backward(times: usize, checked: bool, more: &[(&str, &str)]) -> R
             "sync".into(),
         ]);
     }
+    step
+}
+
+/// A marked step `times` times under 32 MiB, as a training step's forward
+/// and backward passes: 24 blocks of 2 MiB made and filled in turn
+/// ([`forward`]), then filled again in the reverse order and freed in
+/// stream order, kept for the next step's. Each fill is waited for. With
+/// `checked`, each block is copied
+/// to the host and its bytes counted before the backward fills it again
+/// (a `hostcount` line each).
+fn forward_and_backward(times: usize, checked: bool, more: &[(&str, &str)]) -> Run {
+    let blocks: Vec<String> = (0..24).map(|i| format!("a{i}")).collect();
+    let mut step = forward(&blocks);
     for (byte, name) in blocks.iter().enumerate().rev() {
         if checked {
             step.extend([
@@ -242,14 +250,7 @@ fn a_block_freed_before_its_copy_in_lands_is_reused_after_it() {
     // back at once on the stream they were freed on, must not be written
     // over by those copies when they land.
     let blocks: Vec<String> = (0..24).map(|i| format!("a{i}")).collect();
-    let mut step = vec!["step".to_string()];
-    for (byte, name) in blocks.iter().enumerate() {
-        step.extend([
-            format!("async:{name}:2M:1"),
-            format!("fill:{name}:{}:1", byte + 1),
-            "sync".into(),
-        ]);
-    }
+    let mut step = forward(&blocks);
     let mut last = step.clone();
     for (byte, name) in blocks.iter().enumerate().rev() {
         step.extend([
