@@ -24,9 +24,8 @@ fn forward(blocks: &[String]) -> Vec<String> {
 /// and backward passes: 24 blocks of 2 MiB made and filled in turn
 /// ([`forward`]), then filled again in the reverse order and freed in
 /// stream order, kept for the next step's. Each fill is waited for. With
-/// `checked`, each block is copied
-/// to the host and its bytes counted before the backward fills it again
-/// (a `hostcount` line each).
+/// `checked`, each block is copied to the host and its bytes counted
+/// before the backward fills it again (a `hostcount` line each).
 fn forward_and_backward(times: usize, checked: bool, more: &[(&str, &str)]) -> Run {
     let blocks: Vec<String> = (0..24).map(|i| format!("a{i}")).collect();
     let mut step = forward(&blocks);
