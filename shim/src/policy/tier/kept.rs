@@ -79,8 +79,15 @@ pub fn keep(state: &State, api: Api, ptr: usize, block: &Block, stream: usize) -
     // brought ahead and freed before any work named it, its copy perhaps
     // waiting for another block's free), an allocation that takes the block
     // back at once on the freeing stream must not be written over when the
-    // copy lands.
-    let last_use = state.tier.blocks.get(&ptr).and_then(|b| Event::of(&b));
+    // copy lands. (A last use on the freeing stream itself is ordered
+    // already: the common case, left without a call.)
+    let key = stream_key(api, stream);
+    let last_use = state
+        .tier
+        .blocks
+        .get(&ptr)
+        .filter(|b| key == 0 || b.used_on != key)
+        .and_then(|b| Event::of(&b));
     if let Some(last_use) = last_use.filter(|e| !e.complete()) {
         last_use.order(stream, per_thread(api));
     }
