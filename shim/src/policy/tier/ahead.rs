@@ -12,7 +12,9 @@
 //! budget while they come), so that a block a use names still finds room
 //! at once, or else the memory of a block of their size freed in stream
 //! order and kept for reuse, their copy waiting on the device for that
-//! free ([`lender`]).
+//! free ([`super::room::lender`]): in a backward pass the freed activations'
+//! kept blocks fill the quota, their frees queued behind the job's
+//! launches, while the blocks it will need wait in host memory.
 //! Pushing blocks out for them was measured to cost more than it saved:
 //! those blocks had to be pinned and copied out in the same chain as the
 //! moves they made room for.
@@ -32,12 +34,11 @@ use vramshare_common::event::{Api, Placement};
 
 use crate::config::Device;
 use crate::cuda::backend::Backend;
-use crate::state::tier::Kept;
 use crate::state::State;
 
 use super::backing::Direction;
 use super::moves::{self, Staged};
-use super::{kept, limit, room, uses, Timed};
+use super::{limit, room, uses, Timed};
 use crate::policy::quota::device_quota;
 
 /// How far ahead blocks are brought: this share of the step before's uses
@@ -114,7 +115,7 @@ pub(super) fn bring(state: &'static State, api: Api) {
         {
             spare -= block.size;
             moves::stage_in(state, start, block, true)
-        } else if let Some(lender) = lender(state, device, block.size, quota) {
+        } else if let Some(lender) = room::lender(state, device, block.size, quota) {
             moves::stage_in_lent(state, start, block, lender, Direction::AheadAfterFree)
         } else {
             // No room to spare: looked at again after a later use, once
@@ -139,20 +140,6 @@ pub(super) fn bring(state: &'static State, api: Api) {
     if came {
         state.tier.fetches.fetch_add(1, Relaxed);
     }
-}
-
-/// Where no room is spare for a block coming ahead: a block of its size
-/// freed in stream order and kept, whose memory it may take with its copy
-/// waiting on the device for that free ([`kept::lend`]), as a block a use
-/// names may. In a backward pass the freed activations' kept blocks fill
-/// the quota, their frees queued behind the job's launches, while the
-/// blocks it will need wait in host memory. Not while the device is over
-/// its limits: kept blocks go back then.
-fn lender(state: &State, device: Device, size: u64, quota: u64) -> Option<Kept> {
-    if crate::policy::moves::over_limits(state, device, quota) {
-        return None;
-    }
-    kept::lend(state, device, size)
 }
 
 /// How often, in uses, blocks are looked for to go out before the peak:

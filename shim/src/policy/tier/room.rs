@@ -272,15 +272,24 @@ pub(super) fn room_for_coming(
     {
         return Some(Room::Reserved);
     }
-    // A kept block's bytes pass to the block coming in as they are: only
-    // while the device is within its limits (after a cut, kept blocks go
-    // back instead).
-    if !strict && !crate::policy::moves::over_limits(state, device, quota) {
-        if let Some(lender) = kept::lend(state, device, size) {
+    if !strict {
+        if let Some(lender) = lender(state, device, size, quota) {
             return Some(Room::Lent(lender));
         }
     }
     make_room(state, device, size, quota, keep, strict).then_some(Room::Reserved)
+}
+
+/// A kept block of `size` bytes on `device` whose memory a block coming in
+/// may take, its copy waiting on the device for the free ([`kept::lend`]).
+/// A kept block's bytes pass to the block coming in as they are: only
+/// while the device is within its limits under `quota` (after a cut, kept
+/// blocks go back instead).
+pub(super) fn lender(state: &State, device: Device, size: u64, quota: u64) -> Option<Kept> {
+    if crate::policy::moves::over_limits(state, device, quota) {
+        return None;
+    }
+    kept::lend(state, device, size)
 }
 
 /// Reserves `size` device bytes on `device` under `quota`, moving the
