@@ -560,4 +560,7 @@ fn the_trace_samples_the_moves_counters_over_time_ending_at_their_totals() {
     assert!(device <= field(last, "memory_ns"), "{last}");
     assert!(field(last, "queue_ns") <= field(last, "move_ns"), "{last}");
     assert!(field(last, "remap_to_host_ns") > 0, "{last}");
+    // The three allocations each made a new block, no kept block serving.
+    assert_eq!(field(last, "placed"), 3, "{last}");
+    assert!(field(last, "place_ns") > 0, "{last}");
 }

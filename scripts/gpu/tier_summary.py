@@ -115,16 +115,17 @@ def timed_moves(name, result):
     keys = ("move_ns", "copy_ns", "remap_ns", "remap_to_host_ns", "memory_ns", "drain_ns",
             "fetches", "drains", "bytes_to_device", "bytes_to_host", "device_create_ns",
             "device_release_ns", "pinning_ns", "queue_ns", "choose_ns", "give_back_ns", "hand_out_ns",
-            "mover_ns", "mover_copy_ns", "mover_remap_ns", "mover_memory_ns", "mover_claim_wait_ns",
+            "place_ns", "placed", "mover_ns", "mover_copy_ns", "mover_remap_ns", "mover_memory_ns", "mover_claim_wait_ns",
             "mover_room_wait_ns", "free_wait_ns", "ahead_bytes",
             "made_with_room_bytes", "out_before_peak_bytes", "copier_busy_ns", "copier_queue_ns")
     per = {k: (last.get(k, 0) - first.get(k, 0)) / steps for k in keys}
     other = per["move_ns"] - per["copy_ns"] - per["remap_ns"] - per["memory_ns"]
     moved = (per["bytes_to_device"] + per["bytes_to_host"]) / 1e9
     ms = [per[k] / 1e6 for k in ("copy_ns", "remap_ns", "remap_to_host_ns", "memory_ns")]
-    parts = [per[k] / 1e6 for k in ("device_create_ns", "device_release_ns", "pinning_ns", "queue_ns", "choose_ns", "give_back_ns", "hand_out_ns", "mover_ns",
+    parts = [per[k] / 1e6 for k in ("device_create_ns", "device_release_ns", "pinning_ns", "queue_ns", "choose_ns", "give_back_ns", "hand_out_ns", "place_ns", "mover_ns",
                                     "mover_copy_ns", "mover_remap_ns", "mover_memory_ns", "mover_claim_wait_ns",
                                     "mover_room_wait_ns", "free_wait_ns")]
+    parts.insert(7, per["placed"])
     parts.append(per["ahead_bytes"] / 1e9)
     parts.append(per["made_with_room_bytes"] / 1e9)
     parts.append(per["out_before_peak_bytes"] / 1e9)
@@ -198,8 +199,8 @@ print()
 print("Timed steps only (the trace's samples inside them):" if FROM_STEP == 1 else
       f"Timed steps from timed step {FROM_STEP} on (the trace's samples inside them):")
 print()
-print("| run | step ms (median) | moved GB/step | copies ms | remaps ms | of which to host ms | memory ms | other moves' work ms | drain ms | rounds of moves / drains a step | of memory: device made / released ms | pinning ms | of other work: queuing ms | choosing blocks ms (also before moves) | kept blocks given back ms (also at allocations) | kept blocks' ranges filled at hand-out ms | mover thread's moves ms (beside the job) | of the mover's: copies / remaps / memory ms | job's waits for moves it claimed ms | job's waits for room: the mover's moves / kept blocks' frees ms | brought ahead GB/step | made on the device by moving others out / sent out before the peak GB/step | copier: copies out under way / of it queuing ms (GB/s out while under way) | index rebuilds ms/step (whole run) |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| run | step ms (median) | moved GB/step | copies ms | remaps ms | of which to host ms | memory ms | other moves' work ms | drain ms | rounds of moves / drains a step | of memory: device made / released ms | pinning ms | of other work: queuing ms | choosing blocks ms (also before moves) | kept blocks given back ms (also at allocations) | kept blocks' ranges filled at hand-out ms | new blocks made at allocations ms (blocks) | mover thread's moves ms (beside the job) | of the mover's: copies / remaps / memory ms | job's waits for moves it claimed ms | job's waits for room: the mover's moves / kept blocks' frees ms | brought ahead GB/step | made on the device by moving others out / sent out before the peak GB/step | copier: copies out under way / of it queuing ms (GB/s out while under way) | index rebuilds ms/step (whole run) |")
+print("| --- " * 25 + "|")
 for run in runs:
     result = run["result"]
     if not result:
@@ -212,12 +213,12 @@ for run in runs:
         head = " | ".join(f"{x:.1f}" if i == 0 else f"{x:.0f}" for i, x in enumerate(timed[:7]))
         rounds, drains = timed[7]
         head += f" | {rounds:.0f} / {'-' if drains is None else f'{drains:.1f}'}"
-        made, released, pinning, queuing, choosing, given, filled, mover, m_copy, m_remap, m_memory, claim_wait, room_wait, free_wait, ahead, born, early, copier = timed[8:]
+        made, released, pinning, queuing, choosing, given, filled, placed_ms, placed, mover, m_copy, m_remap, m_memory, claim_wait, room_wait, free_wait, ahead, born, early, copier = timed[8:]
         copier_cell = "-" if copier is None else (f"{copier[0]:.0f} / {copier[1]:.0f} ({copier[2]:.0f})" if copier[2] else "0")
-        cells = (f"{head} | {made:.0f} / {released:.0f} | {pinning:.0f} | {queuing:.0f} | {choosing:.0f} | {given:.0f} | {filled:.0f} | {mover:.0f} | "
+        cells = (f"{head} | {made:.0f} / {released:.0f} | {pinning:.0f} | {queuing:.0f} | {choosing:.0f} | {given:.0f} | {filled:.0f} | {placed_ms:.0f} ({placed:.0f}) | {mover:.0f} | "
                  f"{m_copy:.0f} / {m_remap:.0f} / {m_memory:.0f} | {claim_wait:.0f} | {room_wait:.0f} / {free_wait:.0f} | {ahead:.1f} | {born:.1f} / {early:.1f} | {copier_cell}")
     else:
-        cells = " | ".join(["-"] * 21)
+        cells = " | ".join(["-"] * 22)
     print(f"| {run['name']} | {median_step(result):.1f} | {cells} | {rebuilds} |")
 
 timelines = [(r["name"], r["result"]["timeline"]) for r in runs if r["result"] and "timeline" in r["result"]]

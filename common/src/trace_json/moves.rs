@@ -195,6 +195,11 @@ pub struct MovesSample {
     /// Mapping memory at a kept block's empty range as it is handed out
     /// again, at allocations (not a part of `move_ns`).
     pub hand_out_ns: u64,
+    /// Making new blocks at allocations where no kept block of the size
+    /// served (an address range, physical memory, its mappings), and how
+    /// many (not a part of `move_ns`).
+    pub place_ns: u64,
+    pub placed: u64,
     /// The job's threads ordering work after blocks' uses and recording
     /// their events, around each call that names tier blocks (not a part
     /// of `move_ns`).

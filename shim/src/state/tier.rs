@@ -140,6 +140,11 @@ pub struct Tier {
     /// again (device memory where there is room, else its host memory), at
     /// allocations: not a part of `move_ns`.
     pub hand_out_ns: AtomicU64,
+    /// Making new blocks at allocations where no kept block of the size
+    /// served (an address range, physical memory, its mappings), and how
+    /// many: not a part of `move_ns`.
+    pub place_ns: AtomicU64,
+    pub placed: AtomicU64,
     /// Ordering work after blocks' uses and recording their events, around
     /// each call that names tier blocks ([`crate::policy::tier::uses`]).
     pub uses_ns: AtomicU64,
@@ -391,6 +396,8 @@ impl Tier {
             give_back_ns: self.give_back_ns.load(Relaxed),
             give_back_ahead_ns: self.give_back_ahead_ns.load(Relaxed),
             hand_out_ns: self.hand_out_ns.load(Relaxed),
+            place_ns: self.place_ns.load(Relaxed),
+            placed: self.placed.load(Relaxed),
             uses_ns: self.uses_ns.load(Relaxed),
             uses_wait_ns: self.uses_wait_ns.load(Relaxed),
             memory_ns: self.memory_ns.load(Relaxed),

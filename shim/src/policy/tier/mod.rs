@@ -102,6 +102,23 @@ pub fn place(
     size: u64,
     on_device: bool,
 ) -> Option<*mut c_void> {
+    let began = std::time::Instant::now();
+    let placed = make(state, api, device, size, on_device);
+    let tier = &state.tier;
+    tier.place_ns
+        .fetch_add(began.elapsed().as_nanos() as u64, Relaxed);
+    tier.placed.fetch_add(u64::from(placed.is_some()), Relaxed);
+    placed
+}
+
+/// [`place`], untimed.
+fn make(
+    state: &State,
+    api: Api,
+    device: Device,
+    size: u64,
+    on_device: bool,
+) -> Option<*mut c_void> {
     let failed = |what: &str, rc: CUresult| {
         debug!("the spill tier could not make a block of {} ({what}: CUDA error {rc}); made without it", human_bytes(size));
     };
