@@ -304,3 +304,26 @@ fn a_block_freed_before_its_copy_in_lands_is_reused_after_it() {
         assert_eq!(log_field(line, "differ"), "0", "{line}");
     }
 }
+
+#[test]
+fn where_cuda_refuses_stream_waits_blocks_still_hold_their_bytes() {
+    // As above, with every wait of a stream for an event refused: the
+    // tier orders its moves and the job's work on the host instead (and a
+    // block coming ahead takes no kept block's memory whose free is not
+    // reached: the job's thread would wait for it).
+    let refused = [
+        ("FAKE_CUDA_LINK_MIB_PER_S", "2000"),
+        ("FAKE_CUDA_REFUSE_STREAM_WAITS", "1"),
+    ];
+    let run = forward_and_backward(5, true, &refused);
+    let counts: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("hostcount"))
+        .collect();
+    assert_eq!(counts.len(), 5 * 24);
+    for line in counts {
+        assert_eq!(log_field(line, "differ"), "0", "{line}");
+    }
+    assert!(!run.calls_with(&["refused"]).is_empty(), "{:#?}", run.calls);
+}

@@ -161,6 +161,10 @@ CUresult cuEventSynchronize(void *event) {
  * held back before its record land now, before any of it is given. */
 CUresult cuStreamWaitEvent(CUstream stream, void *event, unsigned flags) {
     if (!event) return INVALID_VALUE;
+    if (getenv("FAKE_CUDA_REFUSE_STREAM_WAITS")) {
+        trace("cuStreamWaitEvent refused stream=%p", (void *)stream);
+        return NOT_SUPPORTED;
+    }
     if (on_runtime_streams()) return runtime.wait(stream, event);
     unsigned long *mark = mark_of(event);
     if (mark) land_copies_upto(*mark);

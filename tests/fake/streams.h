@@ -21,6 +21,10 @@
  * and one whose parameters point into host-located memory of the fake
  * driver also reads it in place, at the driver's cost (costs.h).
  *
+ * FAKE_CUDA_REFUSE_STREAM_WAITS=1 refuses every wait of a stream for an
+ * event (CUDA_ERROR_NOT_SUPPORTED), so that what a caller does when CUDA
+ * will not order a stream after an event can be tested.
+ *
  * The null stream is a stream like the others here (no implicit
  * synchronisation with the rest); cudaMemcpy and cudaDeviceSynchronize wait
  * for every stream.
@@ -268,7 +272,18 @@ static int record_event(struct fake_event *e, void *stream) {
     return enqueue(stream, &w);
 }
 
+/* Whether stream waits are refused (FAKE_CUDA_REFUSE_STREAM_WAITS). */
+static int stream_waits_refused(void) {
+    static int refused = -1;
+    if (refused < 0) refused = getenv("FAKE_CUDA_REFUSE_STREAM_WAITS") != NULL;
+    return refused;
+}
+
 static int wait_event(void *stream, struct fake_event *e) {
+    if (stream_waits_refused()) {
+        trace("cudaStreamWaitEvent refused stream=%p", stream);
+        return NOT_SUPPORTED;
+    }
     pthread_mutex_lock(&stream_lock);
     unsigned long generation = e->recorded;
     pthread_mutex_unlock(&stream_lock);

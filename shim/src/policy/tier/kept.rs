@@ -289,18 +289,22 @@ pub(super) fn lend(state: &State, device: Device, size: u64) -> Option<Kept> {
 }
 
 /// Makes the tier's copies onto `device` wait for the free that kept
-/// `kept`, and for its last use (a copy of its own may still be landing);
-/// where CUDA refuses, waits here.
-pub(super) fn order_after(kept: &Kept, device: Device, direction: backing::Direction) {
+/// `kept`, and for its last use (a copy of its own may still be landing).
+/// Where CUDA refuses, a copy that work needs now waits here; one coming
+/// ahead of need does not wait for a free the device may reach late: false,
+/// and the move is not made.
+pub(super) fn order_after(kept: &Kept, device: Device, direction: backing::Direction) -> bool {
     let stream = backing::stream(device, direction).ok();
     for event in events_of(kept) {
         match stream {
             Some(stream) if event.complete() || event.wait_on(stream as usize, false) => {}
+            _ if direction == backing::Direction::AheadAfterFree => return false,
             _ => {
                 event.wait();
             }
         }
     }
+    true
 }
 
 /// The free's event that kept `kept`, and its last use's, if it has one.

@@ -175,6 +175,15 @@ fn stage_in_to(
     let at = ptr as CUdeviceptr;
     let backing = state.tier.blocks.get(&ptr).map(|b| *b);
     let staged = backing.filter(|b| b.in_host != 0).and_then(|backing| {
+        // The copy into a lender's memory is queued behind its free; a block
+        // coming ahead whose stream cannot wait for it stays where it is.
+        if let Some((lender, direction)) = lender {
+            if !timed(&tier.queue_ns, || {
+                kept::order_after(lender, device, direction)
+            }) {
+                return None;
+            }
+        }
         let handle = match lender {
             Some((lender, _)) => lender.backing.on_device,
             None => timed(&tier.memory_ns, || {
@@ -195,11 +204,6 @@ fn stage_in_to(
         if timed(&tier.remap_ns, || remap(at, size, device, handle, host)).is_err() {
             release(handle);
             return None;
-        }
-        if let Some(lender) = lender {
-            timed(&tier.queue_ns, || {
-                kept::order_after(lender.0, device, lender.1)
-            });
         }
         // Into lent memory, on a stream of its own: the copy waits for the
         // lender's free, and the copies queued after it should not.
