@@ -125,7 +125,7 @@ def timed_moves(name, result):
     parts = [per[k] / 1e6 for k in ("device_create_ns", "device_release_ns", "pinning_ns", "queue_ns", "choose_ns", "give_back_ns", "hand_out_ns", "place_ns", "mover_ns",
                                     "mover_copy_ns", "mover_remap_ns", "mover_memory_ns", "mover_claim_wait_ns",
                                     "mover_room_wait_ns", "free_wait_ns")]
-    parts.insert(7, per["placed"])
+    parts.insert(8, per["placed"])
     parts.append(per["ahead_bytes"] / 1e9)
     parts.append(per["made_with_room_bytes"] / 1e9)
     parts.append(per["out_before_peak_bytes"] / 1e9)
