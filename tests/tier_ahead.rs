@@ -54,6 +54,21 @@ fn forward_and_backward(times: usize, checked: bool, more: &[(&str, &str)]) -> R
     run
 }
 
+/// That in each of `steps` checked steps of [`forward_and_backward`], every
+/// block held what the forward wrote when the backward came to it.
+fn assert_each_block_held_its_bytes(run: &Run, steps: usize) {
+    let counts: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("hostcount"))
+        .collect();
+    assert_eq!(counts.len(), steps * 24);
+    for line in counts {
+        assert_eq!(log_field(line, "differ"), "0", "{line}");
+        assert_eq!(log_field(line, "size"), (2 * MIB).to_string(), "{line}");
+    }
+}
+
 #[test]
 fn the_trace_says_why_blocks_came_ahead_or_not() {
     // In the forward, the uses to come name blocks not yet made, or on the
@@ -221,16 +236,7 @@ fn blocks_coming_ahead_into_kept_memory_hold_their_own_bytes() {
     // link time here, so that copies onto the device wait for the lenders'
     // frees on the device rather than on the host.
     let run = forward_and_backward(5, true, &[("FAKE_CUDA_LINK_MIB_PER_S", "2000")]);
-    let counts: Vec<&str> = run
-        .stdout
-        .lines()
-        .filter(|l| l.starts_with("hostcount"))
-        .collect();
-    assert_eq!(counts.len(), 5 * 24);
-    for line in counts {
-        assert_eq!(log_field(line, "differ"), "0", "{line}");
-        assert_eq!(log_field(line, "size"), (2 * MIB).to_string(), "{line}");
-    }
+    assert_each_block_held_its_bytes(&run, 5);
     let moves = &run.trace()["processes"][0]["moves"];
     assert!(
         moves["lent_bytes_to_device"].as_u64() >= Some(8 * 2 * MIB),
@@ -316,14 +322,6 @@ fn where_cuda_refuses_stream_waits_blocks_still_hold_their_bytes() {
         ("FAKE_CUDA_REFUSE_STREAM_WAITS", "1"),
     ];
     let run = forward_and_backward(5, true, &refused);
-    let counts: Vec<&str> = run
-        .stdout
-        .lines()
-        .filter(|l| l.starts_with("hostcount"))
-        .collect();
-    assert_eq!(counts.len(), 5 * 24);
-    for line in counts {
-        assert_eq!(log_field(line, "differ"), "0", "{line}");
-    }
+    assert_each_block_held_its_bytes(&run, 5);
     assert!(!run.calls_with(&["refused"]).is_empty(), "{:#?}", run.calls);
 }
