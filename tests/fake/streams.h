@@ -279,10 +279,24 @@ static int stream_waits_refused(void) {
     return refused;
 }
 
+static void sync_event(struct fake_event *e) {
+    pthread_mutex_lock(&stream_lock);
+    unsigned long generation = e->recorded;
+    while (!record_reached(e, generation)) pthread_cond_wait(&stream_moved, &stream_lock);
+    pthread_mutex_unlock(&stream_lock);
+}
+
 static int wait_event(void *stream, struct fake_event *e) {
     if (stream_waits_refused()) {
         trace("cudaStreamWaitEvent refused stream=%p", stream);
         return NOT_SUPPORTED;
+    }
+    /* A stream of the fake driver's own (its cost model off): its work runs
+     * as it is given, so the work given after this wait waits for the
+     * event here, as one stream handle serves both APIs on a GPU. */
+    if (stream && !stream_of(stream)) {
+        sync_event(e);
+        return OK;
     }
     pthread_mutex_lock(&stream_lock);
     unsigned long generation = e->recorded;
@@ -298,12 +312,6 @@ static int event_done(struct fake_event *e) {
     return done;
 }
 
-static void sync_event(struct fake_event *e) {
-    pthread_mutex_lock(&stream_lock);
-    unsigned long generation = e->recorded;
-    while (!record_reached(e, generation)) pthread_cond_wait(&stream_moved, &stream_lock);
-    pthread_mutex_unlock(&stream_lock);
-}
 
 /* A launch of `kernel` with `args` on `stream`: queued if it has a body
  * (1), else nothing to run (0); -1 if its arguments do not fit. */
