@@ -122,10 +122,10 @@ def timed_moves(name, result):
     other = per["move_ns"] - per["copy_ns"] - per["remap_ns"] - per["memory_ns"]
     moved = (per["bytes_to_device"] + per["bytes_to_host"]) / 1e9
     ms = [per[k] / 1e6 for k in ("copy_ns", "remap_ns", "remap_to_host_ns", "memory_ns")]
-    parts = [per[k] / 1e6 for k in ("device_create_ns", "device_release_ns", "pinning_ns", "queue_ns", "choose_ns", "give_back_ns", "hand_out_ns", "place_ns", "mover_ns",
-                                    "mover_copy_ns", "mover_remap_ns", "mover_memory_ns", "mover_claim_wait_ns",
-                                    "mover_room_wait_ns", "free_wait_ns")]
-    parts.insert(8, per["placed"])
+    parts = [per[k] / 1e6 for k in ("device_create_ns", "device_release_ns", "pinning_ns", "queue_ns", "choose_ns", "give_back_ns", "hand_out_ns", "place_ns")]
+    parts.append(per["placed"])
+    parts += [per[k] / 1e6 for k in ("mover_ns", "mover_copy_ns", "mover_remap_ns", "mover_memory_ns", "mover_claim_wait_ns",
+                                     "mover_room_wait_ns", "free_wait_ns")]
     parts.append(per["ahead_bytes"] / 1e9)
     parts.append(per["made_with_room_bytes"] / 1e9)
     parts.append(per["out_before_peak_bytes"] / 1e9)

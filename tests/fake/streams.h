@@ -312,7 +312,6 @@ static int event_done(struct fake_event *e) {
     return done;
 }
 
-
 /* A launch of `kernel` with `args` on `stream`: queued if it has a body
  * (1), else nothing to run (0); -1 if its arguments do not fit. */
 static int enqueue_kernel(const void *kernel, void **args, void *stream) {

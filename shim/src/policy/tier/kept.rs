@@ -309,9 +309,7 @@ pub(super) fn order_after(kept: &Kept, device: Device, direction: backing::Direc
 
 /// The free's event that kept `kept`, and its last use's, if it has one.
 fn events_of(kept: &Kept) -> impl Iterator<Item = Event> {
-    let backing = &kept.backing;
-    let used = (backing.used != 0).then_some(Event(backing.used, backing.used_runtime));
-    std::iter::once(Event(kept.event, kept.runtime_event)).chain(used)
+    std::iter::once(Event(kept.event, kept.runtime_event)).chain(Event::of(&kept.backing))
 }
 
 /// A block whose memory [`lend`] took, now mapped at the block coming in
