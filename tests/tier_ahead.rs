@@ -211,6 +211,52 @@ fn blocks_needed_past_the_peak_go_out_before_room_runs_short() {
 }
 
 #[test]
+fn an_allocation_at_the_peak_makes_only_its_own_room() {
+    // Six marked steps under 48 MiB: eight 2 MiB weights filled at each
+    // step's start, then the forward and backward of forward_and_backward,
+    // with an 8 MiB block made and freed at the forward's end that no work
+    // names. What the live blocks required out, noted after uses, leaves
+    // that block out, so once the blocks going out before the peak have
+    // gone it finds too little room and makes its own on the job's thread.
+    // That room alone: making the room kept for moves free again there (an
+    // eighth of the quota) sent out blocks the backward brought straight
+    // back, 180 MiB out over the run against 150.
+    let weights: Vec<String> = (0..8).map(|i| format!("w{i}")).collect();
+    let blocks: Vec<String> = (0..24).map(|i| format!("a{i}")).collect();
+    let mut steps: Vec<String> = weights.iter().map(|w| format!("async:{w}:2M:1")).collect();
+    steps.push("sync".into());
+    let mut step = vec!["step".to_string()];
+    for w in &weights {
+        step.extend([format!("fill:{w}:7:1"), "sync".into()]);
+    }
+    step.extend(forward(&blocks).into_iter().skip(1));
+    step.extend([
+        "async:big:8M:1".into(),
+        "freeasync:big:1".into(),
+        "sync".into(),
+    ]);
+    for (byte, name) in blocks.iter().enumerate().rev() {
+        step.extend([
+            format!("fill:{name}:{}:1", byte + 101),
+            "sync".into(),
+            format!("freeasync:{name}:1"),
+        ]);
+    }
+    step.push("sync".into());
+    steps.push(format!("repeat:6:{}", step.len()));
+    steps.extend(step);
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let vars = moving_beside("48MiB", &[("FAKE_CUDA_STREAM_DELAY_US", "1000")]);
+    let run = client(Runtime::Fake13, &vars, &steps);
+    run.assert_ok();
+    let moves = &run.trace()["processes"][0]["moves"];
+    let count = |key: &str| moves[key].as_u64().unwrap();
+    // The block at the peak made its own room in each step after the first.
+    assert!(count("made_with_room_bytes") >= 5 * 8 * MIB, "{moves:#}");
+    assert!(count("bytes_to_host") <= 160 * MIB, "{moves:#}");
+}
+
+#[test]
 fn blocks_coming_ahead_take_the_memory_of_kept_blocks_of_their_size() {
     // In the backward each block is freed in stream order after its last
     // fill and kept for the next step's: kept blocks fill the room the

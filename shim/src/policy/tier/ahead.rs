@@ -19,10 +19,12 @@
 //! those blocks had to be pinned and copied out in the same chain as the
 //! moves they made room for.
 //!
-//! The same record keeps the point of the step where the tier had the most
-//! bytes in host memory: until that point, blocks whose next use lies past
-//! it go out as soon as nothing uses them ([`out_for_peak`]), so that the
-//! moves out a forward pass would wait for begin while the quota has room.
+//! The same record keeps the point of the step where the live blocks
+//! required the most bytes out of the device (those in host memory, less
+//! the room that held no live block): until that point, blocks whose next
+//! use lies past it go out as soon as nothing uses them ([`out_for_peak`]),
+//! so that the moves out a forward pass would wait for begin while the
+//! quota has room, and no more go than the live blocks required.
 //!
 //! A prediction that is wrong costs link traffic and room, never
 //! correctness: a block is brought only once its last use has completed,
@@ -34,6 +36,7 @@ use vramshare_common::event::{Api, Placement};
 
 use crate::config::Device;
 use crate::cuda::backend::Backend;
+use crate::state::access::replay::Peak;
 use crate::state::State;
 
 use super::backing::Direction;
@@ -56,14 +59,13 @@ pub fn recording(state: &State) -> bool {
 }
 
 /// After the moves for a use, where uses are recorded ([`recording`]):
-/// notes the bytes in host memory for the record, hands blocks next used
-/// past the step's peak to the mover thread ([`out_for_peak`]), and brings
-/// the blocks the next uses will name onto the device, where there is room
-/// to spare.
+/// notes the bytes the live blocks require out of the device and hands
+/// blocks next used past the step's peak to the mover thread
+/// ([`out_for_peak`]), and brings the blocks the next uses will name onto
+/// the device, where there is room to spare.
 pub(super) fn bring(state: &'static State, api: Api) {
     let replay = &state.access.replay;
     let in_host = state.tier.bytes_in_host.load(Relaxed);
-    replay.note_in_host(in_host);
     out_for_peak(state, api, in_host);
     if in_host == 0 {
         state.tier.ahead_coming.store(false, Relaxed);
@@ -146,24 +148,44 @@ pub(super) fn bring(state: &'static State, api: Api) {
 /// choosing them looks at every block on the device.
 const PEAK_LOOK_EVERY: u64 = 16;
 
-/// Before the point of the step where the step before had the most bytes
-/// in host memory: while fewer are in host memory or leaving, and the
-/// mover thread has few moves to make, the blocks next used past that
-/// point go out as soon as nothing uses them ([`room::out_for_peak`]).
-/// Every [`PEAK_LOOK_EVERY`]th use.
+/// Before the point of the step where the live blocks of the step before
+/// required the most bytes out of the device: while fewer are in host
+/// memory or leaving, and the mover thread has few moves to make, the
+/// blocks next used past that point go out as soon as nothing uses them
+/// ([`room::out_for_peak`]), every [`PEAK_LOOK_EVERY`]th use. What the live
+/// blocks require is noted after every use: a large block that lives for a
+/// few uses only (a model's logits) makes the step's peak.
 fn out_for_peak(state: &'static State, api: Api, in_host: u64) {
     static USES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    if !USES.fetch_add(1, Relaxed).is_multiple_of(PEAK_LOOK_EVERY)
-        || state.tier.outgoing.pending.load(Relaxed) >= super::mover::BATCH as u64
+    let Some((device, _, bound)) = device_limits(state, api) else {
+        return;
+    };
+    // The bytes the live blocks require out of the device: those in host
+    // memory, less the room that holds no live block (free, or held by
+    // kept blocks, which give it back without a copy) beyond a margin. The
+    // kept blocks are counted only where the free room alone leaves that
+    // above the step's most so far.
+    let replay = &state.access.replay;
+    let beyond = in_host + room::peak_margin(bound);
+    let free = room::free_under(state, device, bound);
+    if beyond.saturating_sub(free) > replay.out_needed_most() {
+        let kept = super::kept::on_device(state, device);
+        replay.note_out_needed(beyond.saturating_sub(free.saturating_add(kept)));
+    }
+    if !USES.fetch_add(1, Relaxed).is_multiple_of(PEAK_LOOK_EVERY) {
+        return;
+    }
+    if state.tier.outgoing.pending.load(Relaxed) >= super::mover::BATCH as u64
         || state.tier.unread_since_drain.load(Relaxed)
         || state.access.graphs.capturing_any()
     {
         return;
     }
-    let Some((most, distance)) = state.access.replay.in_host_peak_ahead() else {
-        return;
-    };
-    let Some((device, _, bound)) = device_limits(state, api) else {
+    let Peak::Ahead {
+        bytes: most,
+        uses: distance,
+    } = replay.out_needed_peak()
+    else {
         return;
     };
     let leaving = super::mover::leaving(state, device);
@@ -179,6 +201,26 @@ fn out_for_peak(state: &'static State, api: Api, in_host: u64) {
     let _timed = Timed(state, std::time::Instant::now());
     let sent = room::out_for_peak(state, device, bound, bytes, distance);
     state.tier.out_before_peak.fetch_add(sent, Relaxed);
+}
+
+/// Where steps are recorded: whether what the step before's live blocks
+/// required out of `device` at the step's peak is in host memory or
+/// leaving, or the step is past that peak. Room made beyond that point
+/// sends out blocks the backward pass brings straight back. False before a
+/// step has noted what it required.
+pub(super) fn out_enough_for_peak(state: &State, device: Device) -> bool {
+    let replay = &state.access.replay;
+    if !recording(state) {
+        return false;
+    }
+    match replay.out_needed_peak() {
+        Peak::Unknown => false,
+        Peak::Passed => true,
+        Peak::Ahead { bytes, .. } => {
+            let in_host = state.tier.bytes_in_host.load(Relaxed);
+            in_host.saturating_add(super::mover::leaving(state, device)) >= bytes
+        }
+    }
 }
 
 /// The calling thread's device, its quota, and the limit under it that

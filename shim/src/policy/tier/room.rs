@@ -42,7 +42,7 @@ fn kept_free(state: &State, limit: u64) -> u64 {
 }
 
 /// The room free on `device` under `limit` and under its pool's budget.
-fn free_under(state: &State, device: Device, limit: u64) -> u64 {
+pub(super) fn free_under(state: &State, device: Device, limit: u64) -> u64 {
     let used = state.ledger.device(device).device_bytes.load(SeqCst);
     limit
         .saturating_sub(used)
@@ -53,6 +53,14 @@ fn free_under(state: &State, device: Device, limit: u64) -> u64 {
 /// blocks brought ahead of need may take.
 pub(super) fn spare_beyond_budget(state: &State, device: Device, limit: u64) -> u64 {
     free_under(state, device, limit).saturating_sub(limit / MOVE_BUDGET_DIVISOR)
+}
+
+/// The room left free at the step's peak in host memory when blocks go
+/// out before it ([`out_for_peak`]): a quarter of the move budget, for
+/// allocations the tier does not serve and blocks a little larger than
+/// the step before's.
+pub(super) fn peak_margin(limit: u64) -> u64 {
+    limit / MOVE_BUDGET_DIVISOR / 4
 }
 
 /// Stages moves to the host, least needed first, until the room under
