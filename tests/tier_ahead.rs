@@ -253,7 +253,14 @@ fn an_allocation_at_the_peak_makes_only_its_own_room() {
     let count = |key: &str| moves[key].as_u64().unwrap();
     // The block at the peak made its own room in each step after the first.
     assert!(count("made_with_room_bytes") >= 5 * 8 * MIB, "{moves:#}");
+    assert!(count("out_for_room_bytes") >= 5 * 8 * MIB, "{moves:#}");
     assert!(count("bytes_to_host") <= 160 * MIB, "{moves:#}");
+    // Every byte sent out was chosen for one of the reasons the trace
+    // counts: none for quota cuts here.
+    let chosen = count("out_before_peak_bytes")
+        + count("out_kept_free_bytes")
+        + count("out_for_room_bytes");
+    assert!(chosen >= count("bytes_to_host"), "{moves:#}");
 }
 
 #[test]

@@ -26,7 +26,12 @@ in place, and looks stopped for want of room to spare; and the uses the
 step before foretold (named first what it had named first there) and those
 it did not; last, the uses that read their block in host memory since it had
 come in once in the step already, and the mover thread's moves out made and
-claimed back before they began (work named their block). After the table, the last complete step's first uses that the
+claimed back before they began (work named their block); and why blocks
+were chosen to go out, in GB: handed to the mover thread before the step's
+peak, for the room kept free for moves, for room a block a use named or a
+new block needed at once (what was claimed back never went, so these may
+pass the GB to the host), and the GB of new blocks made on the device by
+moving others out. After the table, the last complete step's first uses that the
 step before did not foretell, each with what it and the step before named
 first."""
 import json
@@ -44,7 +49,7 @@ def main():
     samples = trace["processes"][0]["moves"].get("samples", [])
     events = trace["events"]
     print(f"{run}: each timed step")
-    print("step | ms | GB to the host | GB onto the device | job's memory ms | job's remaps ms | job's waits for room ms | mover's remaps ms | uses ms | of which waits ms | pinning ms | kept blocks given back ms | of which ahead of need ms | kept ranges filled ms | looks ahead | found none in host | passed over, in use | short of room | uses foretold | not foretold | uses left in place | mover's moves | claimed back")
+    print("step | ms | GB to the host | GB onto the device | job's memory ms | job's remaps ms | job's waits for room ms | mover's remaps ms | uses ms | of which waits ms | pinning ms | kept blocks given back ms | of which ahead of need ms | kept ranges filled ms | looks ahead | found none in host | passed over, in use | short of room | uses foretold | not foretold | uses left in place | mover's moves | claimed back | out before the peak GB | out for the room kept free GB | out for room needed GB | made with room GB")
     begin = result["timed_ns"][0]
     for step, length in enumerate(result["step_ms_each"]):
         end = begin + length * 1e6
@@ -66,6 +71,8 @@ def main():
         cells += [grew(key, 1, ".0f") for key in (
             "ahead_looks", "ahead_none_in_host", "ahead_passed_busy", "ahead_short_of_room",
             "replay_matched", "replay_missed", "left_in_place", "mover_moves", "mover_claimed")]
+        cells += [grew(key, 1e9, ".1f") for key in (
+            "out_before_peak_bytes", "out_kept_free_bytes", "out_for_room_bytes", "made_with_room_bytes")]
         print(f"{step + 1} | {length:.1f} | {moved['demote'] / 1e9:.2f} | {moved['promote'] / 1e9:.2f} | " + " | ".join(cells))
         begin = end
     misses = trace["processes"][0]["moves"].get("replay_misses", [])

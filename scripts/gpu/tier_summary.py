@@ -117,7 +117,8 @@ def timed_moves(name, result):
             "device_release_ns", "pinning_ns", "queue_ns", "choose_ns", "give_back_ns", "hand_out_ns",
             "place_ns", "placed", "mover_ns", "mover_copy_ns", "mover_remap_ns", "mover_memory_ns", "mover_claim_wait_ns",
             "mover_room_wait_ns", "free_wait_ns", "ahead_bytes",
-            "made_with_room_bytes", "out_before_peak_bytes", "copier_busy_ns", "copier_queue_ns")
+            "made_with_room_bytes", "out_before_peak_bytes", "out_kept_free_bytes", "out_for_room_bytes",
+            "copier_busy_ns", "copier_queue_ns")
     per = {k: (last.get(k, 0) - first.get(k, 0)) / steps for k in keys}
     other = per["move_ns"] - per["copy_ns"] - per["remap_ns"] - per["memory_ns"]
     moved = (per["bytes_to_device"] + per["bytes_to_host"]) / 1e9
@@ -128,7 +129,10 @@ def timed_moves(name, result):
                                      "mover_room_wait_ns", "free_wait_ns")]
     parts.append(per["ahead_bytes"] / 1e9)
     parts.append(per["made_with_room_bytes"] / 1e9)
-    parts.append(per["out_before_peak_bytes"] / 1e9)
+    # Why blocks were chosen to go out: before the peak, for the room kept
+    # free, for room needed at once (None: a build before the last two).
+    chosen = (per["out_before_peak_bytes"] / 1e9, per["out_kept_free_bytes"] / 1e9, per["out_for_room_bytes"] / 1e9)
+    parts.append(chosen if "out_for_room_bytes" in last else (chosen[0], None, None))
     # The copier's time with a copy out under way (ms), of it in the calls
     # that queue each piece, and the bytes to the host over that time (bytes
     # a ns: GB/s; every move out goes through the copier where it runs, and
@@ -199,7 +203,7 @@ print()
 print("Timed steps only (the trace's samples inside them):" if FROM_STEP == 1 else
       f"Timed steps from timed step {FROM_STEP} on (the trace's samples inside them):")
 print()
-print("| run | step ms (median) | moved GB/step | copies ms | remaps ms | of which to host ms | memory ms | other moves' work ms | drain ms | rounds of moves / drains a step | of memory: device made / released ms | pinning ms | of other work: queuing ms | choosing blocks ms (also before moves) | kept blocks given back ms (also at allocations) | kept blocks' ranges filled at hand-out ms | new blocks made at allocations ms (blocks) | mover thread's moves ms (beside the job) | of the mover's: copies / remaps / memory ms | job's waits for moves it claimed ms | job's waits for room: the mover's moves / kept blocks' frees ms | brought ahead GB/step | made on the device by moving others out / sent out before the peak GB/step | copier: copies out under way / of it queuing ms (GB/s out while under way) | index rebuilds ms/step (whole run) |")
+print("| run | step ms (median) | moved GB/step | copies ms | remaps ms | of which to host ms | memory ms | other moves' work ms | drain ms | rounds of moves / drains a step | of memory: device made / released ms | pinning ms | of other work: queuing ms | choosing blocks ms (also before moves) | kept blocks given back ms (also at allocations) | kept blocks' ranges filled at hand-out ms | new blocks made at allocations ms (blocks) | mover thread's moves ms (beside the job) | of the mover's: copies / remaps / memory ms | job's waits for moves it claimed ms | job's waits for room: the mover's moves / kept blocks' frees ms | brought ahead GB/step | made on the device by moving others out / chosen to go out: before the peak, for the room kept free, for room needed at once GB/step | copier: copies out under way / of it queuing ms (GB/s out while under way) | index rebuilds ms/step (whole run) |")
 print("| --- " * 25 + "|")
 for run in runs:
     result = run["result"]
@@ -214,9 +218,10 @@ for run in runs:
         rounds, drains = timed[7]
         head += f" | {rounds:.0f} / {'-' if drains is None else f'{drains:.1f}'}"
         made, released, pinning, queuing, choosing, given, filled, placed_ms, placed, mover, m_copy, m_remap, m_memory, claim_wait, room_wait, free_wait, ahead, born, early, copier = timed[8:]
+        chosen_cell = ", ".join("-" if x is None else f"{x:.1f}" for x in early)
         copier_cell = "-" if copier is None else (f"{copier[0]:.0f} / {copier[1]:.0f} ({copier[2]:.0f})" if copier[2] else "0")
         cells = (f"{head} | {made:.0f} / {released:.0f} | {pinning:.0f} | {queuing:.0f} | {choosing:.0f} | {given:.0f} | {filled:.0f} | {placed_ms:.0f} ({placed:.0f}) | {mover:.0f} | "
-                 f"{m_copy:.0f} / {m_remap:.0f} / {m_memory:.0f} | {claim_wait:.0f} | {room_wait:.0f} / {free_wait:.0f} | {ahead:.1f} | {born:.1f} / {early:.1f} | {copier_cell}")
+                 f"{m_copy:.0f} / {m_remap:.0f} / {m_memory:.0f} | {claim_wait:.0f} | {room_wait:.0f} / {free_wait:.0f} | {ahead:.1f} | {born:.1f} / {chosen_cell} | {copier_cell}")
     else:
         cells = " | ".join(["-"] * 22)
     print(f"| {run['name']} | {median_step(result):.1f} | {cells} | {rebuilds} |")

@@ -46,14 +46,23 @@ pub struct MovesJson {
     /// memory (not a part of `bytes_to_device`: nothing was copied).
     pub made_with_room_bytes: u64,
     /// Where the job marks its steps and moves overlap: bytes handed to
-    /// the mover thread before the point of the step where the step before
-    /// had the most in host memory, as soon as nothing used them, because
-    /// their next use lies past that point. Work that names one of them
-    /// before its move begins claims it back, and it does not go; the rest
-    /// are a part of `bytes_to_host`. A trace written before these were
-    /// counted has none.
+    /// the mover thread before the point of the step where the step
+    /// before's live blocks required the most out of the device, as soon as
+    /// nothing used them, because their next use lies past that point.
+    /// Work that names one of them before its move begins claims it back,
+    /// and it does not go; the rest are a part of `bytes_to_host`. A trace
+    /// written before these were counted has none.
     #[serde(default)]
     pub out_before_peak_bytes: u64,
+    /// Bytes sent out to make the room kept free for moves again, after a
+    /// use or an allocation (handed to the mover thread or moved at once),
+    /// and bytes sent out for the room a block a use named, or a new block,
+    /// needed at once: with `out_before_peak_bytes`, why blocks went out.
+    /// A trace written before these were counted has none.
+    #[serde(default)]
+    pub out_kept_free_bytes: u64,
+    #[serde(default)]
+    pub out_for_room_bytes: u64,
     /// Rounds of moves: for work that named blocks in host memory, for
     /// blocks brought ahead of need, for a new block that needed room, or
     /// for a quota or budget cut; with the device drained first, or, where
@@ -245,10 +254,16 @@ pub struct MovesSample {
     pub kept_on_device_bytes: u64,
     /// New blocks made on the device by moving others out.
     pub made_with_room_bytes: u64,
-    /// Handed to the mover before the step's most in host memory (those
-    /// not claimed back a part of `bytes_to_host`).
+    /// Handed to the mover before the step's peak (those not claimed back
+    /// a part of `bytes_to_host`).
     #[serde(default)]
     pub out_before_peak_bytes: u64,
+    /// Sent out to make the room kept free again, and for room needed at
+    /// once (`out_kept_free_bytes` and `out_for_room_bytes` so far).
+    #[serde(default)]
+    pub out_kept_free_bytes: u64,
+    #[serde(default)]
+    pub out_for_room_bytes: u64,
     /// Uses the step before foretold and those it did not (the totals of
     /// `replay_matched` and `replay_missed` so far).
     pub replay_matched: u64,

@@ -254,6 +254,8 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
         lent_bytes_to_device: tier.moved_in_lent.load(Relaxed),
         made_with_room_bytes: tier.room_at_birth.load(Relaxed),
         out_before_peak_bytes: tier.out_before_peak.load(Relaxed),
+        out_kept_free_bytes: tier.out_kept_free.load(Relaxed),
+        out_for_room_bytes: tier.out_for_room.load(Relaxed),
         fetches: tier.fetches.load(Relaxed),
         drains: Some(tier.drains.load(Relaxed)),
         drains_unread: tier.drains_unread.load(Relaxed),

@@ -172,10 +172,17 @@ pub struct Tier {
     /// moves overlap the job's kernels), instead of in host memory.
     pub room_at_birth: AtomicU64,
     /// Bytes handed to the mover thread before the point of the step where
-    /// the step before had the most in host memory, as soon as nothing used
-    /// them ([`crate::policy::tier::ahead`]); those claimed back before
-    /// their moves began never went out.
+    /// the step before's live blocks required the most out of the device,
+    /// as soon as nothing used them ([`crate::policy::tier::ahead`]); those
+    /// claimed back before their moves began never went out.
     pub out_before_peak: AtomicU64,
+    /// Bytes sent out (handed to the mover thread or moved) to make the
+    /// room kept free for moves again, after a use or an allocation; and
+    /// those sent out for room that a block a use named, or a new block,
+    /// needed at once. The rest of the bytes sent out went for quota and
+    /// budget cuts, drains, or before the peak.
+    pub out_kept_free: AtomicU64,
+    pub out_for_room: AtomicU64,
     /// Moves onto the device ahead of need (the step before's record named
     /// the block among the next uses), and their bytes: a part of
     /// `moves_in` and `moved_in`.
@@ -421,6 +428,8 @@ impl Tier {
             kept_on_device_bytes: self.kept_on_device(),
             made_with_room_bytes: self.room_at_birth.load(Relaxed),
             out_before_peak_bytes: self.out_before_peak.load(Relaxed),
+            out_kept_free_bytes: self.out_kept_free.load(Relaxed),
+            out_for_room_bytes: self.out_for_room.load(Relaxed),
             replay_matched: replay.0,
             replay_missed: replay.1,
             left_in_place: self.left_in_place.load(Relaxed),

@@ -112,11 +112,13 @@ pub(super) fn evict_ahead(
         // job's work goes on.
         if !strict && mover::send(state, ptr, size) {
             room += size;
+            state.tier.out_kept_free.fetch_add(size, Relaxed);
             continue;
         }
         if let Some(out) = moves::stage_out(state, ptr, size) {
             staged.push(out);
             room += size;
+            state.tier.out_kept_free.fetch_add(size, Relaxed);
         }
     }
     staged
@@ -353,6 +355,7 @@ pub(super) fn make_room(
             freeing += victim;
         }
     }
+    state.tier.out_for_room.fetch_add(freeing, Relaxed);
     moves::finish(state, staged);
     if state.ledger.try_reserve(device, size, quota) {
         return true;
@@ -362,7 +365,11 @@ pub(super) fn make_room(
         if !strict && !uses::wait_idle(state, ptr) {
             continue;
         }
-        if move_out(state, ptr, victim) && state.ledger.try_reserve(device, size, quota) {
+        if !move_out(state, ptr, victim) {
+            continue;
+        }
+        state.tier.out_for_room.fetch_add(victim, Relaxed);
+        if state.ledger.try_reserve(device, size, quota) {
             return true;
         }
     }
