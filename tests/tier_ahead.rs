@@ -257,9 +257,8 @@ fn an_allocation_at_the_peak_makes_only_its_own_room() {
     assert!(count("bytes_to_host") <= 160 * MIB, "{moves:#}");
     // Every byte sent out was chosen for one of the reasons the trace
     // counts: none for quota cuts here.
-    let chosen = count("out_before_peak_bytes")
-        + count("out_kept_free_bytes")
-        + count("out_for_room_bytes");
+    let chosen =
+        count("out_before_peak_bytes") + count("out_kept_free_bytes") + count("out_for_room_bytes");
     assert!(chosen >= count("bytes_to_host"), "{moves:#}");
 }
 
