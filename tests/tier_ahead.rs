@@ -260,6 +260,13 @@ fn an_allocation_at_the_peak_makes_only_its_own_room() {
     let chosen =
         count("out_before_peak_bytes") + count("out_kept_free_bytes") + count("out_for_room_bytes");
     assert!(chosen >= count("bytes_to_host"), "{moves:#}");
+    // Each step's peak is in the trace: what the next step aimed at.
+    let peaks = moves["step_peaks"].as_array().unwrap();
+    let noted = peaks
+        .iter()
+        .filter(|peak| peak["out_needed_bytes"].as_u64() > Some(0) && peak["at"].as_u64() > Some(0))
+        .count();
+    assert!(noted >= 5, "{moves:#}");
 }
 
 #[test]

@@ -12,7 +12,9 @@ use crate::event::{Api, Event, Op, Placement};
 use crate::registry::DeviceInfo;
 
 mod moves;
-pub use moves::{HostCallJson, MovesJson, MovesSample, ReplayMiss, MOVES_SAMPLES_MAX};
+pub use moves::{
+    HostCallJson, MovesJson, MovesSample, ReplayMiss, StepPeakJson, MOVES_SAMPLES_MAX,
+};
 
 pub const SCHEMA: &str = "vramshare-trace/1";
 

@@ -31,7 +31,11 @@ were chosen to go out, in GB: handed to the mover thread before the step's
 peak, for the room kept free for moves, for room a block a use named or a
 new block needed at once (what was claimed back never went, so these may
 pass the GB to the host), and the GB of new blocks made on the device by
-moving others out. After the table, the last complete step's first uses that the
+moving others out. After the table, the steps the shim saw end (its last 64:
+the last timed steps, and the warm-up's where fewer ran), each with its uses
+and the most bytes its live blocks required out of the device at once, at
+the use where that was first reached: the next step sends blocks out before
+that point, up to those bytes. Then the last complete step's first uses that the
 step before did not foretell, each with what it and the step before named
 first."""
 import json
@@ -75,6 +79,12 @@ def main():
             "out_before_peak_bytes", "out_kept_free_bytes", "out_for_room_bytes", "made_with_room_bytes")]
         print(f"{step + 1} | {length:.1f} | {moved['demote'] / 1e9:.2f} | {moved['promote'] / 1e9:.2f} | " + " | ".join(cells))
         begin = end
+    peaks = trace["processes"][0]["moves"].get("step_peaks", [])
+    if peaks:
+        print()
+        print("The steps the shim saw end, oldest first: uses; most required out of the device, GB at use (share of the step):")
+        print("; ".join(f"{p['uses']}: {p['out_needed_bytes'] / 1e9:.2f} at {p['at']} ({p['at'] / max(p['uses'], 1):.2f})"
+                        for p in peaks))
     misses = trace["processes"][0]["moves"].get("replay_misses", [])
     if misses:
         print()

@@ -125,6 +125,13 @@ pub struct MovesJson {
     pub replay_misses: Vec<ReplayMiss>,
     /// Steps begun while the process ran (0: none found).
     pub steps: u64,
+    /// Where the job marks its steps and moves overlap: the last steps
+    /// that ended (at most 64), oldest first, each with its uses and the
+    /// most bytes its live blocks required out of the device at once (where
+    /// the next step aims the blocks it sends out before the peak), first
+    /// reached at use `at`. A trace written before these were kept has none.
+    #[serde(default)]
+    pub step_peaks: Vec<StepPeakJson>,
     /// The counters over time, so that a part of the run (its timed steps,
     /// without the warm-up) can be told apart: taken every 50 ms or more,
     /// at most [`MOVES_SAMPLES_MAX`] spread over the whole run, then one at
@@ -154,6 +161,15 @@ pub struct ReplayMiss {
     pub expected: Option<String>,
     pub named: String,
     pub found_at: Option<i64>,
+}
+
+/// A step that ended, as [`MovesJson::step_peaks`] holds it.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct StepPeakJson {
+    pub uses: u64,
+    pub out_needed_bytes: u64,
+    pub at: u64,
 }
 
 /// Calls of one name, `kind` "hook" (a hook's own time) or "cuda" (the

@@ -21,7 +21,7 @@ use crate::config::{Limit, Quota};
 use crate::state::access::replay::{describe, Miss};
 use crate::state::{config, State, QUOTA_UNRESOLVED};
 use vramshare_common::trace_json::{
-    CoverageJson, EventJson, LeakJson, ProcessJson, ReplayMiss, TraceJson,
+    CoverageJson, EventJson, LeakJson, ProcessJson, ReplayMiss, StepPeakJson, TraceJson,
 };
 
 /// The variable that ties the processes of one job together.
@@ -284,6 +284,17 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
             .map(miss_json)
             .collect(),
         steps: state.access.steps.current(),
+        step_peaks: state
+            .access
+            .replay
+            .step_peaks()
+            .iter()
+            .map(|peak| StepPeakJson {
+                uses: peak.uses as u64,
+                out_needed_bytes: peak.bytes,
+                at: peak.at as u64,
+            })
+            .collect(),
         // The last sample is now: the run's end.
         samples: {
             let mut samples = crate::state::lock(&tier.samples).taken.clone();

@@ -187,7 +187,21 @@ struct Inner {
     /// position of the use where it was first reached.
     out_needed_now: (u64, usize),
     out_needed_before: (u64, usize),
+    /// The last steps' ends, oldest first, at most [`PEAKS_KEPT`].
+    peaks: std::collections::VecDeque<StepPeak>,
 }
+
+/// A step that ended: its uses, and the most bytes its live blocks
+/// required out of the device at once, first reached at use `at`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepPeak {
+    pub uses: usize,
+    pub bytes: u64,
+    pub at: usize,
+}
+
+/// The most steps' ends kept ([`Replay::step_peaks`]).
+const PEAKS_KEPT: usize = 64;
 
 /// The most misses kept a step ([`Replay::last_misses`]).
 const MISSES_KEPT: usize = 16;
@@ -316,6 +330,7 @@ impl Replay {
     pub fn step(&self) {
         let mut inner = self.lock();
         let ended = std::mem::take(&mut inner.now);
+        let uses = ended.uses();
         let length = inner.before.as_ref().map_or(0, Recorded::uses);
         // What was looked at past the step's end is this step's start, as
         // [`Replay::upcoming`] wrapped it.
@@ -324,6 +339,11 @@ impl Replay {
         inner.last_misses = std::mem::take(&mut inner.misses);
         inner.before = Recorded::of(ended);
         inner.births.step();
+        let (bytes, at) = inner.out_needed_now;
+        if inner.peaks.len() == PEAKS_KEPT {
+            inner.peaks.pop_front();
+        }
+        inner.peaks.push_back(StepPeak { uses, bytes, at });
         inner.out_needed_before = std::mem::take(&mut inner.out_needed_now);
     }
 
@@ -339,6 +359,12 @@ impl Replay {
     /// in the step under way so far.
     pub fn out_needed_most(&self) -> u64 {
         self.lock().out_needed_now.0
+    }
+
+    /// The last steps that ended (at most 64), oldest first: what tells a
+    /// step whose record sent too few blocks out early from the others.
+    pub fn step_peaks(&self) -> Vec<StepPeak> {
+        self.lock().peaks.iter().copied().collect()
     }
 
     /// Where the live blocks of the step before required the most bytes

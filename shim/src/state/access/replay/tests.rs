@@ -177,3 +177,42 @@ fn the_peak_of_the_step_before_lies_ahead_until_the_step_passes_it() {
     replay.step();
     assert_eq!(replay.out_needed_peak(), Peak::Unknown);
 }
+
+#[test]
+fn each_step_that_ends_keeps_its_uses_and_its_peak_the_last_64() {
+    let replay = Replay::default();
+    replay.record(&[1]);
+    replay.record(&[2]);
+    replay.note_out_needed(30);
+    replay.record(&[3]);
+    replay.note_out_needed(20);
+    replay.step();
+    // A step that required nothing out.
+    replay.record(&[1]);
+    replay.step();
+    let peaks = replay.step_peaks();
+    assert_eq!(
+        peaks,
+        vec![
+            StepPeak {
+                uses: 3,
+                bytes: 30,
+                at: 2
+            },
+            StepPeak {
+                uses: 1,
+                bytes: 0,
+                at: 0
+            }
+        ]
+    );
+    for bytes in 0..100 {
+        replay.record(&[1]);
+        replay.note_out_needed(bytes + 1);
+        replay.step();
+    }
+    let peaks = replay.step_peaks();
+    assert_eq!(peaks.len(), 64);
+    assert_eq!(peaks[0].bytes, 37);
+    assert_eq!(peaks[63].bytes, 100);
+}
