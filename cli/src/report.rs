@@ -245,8 +245,17 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
     };
     let before_peak = if moves.out_before_peak_bytes > 0 {
         format!(
-            "  sent out as soon as idle, ahead of the step's most bytes in host memory: {}\n",
+            "  sent out as soon as idle, ahead of the step's peak: {}\n",
             human_bytes(moves.out_before_peak_bytes)
+        )
+    } else {
+        String::new()
+    };
+    let for_room = if moves.out_kept_free_bytes + moves.out_for_room_bytes > 0 {
+        format!(
+            "  sent out for the room kept free for moves: {}; for room needed at once: {}\n",
+            human_bytes(moves.out_kept_free_bytes),
+            human_bytes(moves.out_for_room_bytes)
         )
     } else {
         String::new()
@@ -311,6 +320,7 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
         }
     ) + &born
         + &before_peak
+        + &for_room
         + &drains
         + &copier
         + &waits
@@ -430,6 +440,7 @@ mod tests {
             (moves.drains_unread, moves.drains_for_room) = (3, 4);
             (moves.copier_seconds, moves.copier_queue_seconds) = (0.375, 0.0625);
             moves.out_before_peak_bytes = 3 << 20;
+            (moves.out_kept_free_bytes, moves.out_for_room_bytes) = (1 << 20, 2 << 20);
         }
         let report = process_report(&beside, &[]);
         assert!(
@@ -437,7 +448,11 @@ mod tests {
             "{report}"
         );
         assert!(
-            report.contains("  sent out as soon as idle, ahead of the step's most bytes in host memory: 3.00 MiB\n"),
+            report.contains("  sent out as soon as idle, ahead of the step's peak: 3.00 MiB\n"),
+            "{report}"
+        );
+        assert!(
+            report.contains("  sent out for the room kept free for moves: 1.00 MiB; for room needed at once: 2.00 MiB\n"),
             "{report}"
         );
         assert!(
