@@ -187,7 +187,7 @@ fn room_is_kept_free_for_blocks_ahead_only_while_they_come() {
 fn blocks_needed_past_the_peak_go_out_before_room_runs_short() {
     // Each step makes 48 MiB of blocks under 32 MiB, the first ones next
     // used once the forward has ended: past the point where the step
-    // before had the most bytes in host memory. From the second step on,
+    // before's live blocks required the most out. From the second step on,
     // they go out as soon as they are idle, while the quota still has
     // room, so fewer of the forward's blocks wait for room to be made.
     let run = forward_and_backward(5, false, &[]);

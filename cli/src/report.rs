@@ -251,9 +251,13 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
     } else {
         String::new()
     };
-    let for_room = if moves.out_kept_free_bytes + moves.out_for_room_bytes > 0 {
+    let for_room = if moves
+        .out_kept_free_bytes
+        .saturating_add(moves.out_for_room_bytes)
+        > 0
+    {
         format!(
-            "  sent out for the room kept free for moves: {}; for room needed at once: {}\n",
+            "  chosen to go out for the room kept free for moves: {}; for room needed at once: {}\n",
             human_bytes(moves.out_kept_free_bytes),
             human_bytes(moves.out_for_room_bytes)
         )
@@ -452,7 +456,7 @@ mod tests {
             "{report}"
         );
         assert!(
-            report.contains("  sent out for the room kept free for moves: 1.00 MiB; for room needed at once: 2.00 MiB\n"),
+            report.contains("  chosen to go out for the room kept free for moves: 1.00 MiB; for room needed at once: 2.00 MiB\n"),
             "{report}"
         );
         assert!(

@@ -54,11 +54,12 @@ pub struct MovesJson {
     /// written before these were counted has none.
     #[serde(default)]
     pub out_before_peak_bytes: u64,
-    /// Bytes sent out to make the room kept free for moves again, after a
-    /// use or an allocation (handed to the mover thread or moved at once),
-    /// and bytes sent out for the room a block a use named, or a new block,
-    /// needed at once: with `out_before_peak_bytes`, why blocks went out.
-    /// A trace written before these were counted has none.
+    /// Bytes chosen to go out to make the room kept free for moves again,
+    /// after a use or an allocation (handed to the mover thread or moved at
+    /// once), and bytes chosen for the room a block a use named, or a new
+    /// block, needed at once: with `out_before_peak_bytes`, why blocks went
+    /// out (a move claimed back or failed counts but never went). A trace
+    /// written before these were counted has none.
     #[serde(default)]
     pub out_kept_free_bytes: u64,
     #[serde(default)]
@@ -274,8 +275,9 @@ pub struct MovesSample {
     /// a part of `bytes_to_host`).
     #[serde(default)]
     pub out_before_peak_bytes: u64,
-    /// Sent out to make the room kept free again, and for room needed at
-    /// once (`out_kept_free_bytes` and `out_for_room_bytes` so far).
+    /// Chosen to go out to make the room kept free again, and for room
+    /// needed at once (`out_kept_free_bytes` and `out_for_room_bytes` so
+    /// far).
     #[serde(default)]
     pub out_kept_free_bytes: u64,
     #[serde(default)]

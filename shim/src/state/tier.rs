@@ -176,11 +176,12 @@ pub struct Tier {
     /// as soon as nothing used them ([`crate::policy::tier::ahead`]); those
     /// claimed back before their moves began never went out.
     pub out_before_peak: AtomicU64,
-    /// Bytes sent out (handed to the mover thread or moved) to make the
-    /// room kept free for moves again, after a use or an allocation; and
-    /// those sent out for room that a block a use named, or a new block,
-    /// needed at once. The rest of the bytes sent out went for quota and
-    /// budget cuts, drains, or before the peak.
+    /// Bytes chosen to go out (handed to the mover thread, or staged and
+    /// moved; a move claimed back or failed counts too) to make the room
+    /// kept free for moves again, after a use or an allocation; and those
+    /// chosen for room that a block a use named, or a new block, needed at
+    /// once. The rest of the bytes sent out went for quota and budget cuts,
+    /// drains, or before the peak.
     pub out_kept_free: AtomicU64,
     pub out_for_room: AtomicU64,
     /// Moves onto the device ahead of need (the step before's record named

@@ -166,7 +166,7 @@ fn out_for_peak(state: &'static State, api: Api, in_host: u64) {
     // kept blocks are counted only where the free room alone leaves that
     // above the step's most so far.
     let replay = &state.access.replay;
-    let beyond = in_host + room::peak_margin(bound);
+    let beyond = in_host.saturating_add(room::peak_margin(bound));
     let free = room::free_under(state, device, bound);
     if beyond.saturating_sub(free) > replay.out_needed_most() {
         let kept = super::kept::on_device(state, device);

@@ -307,8 +307,9 @@ pub fn enter(state: &State) -> Option<Inside<'_>> {
 /// launches' index may lag behind a move) onto the device where they fit,
 /// making room as the module says, and moving none of `named` out. A block
 /// that cannot come is read in place. Then, where steps are recorded, the
-/// use goes into the record, blocks next used past the step's peak in host
-/// memory go out, and the blocks of the uses to come are brought ahead
+/// use goes into the record, blocks next used past the step's peak (where
+/// the live blocks required the most out of the device) go out, and the
+/// blocks of the uses to come are brought ahead
 /// ([`ahead`]).
 pub fn fetch(state: &'static State, api: Api, named: &[usize]) {
     if let Some(trace) = &state.trace {

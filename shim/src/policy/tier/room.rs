@@ -4,8 +4,9 @@
 //! `strict`: the device was not drained), only blocks whose uses are known
 //! may go, each once its last use has completed ([`super::uses`]), and
 //! those that go ahead of need move on the mover thread ([`super::mover`]).
-//! Also, before the step's peak in host memory, the blocks that will have
-//! to be out by then, sent as soon as they are idle ([`out_for_peak`]).
+//! Also, before the step's peak (where the live blocks required the most out
+//! of the device), the blocks that will have to be out by then, sent as
+//! soon as they are idle ([`out_for_peak`]).
 
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
@@ -55,7 +56,7 @@ pub(super) fn spare_beyond_budget(state: &State, device: Device, limit: u64) -> 
     free_under(state, device, limit).saturating_sub(limit / MOVE_BUDGET_DIVISOR)
 }
 
-/// The room left free at the step's peak in host memory when blocks go
+/// The room left free at the step's peak when blocks go
 /// out before it ([`out_for_peak`]): a quarter of the move budget, for
 /// allocations the tier does not serve and blocks a little larger than
 /// the step before's.
@@ -126,8 +127,8 @@ pub(super) fn evict_ahead(
 
 /// Hands to the mover thread, the least needed first, blocks on `device`
 /// idle now whose next use is more than `beyond` uses away, until `bytes`
-/// are leaving: before the point of the step where the step before had the
-/// most bytes in host memory, what will go out by then goes out as soon as
+/// are leaving: before the point of the step where the step before's live
+/// blocks required the most out of the device, what will go out by then goes out as soon as
 /// nothing uses it, while the link would otherwise wait for the quota to
 /// fill. The bytes handed over.
 pub(super) fn out_for_peak(
