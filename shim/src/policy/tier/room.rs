@@ -110,14 +110,12 @@ pub(super) fn evict_ahead(
             continue;
         }
         // Beside the kernels, the mover thread makes the move, while the
-        // job's work goes on.
-        if !strict && mover::send(state, ptr, size) {
-            room += size;
-            state.tier.out_kept_free.fetch_add(size, Relaxed);
-            continue;
-        }
-        if let Some(out) = moves::stage_out(state, ptr, size) {
-            staged.push(out);
+        // job's work goes on; else it is staged here.
+        let chosen = (!strict && mover::send(state, ptr, size))
+            || moves::stage_out(state, ptr, size)
+                .map(|out| staged.push(out))
+                .is_some();
+        if chosen {
             room += size;
             state.tier.out_kept_free.fetch_add(size, Relaxed);
         }

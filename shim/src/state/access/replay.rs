@@ -183,11 +183,11 @@ struct Inner {
     last_misses: Vec<Miss>,
     births: Births,
     /// The most bytes the live blocks required out of the device at once
-    /// in the step under way, and in the step before, each with the
-    /// position of the use where it was first reached.
+    /// in the step under way, with the position of the use where it was
+    /// first reached.
     out_needed_now: (u64, usize),
-    out_needed_before: (u64, usize),
-    /// The last steps' ends, oldest first, at most [`PEAKS_KEPT`].
+    /// The last steps' ends, oldest first, at most [`PEAKS_KEPT`]: the
+    /// last is the step before, whose peak the step under way aims at.
     peaks: std::collections::VecDeque<StepPeak>,
 }
 
@@ -339,12 +339,11 @@ impl Replay {
         inner.last_misses = std::mem::take(&mut inner.misses);
         inner.before = Recorded::of(ended);
         inner.births.step();
-        let (bytes, at) = inner.out_needed_now;
+        let (bytes, at) = std::mem::take(&mut inner.out_needed_now);
         if inner.peaks.len() == PEAKS_KEPT {
             inner.peaks.pop_front();
         }
         inner.peaks.push_back(StepPeak { uses, bytes, at });
-        inner.out_needed_before = std::mem::take(&mut inner.out_needed_now);
     }
 
     /// After a use: the live blocks require `bytes` out of the device.
@@ -371,7 +370,14 @@ impl Replay {
     /// out of the device at once, against the step under way.
     pub fn out_needed_peak(&self) -> Peak {
         let inner = self.lock();
-        let (bytes, position) = inner.out_needed_before;
+        let Some(&StepPeak {
+            bytes,
+            at: position,
+            ..
+        }) = inner.peaks.back()
+        else {
+            return Peak::Unknown;
+        };
         let now = inner.at();
         match bytes {
             0 => Peak::Unknown,
