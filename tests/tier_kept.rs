@@ -197,6 +197,8 @@ fn host_memory_of_a_freed_block_serves_the_next_block_of_its_size_without_pinnin
     assert_eq!(host_made, 2, "{:?}", run.calls);
     let moves = &run.trace()["processes"][0]["moves"];
     assert_eq!(moves["pinned_bytes"], 8 * MIB, "{moves}");
+    // Neither was pinned beside unused host memory: c's went to d.
+    assert_eq!(moves["pinned_beside_unused_bytes"], 0, "{moves}");
     let line = run.line("peekvia d");
     assert_eq!(log_field(line, "first"), "4", "{line}");
 }
@@ -232,6 +234,9 @@ fn a_block_that_needs_host_memory_takes_that_of_a_kept_block_of_its_size_only() 
     assert_eq!(host_made.len(), 2, "{host_made:?}");
     assert!(host_made[0].contains("size=4194304"), "{host_made:?}");
     assert!(host_made[1].contains("size=2097152"), "{host_made:?}");
+    // d's was pinned while c's 4 MiB lay unused, kept: the trace says so.
+    let moves = &run.trace()["processes"][0]["moves"];
+    assert_eq!(moves["pinned_beside_unused_bytes"], 2 * MIB, "{moves}");
     let refused: Vec<_> = run
         .calls_with(&["cuMemMap"])
         .into_iter()

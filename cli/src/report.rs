@@ -289,7 +289,7 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
         String::new()
     };
     format!(
-        "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making memory), {:.2} s waiting for the device first{} in {} rounds of moves; {} of new host memory pinned in {:.2} s, {} given back while live blocks remained{}{ahead}\n",
+        "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making memory), {:.2} s waiting for the device first{} in {} rounds of moves; {} of new host memory pinned in {:.2} s{}, {} given back while live blocks remained{}{ahead}\n",
         moves.to_device,
         human_bytes(moves.bytes_to_device),
         moves.to_host,
@@ -307,6 +307,14 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
         moves.fetches,
         human_bytes(moves.pinned_bytes),
         moves.pinning_seconds,
+        if moves.pinned_beside_unused_bytes > 0 {
+            format!(
+                " ({} of it while as much host memory lay unused that could not serve it)",
+                human_bytes(moves.pinned_beside_unused_bytes)
+            )
+        } else {
+            String::new()
+        },
         human_bytes(moves.unpinned_bytes),
         if moves.mover_moves + moves.mover_claimed > 0 {
             format!(
@@ -422,6 +430,15 @@ mod tests {
         );
         assert!(!report.contains("copier threads"), "{report}");
         assert!(!report.contains("ahead of the step's most"), "{report}");
+        let mut repinned = process.clone();
+        if let Some(moves) = repinned.moves.as_mut() {
+            moves.pinned_beside_unused_bytes = 2 << 20;
+        }
+        let report = process_report(&repinned, &[]);
+        assert!(
+            report.contains("4.00 MiB of new host memory pinned in 0.75 s (2.00 MiB of it while as much host memory lay unused that could not serve it), 1.00 MiB given back"),
+            "{report}"
+        );
         // A trace from before the drains were counted gives no count.
         let mut older = process.clone();
         if let Some(moves) = older.moves.as_mut() {

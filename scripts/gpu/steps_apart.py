@@ -16,7 +16,9 @@ threads spent ordering work after blocks' uses and recording their events,
 and of it waiting on the host where a call's stream was not known; the ms
 both threads spent pinning host memory (a block's first move out makes it): a
 step that pins is slow for that, and the steps after it stop pinning once
-each block of the step has host memory of its own; last, the ms the job's
+each block of the step has host memory of its own; of the host memory pinned,
+the MiB made while as much lay unused that could not serve the block (of
+another size, or a kept block's whose free was not reached); last, the ms the job's
 threads spent giving kept blocks' device memory back (of it, for the room
 kept free ahead of need) and mapping memory at kept blocks' empty ranges
 as they are handed out again; then why blocks did or did not come ahead of
@@ -53,7 +55,7 @@ def main():
     samples = trace["processes"][0]["moves"].get("samples", [])
     events = trace["events"]
     print(f"{run}: each timed step")
-    print("step | ms | GB to the host | GB onto the device | job's memory ms | job's remaps ms | job's waits for room ms | mover's remaps ms | uses ms | of which waits ms | pinning ms | kept blocks given back ms | of which ahead of need ms | kept ranges filled ms | looks ahead | found none in host | passed over, in use | short of room | uses foretold | not foretold | uses left in place | mover's moves | claimed back | out before the peak GB | out for the room kept free GB | out for room needed GB | made with room GB")
+    print("step | ms | GB to the host | GB onto the device | job's memory ms | job's remaps ms | job's waits for room ms | mover's remaps ms | uses ms | of which waits ms | pinning ms | pinned beside unused host memory MB | kept blocks given back ms | of which ahead of need ms | kept ranges filled ms | looks ahead | found none in host | passed over, in use | short of room | uses foretold | not foretold | uses left in place | mover's moves | claimed back | out before the peak GB | out for the room kept free GB | out for room needed GB | made with room GB")
     begin = result["timed_ns"][0]
     for step, length in enumerate(result["step_ms_each"]):
         end = begin + length * 1e6
@@ -70,8 +72,9 @@ def main():
             return format((inside[-1][key] - inside[0][key]) / unit, form)
 
         cells = [grew(key, 1e6, ".0f") for key in (
-            "memory_ns", "remap_ns", "mover_room_wait_ns", "mover_remap_ns", "uses_ns", "uses_wait_ns", "pinning_ns",
-            "give_back_ns", "give_back_ahead_ns", "hand_out_ns")]
+            "memory_ns", "remap_ns", "mover_room_wait_ns", "mover_remap_ns", "uses_ns", "uses_wait_ns", "pinning_ns")]
+        cells.append(grew("pinned_beside_unused_bytes", 2**20, ".0f"))
+        cells += [grew(key, 1e6, ".0f") for key in ("give_back_ns", "give_back_ahead_ns", "hand_out_ns")]
         cells += [grew(key, 1, ".0f") for key in (
             "ahead_looks", "ahead_none_in_host", "ahead_passed_busy", "ahead_short_of_room",
             "replay_matched", "replay_missed", "left_in_place", "mover_moves", "mover_claimed")]

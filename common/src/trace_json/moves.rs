@@ -33,6 +33,12 @@ pub struct MovesJson {
     /// Host memory given back to the machine while live blocks remained,
     /// for want of room among the spares.
     pub unpinned_bytes: u64,
+    /// Of `pinned_bytes`: made while at least as many bytes of host memory
+    /// lay unused that could not serve the block (of another size, or a
+    /// kept block's whose free was not reached). A trace written before
+    /// this was counted has none.
+    #[serde(default)]
+    pub pinned_beside_unused_bytes: u64,
     /// Of `bytes_to_device`: blocks no work had touched since they were
     /// handed out, whose bytes were not yet the job's.
     pub fresh_bytes_to_device: u64,
@@ -282,6 +288,9 @@ pub struct MovesSample {
     pub out_kept_free_bytes: u64,
     #[serde(default)]
     pub out_for_room_bytes: u64,
+    /// `pinned_beside_unused_bytes` so far.
+    #[serde(default)]
+    pub pinned_beside_unused_bytes: u64,
     /// Uses the step before foretold and those it did not (the totals of
     /// `replay_matched` and `replay_missed` so far).
     pub replay_matched: u64,

@@ -250,6 +250,7 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
         pinning_seconds: tier.pinning_ns.load(Relaxed) as f64 / 1e9,
         pinned_bytes: tier.pinned.load(Relaxed),
         unpinned_bytes: tier.unpinned.load(Relaxed),
+        pinned_beside_unused_bytes: tier.pinned_beside_unused.load(Relaxed),
         fresh_bytes_to_device: tier.moved_in_fresh.load(Relaxed),
         lent_bytes_to_device: tier.moved_in_lent.load(Relaxed),
         made_with_room_bytes: tier.room_at_birth.load(Relaxed),

@@ -161,6 +161,11 @@ pub struct Tier {
     /// Host memory given back to the machine while live blocks remained
     /// (over the spares' bound): pinned again if a block needs it.
     pub unpinned: AtomicU64,
+    /// Of `pinned`: made while at least as many bytes of host memory lay
+    /// unused (spares, kept blocks' in host memory) that could not serve
+    /// the block: of another size, or a kept block's whose free was not
+    /// reached yet.
+    pub pinned_beside_unused: AtomicU64,
     /// Events no longer waited on, made without timing, kept for the next
     /// stream-ordered frees and moves' copies, as (event, whether it is the
     /// runtime's).
@@ -431,6 +436,7 @@ impl Tier {
             out_before_peak_bytes: self.out_before_peak.load(Relaxed),
             out_kept_free_bytes: self.out_kept_free.load(Relaxed),
             out_for_room_bytes: self.out_for_room.load(Relaxed),
+            pinned_beside_unused_bytes: self.pinned_beside_unused.load(Relaxed),
             replay_matched: replay.0,
             replay_missed: replay.1,
             left_in_place: self.left_in_place.load(Relaxed),

@@ -33,14 +33,38 @@ pub fn take(state: &State, size: u64, device: Device) -> backing::Result<u64> {
     if let Some(handle) = spare(state, size, device).or_else(|| from_kept(state, size, device)) {
         return Ok(handle);
     }
+    let unused = unused_host_bytes(state, device);
     let began = std::time::Instant::now();
     let handle = backing::create(size, device, false)?;
     let tier = &state.tier;
+    if unused >= size {
+        tier.pinned_beside_unused.fetch_add(size, Relaxed);
+    }
     tier.pinning_ns
         .fetch_add(began.elapsed().as_nanos() as u64, Relaxed);
     tier.pinned.fetch_add(size, Relaxed);
     lock(&tier.host_bytes).insert(handle, size);
     Ok(handle)
+}
+
+/// Bytes of host memory on `device` that no live block holds: the spares,
+/// and kept blocks' in host memory, whatever their sizes.
+fn unused_host_bytes(state: &State, device: Device) -> u64 {
+    let spares: u64 = lock(&state.tier.spare_host)
+        .iter()
+        .filter(|&&(_, of, _)| of == device)
+        .map(|&(bytes, _, _)| bytes)
+        .sum();
+    // In the order kept blocks take these locks.
+    let list = lock(&state.tier.kept);
+    let sizes = lock(&state.tier.host_bytes);
+    let kept: u64 = list
+        .iter()
+        .filter(|k| k.backing.device == device && k.backing.on_device == 0)
+        .filter(|k| k.backing.in_host != 0)
+        .map(|k| bytes_of(&sizes, &k.backing))
+        .sum();
+    spares + kept
 }
 
 /// A spare that serves `size`.
