@@ -139,7 +139,7 @@ fn add(state: &State, kept: Kept) {
 /// may need again, and no more.
 fn over_host_bound(state: &State, list: &mut Vec<Kept>, device: Device) -> Vec<Kept> {
     let bound = state.ledger.device(device).peak_spilled.load(Relaxed);
-    let in_host = |k: &Kept| k.backing.device == device && k.backing.on_device == 0;
+    let in_host = |k: &Kept| in_host_on(k, device);
     let sizes = lock(&state.tier.host_bytes);
     let bytes = |k: &Kept| spare::bytes_of(&sizes, &k.backing);
     let mut held: u64 = list.iter().filter(|k| in_host(k)).map(bytes).sum();
@@ -154,6 +154,12 @@ fn over_host_bound(state: &State, list: &mut Vec<Kept>, device: Device) -> Vec<K
         }
     }
     dropped
+}
+
+/// Whether `kept` is on `device` with no device memory: its bytes are its
+/// host memory's, which no live block holds.
+pub(super) fn in_host_on(kept: &Kept, device: Device) -> bool {
+    kept.backing.device == device && kept.backing.on_device == 0
 }
 
 /// Which kept blocks an allocation may be served by.

@@ -111,14 +111,15 @@ pub(super) fn evict_ahead(
         }
         // Beside the kernels, the mover thread makes the move, while the
         // job's work goes on; else it is staged here.
-        let chosen = (!strict && mover::send(state, ptr, size))
-            || moves::stage_out(state, ptr, size)
-                .map(|out| staged.push(out))
-                .is_some();
-        if chosen {
-            room += size;
-            state.tier.out_kept_free.fetch_add(size, Relaxed);
+        let handed = !strict && mover::send(state, ptr, size);
+        if !handed {
+            let Some(out) = moves::stage_out(state, ptr, size) else {
+                continue;
+            };
+            staged.push(out);
         }
+        room += size;
+        state.tier.out_kept_free.fetch_add(size, Relaxed);
     }
     staged
 }

@@ -60,8 +60,7 @@ fn unused_host_bytes(state: &State, device: Device) -> u64 {
     let sizes = lock(&state.tier.host_bytes);
     let kept: u64 = list
         .iter()
-        .filter(|k| k.backing.device == device && k.backing.on_device == 0)
-        .filter(|k| k.backing.in_host != 0)
+        .filter(|k| super::kept::in_host_on(k, device))
         .map(|k| bytes_of(&sizes, &k.backing))
         .sum();
     spares + kept
