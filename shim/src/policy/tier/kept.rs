@@ -17,7 +17,7 @@
 //! to the host, and at quota cuts.
 
 use std::ffi::c_void;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::atomic::Ordering::Relaxed;
 
 use cudart_sys::*;
 use vramshare_common::event::{Api, Placement};
@@ -68,7 +68,7 @@ pub fn keep(state: &State, api: Api, ptr: usize, block: &Block, stream: usize) -
     if state.access.graphs.capturing_any() {
         if let Some((_, backing)) = state.tier.remove(ptr) {
             if block.placement == Placement::Host {
-                state.tier.bytes_in_host.fetch_sub(backing.size, SeqCst);
+                state.tier.left_host(backing.size);
             }
             lock(&state.tier.freed_in_capture).push((ptr, backing));
         }
@@ -105,7 +105,7 @@ pub fn keep(state: &State, api: Api, ptr: usize, block: &Block, stream: usize) -
         return cudaErrorInvalidValue;
     };
     if block.placement == Placement::Host {
-        state.tier.bytes_in_host.fetch_sub(backing.size, SeqCst);
+        state.tier.left_host(backing.size);
     }
     let kept = Kept {
         ptr,
@@ -134,26 +134,25 @@ fn add(state: &State, kept: Kept) {
 }
 
 /// Takes out of `list` the oldest blocks in host memory on `device` whose
-/// frees are reached, while the host memory kept there is more than the
-/// most the device's blocks ever had in host memory at once: what the job
-/// may need again, and no more.
+/// frees are reached, of each size of which more lie unused (these and the
+/// spares) than the tier's blocks of that size ever had on the host at
+/// once: what the job may need again, and no more.
 fn over_host_bound(state: &State, list: &mut Vec<Kept>, device: Device) -> Vec<Kept> {
-    let bound = state.ledger.device(device).peak_spilled.load(Relaxed);
     let in_host = |k: &Kept| in_host_on(k, device);
-    let sizes = lock(&state.tier.host_bytes);
-    let bytes = |k: &Kept| spare::bytes_of(&sizes, &k.backing);
-    let mut held: u64 = list.iter().filter(|k| in_host(k)).map(bytes).sum();
-    let mut dropped = Vec::new();
-    let mut index = 0;
-    while held > bound && index < list.len() {
-        if in_host(&list[index]) && settled(&list[index]) {
-            held -= bytes(&list[index]);
-            dropped.push(list.remove(index));
-        } else {
-            index += 1;
-        }
+    let mut unused = spare::count_by_size(state, device);
+    for kept in list.iter().filter(|k| in_host(k)) {
+        *unused.entry(kept.backing.size).or_default() += 1;
     }
-    dropped
+    list.extract_if(.., |kept| {
+        let size = kept.backing.size;
+        let count = unused.entry(size).or_default();
+        // The counts first: asking CUDA whether each kept block's free was
+        // reached, on every free, cost the job more than the moves did.
+        let over = in_host(kept) && *count > state.tier.most_in_host_of(size) && settled(kept);
+        *count -= usize::from(over);
+        over
+    })
+    .collect()
 }
 
 /// Whether `kept` is on `device` with no device memory: its bytes are its
@@ -249,7 +248,7 @@ pub fn reuse(
     super::uses::handed_out(state, &mut backing, &kept);
     state.tier.insert(kept.ptr, backing);
     if !on_device {
-        state.tier.bytes_in_host.fetch_add(size, SeqCst);
+        state.tier.entered_host(size);
     }
     state.tier.reused.fetch_add(1, Relaxed);
     super::record_block(state, api, kept.ptr, size, device, on_device, false);

@@ -28,7 +28,7 @@
 
 use std::cell::Cell;
 use std::sync::atomic::AtomicU64;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 use cudart_sys::*;
@@ -488,11 +488,11 @@ fn count_move(state: &State, device: Device, direction: Direction, size: u64) {
     usage.moved_bytes.fetch_add(size, Relaxed);
     let (moves, bytes) = match direction {
         Direction::ToDevice | Direction::AfterFree | Direction::AheadAfterFree => {
-            tier.bytes_in_host.fetch_sub(size, SeqCst);
+            tier.left_host(size);
             (&tier.moves_in, &tier.moved_in)
         }
         Direction::ToHost => {
-            tier.bytes_in_host.fetch_add(size, SeqCst);
+            tier.entered_host(size);
             (&tier.moves_out, &tier.moved_out)
         }
     };

@@ -8,8 +8,9 @@
 //! whole; new memory. Only memory of the block's own size serves: the
 //! driver maps a handle whole, refusing a mapping smaller than the handle
 //! (or at an offset into it), so a larger spare could not be mapped at the
-//! block. Spares stay under the most the device's blocks ever had in host
-//! memory at once.
+//! block. Of each size, the unused host memory kept (spares and kept
+//! blocks') stays at most as many as the tier's blocks of that size ever
+//! had on the host at once.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -66,6 +67,26 @@ fn unused_host_bytes(state: &State, device: Device) -> u64 {
     spares + kept
 }
 
+/// Kept blocks on `device` in host memory of `size` bytes.
+fn kept_in_host_of_size(state: &State, device: Device, size: u64) -> usize {
+    lock(&state.tier.kept)
+        .iter()
+        .filter(|k| k.backing.size == size && super::kept::in_host_on(k, device))
+        .count()
+}
+
+/// Spares on `device`, by size.
+pub(super) fn count_by_size(state: &State, device: Device) -> HashMap<u64, usize> {
+    let mut counts = HashMap::new();
+    for &(bytes, _, _) in lock(&state.tier.spare_host)
+        .iter()
+        .filter(|s| s.1 == device)
+    {
+        *counts.entry(bytes).or_default() += 1;
+    }
+    counts
+}
+
 /// A spare that serves `size`.
 fn spare(state: &State, size: u64, device: Device) -> Option<u64> {
     let mut spares = lock(&state.tier.spare_host);
@@ -105,15 +126,24 @@ pub(super) fn bytes_of(sizes: &HashMap<u64, u64>, backing: &Backing) -> u64 {
     sizes.get(&backing.in_host).copied().unwrap_or(backing.size)
 }
 
-/// Host memory a block held, unmapped everywhere now: kept as a spare if
-/// it fits under the bound, else released.
+/// Host memory a block held, unmapped everywhere now: kept as a spare
+/// while fewer of its size lie unused (spares, kept blocks' in host memory)
+/// than the tier's blocks of that size ever had on the host at once, else
+/// released. Only memory of a block's own size serves it, so a bound on
+/// the unused bytes of all sizes together let a step whose blocks going
+/// out were of other sizes than the last's pin theirs anew while the
+/// others' lay unused.
 pub fn give(state: &State, device: Device, handle: u64) {
     let bytes = lock(&state.tier.host_bytes).get(&handle).copied();
-    let bound = state.ledger.device(device).peak_spilled.load(Relaxed);
     if let Some(bytes) = bytes {
+        let most = state.tier.most_in_host_of(bytes);
+        let kept = kept_in_host_of_size(state, device, bytes);
         let mut spares = lock(&state.tier.spare_host);
-        let held: u64 = spares.iter().map(|&(bytes, _, _)| bytes).sum();
-        if held + bytes <= bound {
+        let spare = spares
+            .iter()
+            .filter(|&&(of_bytes, of, _)| of == device && of_bytes == bytes)
+            .count();
+        if kept + spare < most {
             spares.push((bytes, device, handle));
             return;
         }
