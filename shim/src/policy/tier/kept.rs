@@ -120,39 +120,17 @@ pub fn keep(state: &State, api: Api, ptr: usize, block: &Block, stream: usize) -
 }
 
 /// Adds `kept` to the kept blocks, the latest; then releases the oldest in
-/// host memory beyond the bound ([`over_host_bound`]).
+/// host memory beyond the bound ([`spare::over_host_bound`]).
 fn add(state: &State, kept: Kept) {
     let device = kept.backing.device;
     let dropped = {
         let mut list = lock(&state.tier.kept);
         list.push(kept);
-        over_host_bound(state, &mut list, device)
+        spare::over_host_bound(state, &mut list, device)
     };
     for kept in dropped {
         release(state, kept);
     }
-}
-
-/// Takes out of `list` the oldest blocks in host memory on `device` whose
-/// frees are reached, of each size of which more lie unused (these and the
-/// spares) than the tier's blocks of that size ever had on the host at
-/// once: what the job may need again, and no more.
-fn over_host_bound(state: &State, list: &mut Vec<Kept>, device: Device) -> Vec<Kept> {
-    let in_host = |k: &Kept| in_host_on(k, device);
-    let mut unused = spare::count_by_size(state, device);
-    for kept in list.iter().filter(|k| in_host(k)) {
-        *unused.entry(kept.backing.size).or_default() += 1;
-    }
-    list.extract_if(.., |kept| {
-        let size = kept.backing.size;
-        let count = unused.entry(size).or_default();
-        // The counts first: asking CUDA whether each kept block's free was
-        // reached, on every free, cost the job more than the moves did.
-        let over = in_host(kept) && *count > state.tier.most_in_host_of(size) && settled(kept);
-        *count -= usize::from(over);
-        over
-    })
-    .collect()
 }
 
 /// Whether `kept` is on `device` with no device memory: its bytes are its

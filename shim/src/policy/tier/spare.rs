@@ -10,7 +10,9 @@
 //! (or at an offset into it), so a larger spare could not be mapped at the
 //! block. Of each size, the unused host memory kept (spares and kept
 //! blocks') stays at most as many as the tier's blocks of that size ever
-//! had on the host at once.
+//! had on the host at once, and of all sizes together within
+//! [`host_cap`]: spares are kept ([`give`]) and kept blocks in host memory
+//! let go ([`over_host_bound`]) by that one rule.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -48,14 +50,28 @@ pub fn take(state: &State, size: u64, device: Device) -> backing::Result<u64> {
     Ok(handle)
 }
 
-/// Bytes of host memory on `device` that no live block holds: the spares,
-/// and kept blocks' in host memory, whatever their sizes.
-fn unused_host_bytes(state: &State, device: Device) -> u64 {
-    let spares: u64 = lock(&state.tier.spare_host)
+/// The most host memory on `device` kept unused (spares, and kept blocks'
+/// in host memory), whatever its sizes: twice the most the device's
+/// blocks ever had in host memory at once. Kept by size alone, a job
+/// whose shapes change from step to step would keep every size it ever
+/// spilled pinned.
+pub(super) fn host_cap(state: &State, device: Device) -> u64 {
+    2 * state.ledger.device(device).peak_spilled.load(Relaxed)
+}
+
+/// Bytes of the spares on `device`.
+fn spare_bytes(state: &State, device: Device) -> u64 {
+    lock(&state.tier.spare_host)
         .iter()
         .filter(|&&(_, of, _)| of == device)
         .map(|&(bytes, _, _)| bytes)
-        .sum();
+        .sum()
+}
+
+/// Bytes of host memory on `device` that no live block holds: the spares,
+/// and kept blocks' in host memory, whatever their sizes.
+fn unused_host_bytes(state: &State, device: Device) -> u64 {
+    let spares = spare_bytes(state, device);
     // In the order kept blocks take these locks.
     let list = lock(&state.tier.kept);
     let sizes = lock(&state.tier.host_bytes);
@@ -76,7 +92,7 @@ fn kept_in_host_of_size(state: &State, device: Device, size: u64) -> usize {
 }
 
 /// Spares on `device`, by size.
-pub(super) fn count_by_size(state: &State, device: Device) -> HashMap<u64, usize> {
+fn count_by_size(state: &State, device: Device) -> HashMap<u64, usize> {
     let mut counts = HashMap::new();
     for &(bytes, _, _) in lock(&state.tier.spare_host)
         .iter()
@@ -126,24 +142,58 @@ pub(super) fn bytes_of(sizes: &HashMap<u64, u64>, backing: &Backing) -> u64 {
     sizes.get(&backing.in_host).copied().unwrap_or(backing.size)
 }
 
+/// Takes out of `list` the oldest blocks in host memory on `device` whose
+/// frees are reached, of each size of which more lie unused (these and the
+/// spares) than the tier's blocks of that size ever had on the host at
+/// once: what the job may need again, and no more. Whatever their sizes,
+/// the unused host memory stays within [`host_cap`].
+pub(super) fn over_host_bound(state: &State, list: &mut Vec<Kept>, device: Device) -> Vec<Kept> {
+    let in_host = |k: &Kept| super::kept::in_host_on(k, device);
+    let sizes = lock(&state.tier.host_bytes);
+    let bytes = |k: &Kept| bytes_of(&sizes, &k.backing);
+    let mut unused = count_by_size(state, device);
+    let mut unused_bytes = spare_bytes(state, device);
+    for kept in list.iter().filter(|k| in_host(k)) {
+        *unused.entry(kept.backing.size).or_default() += 1;
+        unused_bytes += bytes(kept);
+    }
+    let cap = host_cap(state, device);
+    list.extract_if(.., |kept| {
+        let size = kept.backing.size;
+        let count = unused.entry(size).or_default();
+        // The counts first: asking CUDA whether each kept block's free was
+        // reached, on every free, cost the job more than the moves did.
+        let over = in_host(kept)
+            && (*count > state.tier.most_in_host_of(size) || unused_bytes > cap)
+            && super::kept::settled(kept);
+        if over {
+            *count -= 1;
+            unused_bytes -= bytes(kept);
+        }
+        over
+    })
+    .collect()
+}
+
 /// Host memory a block held, unmapped everywhere now: kept as a spare
 /// while fewer of its size lie unused (spares, kept blocks' in host memory)
-/// than the tier's blocks of that size ever had on the host at once, else
-/// released. Only memory of a block's own size serves it, so a bound on
-/// the unused bytes of all sizes together let a step whose blocks going
-/// out were of other sizes than the last's pin theirs anew while the
-/// others' lay unused.
+/// than the tier's blocks of that size ever had on the host at once, and
+/// the unused host memory stays within [`host_cap`]; else released. Only
+/// memory of a block's own size serves it, so a bound on the unused bytes
+/// of all sizes together let a step whose blocks going out were of other
+/// sizes than the last's pin theirs anew while the others' lay unused.
 pub fn give(state: &State, device: Device, handle: u64) {
     let bytes = lock(&state.tier.host_bytes).get(&handle).copied();
     if let Some(bytes) = bytes {
         let most = state.tier.most_in_host_of(bytes);
         let kept = kept_in_host_of_size(state, device, bytes);
+        let within_cap = unused_host_bytes(state, device) + bytes <= host_cap(state, device);
         let mut spares = lock(&state.tier.spare_host);
         let spare = spares
             .iter()
             .filter(|&&(of_bytes, of, _)| of == device && of_bytes == bytes)
             .count();
-        if kept + spare < most {
+        if kept + spare < most && within_cap {
             spares.push((bytes, device, handle));
             return;
         }
