@@ -98,10 +98,10 @@ pub struct Tier {
     /// Bytes of tier blocks on the host: moves are looked for only while
     /// some are.
     pub bytes_in_host: AtomicU64,
-    /// By size, the tier's blocks on the host now and the most there were
-    /// at once: how much host memory of each size to keep for reuse
-    /// ([`Tier::entered_host`], [`Tier::left_host`]).
-    in_host_by_size: Mutex<HashMap<u64, (u32, u32)>>,
+    /// By device and size, the tier's blocks on the host now and the most
+    /// there were at once: how much host memory of each size to keep for
+    /// reuse ([`Tier::entered_host`], [`Tier::left_host`]).
+    in_host_by_size: Mutex<HashMap<(Device, u64), (u32, u32)>>,
     /// Moves each way and their bytes, since the process began; uses left
     /// in place since their block had come in already that step; and the
     /// time moves held the job back.
@@ -313,27 +313,28 @@ impl Samples {
 }
 
 impl Tier {
-    /// A block of `size` bytes is on the host now.
-    pub fn entered_host(&self, size: u64) {
+    /// A block of `size` bytes of `device`'s is on the host now.
+    pub fn entered_host(&self, device: Device, size: u64) {
         self.bytes_in_host.fetch_add(size, SeqCst);
         let mut sizes = lock(&self.in_host_by_size);
-        let (now, most) = sizes.entry(size).or_default();
+        let (now, most) = sizes.entry((device, size)).or_default();
         *now += 1;
         *most = (*most).max(*now);
     }
 
-    /// A block of `size` bytes is no longer on the host.
-    pub fn left_host(&self, size: u64) {
+    /// A block of `size` bytes of `device`'s is no longer on the host.
+    pub fn left_host(&self, device: Device, size: u64) {
         self.bytes_in_host.fetch_sub(size, SeqCst);
-        if let Some((now, _)) = lock(&self.in_host_by_size).get_mut(&size) {
+        if let Some((now, _)) = lock(&self.in_host_by_size).get_mut(&(device, size)) {
             *now = now.saturating_sub(1);
         }
     }
 
-    /// The most blocks of `size` bytes that were on the host at once.
-    pub fn most_in_host_of(&self, size: u64) -> usize {
+    /// The most blocks of `size` bytes of `device`'s that were on the host
+    /// at once.
+    pub fn most_in_host_of(&self, device: Device, size: u64) -> usize {
         lock(&self.in_host_by_size)
-            .get(&size)
+            .get(&(device, size))
             .map_or(0, |&(_, most)| most as usize)
     }
 

@@ -68,7 +68,7 @@ pub fn keep(state: &State, api: Api, ptr: usize, block: &Block, stream: usize) -
     if state.access.graphs.capturing_any() {
         if let Some((_, backing)) = state.tier.remove(ptr) {
             if block.placement == Placement::Host {
-                state.tier.left_host(backing.size);
+                state.tier.left_host(backing.device, backing.size);
             }
             lock(&state.tier.freed_in_capture).push((ptr, backing));
         }
@@ -105,7 +105,7 @@ pub fn keep(state: &State, api: Api, ptr: usize, block: &Block, stream: usize) -
         return cudaErrorInvalidValue;
     };
     if block.placement == Placement::Host {
-        state.tier.left_host(backing.size);
+        state.tier.left_host(backing.device, backing.size);
     }
     let kept = Kept {
         ptr,
@@ -226,7 +226,7 @@ pub fn reuse(
     super::uses::handed_out(state, &mut backing, &kept);
     state.tier.insert(kept.ptr, backing);
     if !on_device {
-        state.tier.entered_host(size);
+        state.tier.entered_host(device, size);
     }
     state.tier.reused.fetch_add(1, Relaxed);
     super::record_block(state, api, kept.ptr, size, device, on_device, false);

@@ -180,7 +180,7 @@ fn make(
     state.tier.active.store(true, SeqCst);
     host_costs::count_from_now();
     if !on_device {
-        state.tier.entered_host(size);
+        state.tier.entered_host(device, size);
         let usage = state.ledger.device(device);
         if usage.spills.fetch_add(1, Relaxed) == 0 {
             warn!("device {device} is at its quota: allocations now go to host memory, and move onto the device as kernels need them (the job slows down instead of failing)");
@@ -241,7 +241,7 @@ pub fn free(state: &State, api: Api, ptr: usize, block: &Block) -> cudaError_t {
         spare::release_all(state);
     }
     if block.placement == Placement::Host {
-        state.tier.left_host(backing.size);
+        state.tier.left_host(backing.device, backing.size);
     }
     cudaSuccess
 }

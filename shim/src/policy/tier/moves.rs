@@ -488,11 +488,11 @@ fn count_move(state: &State, device: Device, direction: Direction, size: u64) {
     usage.moved_bytes.fetch_add(size, Relaxed);
     let (moves, bytes) = match direction {
         Direction::ToDevice | Direction::AfterFree | Direction::AheadAfterFree => {
-            tier.left_host(size);
+            tier.left_host(device, size);
             (&tier.moves_in, &tier.moved_in)
         }
         Direction::ToHost => {
-            tier.entered_host(size);
+            tier.entered_host(device, size);
             (&tier.moves_out, &tier.moved_out)
         }
     };

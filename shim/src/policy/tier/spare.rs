@@ -71,24 +71,20 @@ fn spare_bytes(state: &State, device: Device) -> u64 {
 /// Bytes of host memory on `device` that no live block holds: the spares,
 /// and kept blocks' in host memory, whatever their sizes.
 fn unused_host_bytes(state: &State, device: Device) -> u64 {
-    let spares = spare_bytes(state, device);
+    spare_bytes(state, device) + kept_in_host(state, device, 0).1
+}
+
+/// Kept blocks on `device` in host memory: how many of `size` bytes, and
+/// the bytes of all.
+fn kept_in_host(state: &State, device: Device, size: u64) -> (usize, u64) {
     // In the order kept blocks take these locks.
     let list = lock(&state.tier.kept);
     let sizes = lock(&state.tier.host_bytes);
-    let kept: u64 = list
-        .iter()
-        .filter(|k| super::kept::in_host_on(k, device))
-        .map(|k| bytes_of(&sizes, &k.backing))
-        .sum();
-    spares + kept
-}
-
-/// Kept blocks on `device` in host memory of `size` bytes.
-fn kept_in_host_of_size(state: &State, device: Device, size: u64) -> usize {
-    lock(&state.tier.kept)
-        .iter()
-        .filter(|k| k.backing.size == size && super::kept::in_host_on(k, device))
-        .count()
+    let in_host = list.iter().filter(|k| super::kept::in_host_on(k, device));
+    in_host.fold((0, 0), |(of_size, bytes), k| {
+        let same = usize::from(k.backing.size == size);
+        (of_size + same, bytes + bytes_of(&sizes, &k.backing))
+    })
 }
 
 /// Spares on `device`, by size.
@@ -164,7 +160,7 @@ pub(super) fn over_host_bound(state: &State, list: &mut Vec<Kept>, device: Devic
         // The counts first: asking CUDA whether each kept block's free was
         // reached, on every free, cost the job more than the moves did.
         let over = in_host(kept)
-            && (*count > state.tier.most_in_host_of(size) || unused_bytes > cap)
+            && (*count > state.tier.most_in_host_of(device, size) || unused_bytes > cap)
             && super::kept::settled(kept);
         if over {
             *count -= 1;
@@ -185,15 +181,18 @@ pub(super) fn over_host_bound(state: &State, list: &mut Vec<Kept>, device: Devic
 pub fn give(state: &State, device: Device, handle: u64) {
     let bytes = lock(&state.tier.host_bytes).get(&handle).copied();
     if let Some(bytes) = bytes {
-        let most = state.tier.most_in_host_of(bytes);
-        let kept = kept_in_host_of_size(state, device, bytes);
-        let within_cap = unused_host_bytes(state, device) + bytes <= host_cap(state, device);
+        let most = state.tier.most_in_host_of(device, bytes);
+        let (kept, kept_bytes) = kept_in_host(state, device, bytes);
+        let cap = host_cap(state, device);
+        // The spares counted and added under one lock, so that two frees at
+        // once cannot both keep one past the bounds.
         let mut spares = lock(&state.tier.spare_host);
-        let spare = spares
-            .iter()
-            .filter(|&&(of_bytes, of, _)| of == device && of_bytes == bytes)
+        let here = || spares.iter().filter(|&&(_, of, _)| of == device);
+        let spare = here()
+            .filter(|&&(of_bytes, _, _)| of_bytes == bytes)
             .count();
-        if kept + spare < most && within_cap {
+        let spare_bytes: u64 = here().map(|&(of_bytes, _, _)| of_bytes).sum();
+        if kept + spare < most && kept_bytes + spare_bytes + bytes <= cap {
             spares.push((bytes, device, handle));
             return;
         }
