@@ -59,44 +59,57 @@ pub(super) fn host_cap(state: &State, device: Device) -> u64 {
     2 * state.ledger.device(device).peak_spilled.load(Relaxed)
 }
 
-/// Bytes of the spares on `device`.
-fn spare_bytes(state: &State, device: Device) -> u64 {
-    lock(&state.tier.spare_host)
-        .iter()
-        .filter(|&&(_, of, _)| of == device)
-        .map(|&(bytes, _, _)| bytes)
-        .sum()
+/// Host memory on a device that no live block holds (spares, kept
+/// blocks' in host memory): how many handles of each size, and the bytes
+/// of all. The bounds on what is kept, and the pinning count, read it.
+#[derive(Default)]
+struct Unused {
+    by_size: HashMap<u64, usize>,
+    bytes: u64,
 }
 
-/// Bytes of host memory on `device` that no live block holds: the spares,
-/// and kept blocks' in host memory, whatever their sizes.
-fn unused_host_bytes(state: &State, device: Device) -> u64 {
-    spare_bytes(state, device) + kept_in_host(state, device, 0).1
+impl Unused {
+    fn add(&mut self, size: u64, bytes: u64) {
+        *self.by_size.entry(size).or_default() += 1;
+        self.bytes += bytes;
+    }
+
+    /// With `device`'s spares in `spares` (the tier's list, locked).
+    fn spares(mut self, spares: &[(u64, Device, u64)], device: Device) -> Self {
+        for &(bytes, _, _) in spares.iter().filter(|s| s.1 == device) {
+            self.add(bytes, bytes);
+        }
+        self
+    }
+
+    /// With `device`'s kept blocks in host memory in `list` (the kept
+    /// blocks, locked; `sizes` the host handles' bytes, locked after).
+    fn kept(mut self, list: &[Kept], sizes: &HashMap<u64, u64>, device: Device) -> Self {
+        for kept in list.iter().filter(|k| super::kept::in_host_on(k, device)) {
+            self.add(kept.backing.size, bytes_of(sizes, &kept.backing));
+        }
+        self
+    }
+
+    fn of_size(&self, size: u64) -> usize {
+        self.by_size.get(&size).copied().unwrap_or(0)
+    }
 }
 
-/// Kept blocks on `device` in host memory: how many of `size` bytes, and
-/// the bytes of all.
-fn kept_in_host(state: &State, device: Device, size: u64) -> (usize, u64) {
-    // In the order kept blocks take these locks.
+/// Kept blocks on `device` in host memory. Takes the kept blocks' locks,
+/// so never while the spares' is held (the kept blocks take it after
+/// theirs).
+fn unused_kept(state: &State, device: Device) -> Unused {
     let list = lock(&state.tier.kept);
     let sizes = lock(&state.tier.host_bytes);
-    let in_host = list.iter().filter(|k| super::kept::in_host_on(k, device));
-    in_host.fold((0, 0), |(of_size, bytes), k| {
-        let same = usize::from(k.backing.size == size);
-        (of_size + same, bytes + bytes_of(&sizes, &k.backing))
-    })
+    Unused::default().kept(&list, &sizes, device)
 }
 
-/// Spares on `device`, by size.
-fn count_by_size(state: &State, device: Device) -> HashMap<u64, usize> {
-    let mut counts = HashMap::new();
-    for &(bytes, _, _) in lock(&state.tier.spare_host)
-        .iter()
-        .filter(|s| s.1 == device)
-    {
-        *counts.entry(bytes).or_default() += 1;
-    }
-    counts
+/// Bytes of host memory on `device` that no live block holds, whatever
+/// their sizes.
+fn unused_host_bytes(state: &State, device: Device) -> u64 {
+    let kept = unused_kept(state, device);
+    kept.spares(&lock(&state.tier.spare_host), device).bytes
 }
 
 /// A spare that serves `size`.
@@ -147,24 +160,22 @@ pub(super) fn over_host_bound(state: &State, list: &mut Vec<Kept>, device: Devic
     let in_host = |k: &Kept| super::kept::in_host_on(k, device);
     let sizes = lock(&state.tier.host_bytes);
     let bytes = |k: &Kept| bytes_of(&sizes, &k.backing);
-    let mut unused = count_by_size(state, device);
-    let mut unused_bytes = spare_bytes(state, device);
-    for kept in list.iter().filter(|k| in_host(k)) {
-        *unused.entry(kept.backing.size).or_default() += 1;
-        unused_bytes += bytes(kept);
-    }
+    let mut unused = Unused::default()
+        .kept(list, &sizes, device)
+        .spares(&lock(&state.tier.spare_host), device);
     let cap = host_cap(state, device);
     list.extract_if(.., |kept| {
         let size = kept.backing.size;
-        let count = unused.entry(size).or_default();
         // The counts first: asking CUDA whether each kept block's free was
         // reached, on every free, cost the job more than the moves did.
         let over = in_host(kept)
-            && (*count > state.tier.most_in_host_of(device, size) || unused_bytes > cap)
+            && (unused.of_size(size) > state.tier.most_in_host_of(device, size)
+                || unused.bytes > cap)
             && super::kept::settled(kept);
         if over {
-            *count -= 1;
-            unused_bytes -= bytes(kept);
+            // Counted above, as a kept block in host memory of this size.
+            *unused.by_size.entry(size).or_default() -= 1;
+            unused.bytes -= bytes(kept);
         }
         over
     })
@@ -182,17 +193,13 @@ pub fn give(state: &State, device: Device, handle: u64) {
     let bytes = lock(&state.tier.host_bytes).get(&handle).copied();
     if let Some(bytes) = bytes {
         let most = state.tier.most_in_host_of(device, bytes);
-        let (kept, kept_bytes) = kept_in_host(state, device, bytes);
+        let kept = unused_kept(state, device);
         let cap = host_cap(state, device);
         // The spares counted and added under one lock, so that two frees at
         // once cannot both keep one past the bounds.
         let mut spares = lock(&state.tier.spare_host);
-        let here = || spares.iter().filter(|&&(_, of, _)| of == device);
-        let spare = here()
-            .filter(|&&(of_bytes, _, _)| of_bytes == bytes)
-            .count();
-        let spare_bytes: u64 = here().map(|&(of_bytes, _, _)| of_bytes).sum();
-        if kept + spare < most && kept_bytes + spare_bytes + bytes <= cap {
+        let unused = kept.spares(&spares, device);
+        if unused.of_size(bytes) < most && unused.bytes + bytes <= cap {
             spares.push((bytes, device, handle));
             return;
         }
