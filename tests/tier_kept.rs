@@ -112,6 +112,74 @@ fn a_block_freed_while_a_stream_is_captured_stays_and_is_never_reused() {
     assert!(calls.is_empty(), "{calls:?}");
 }
 
+/// One round of a job that captures again and again: a block made, freed
+/// in stream order while stream 1 is captured, and the graph instantiated
+/// and launched there; `between` comes after the launch, before both the
+/// executable graph and the graph are destroyed.
+fn capture_round<'a>(between: &[&'a str]) -> Vec<&'a str> {
+    let mut round = vec![
+        "async:a:4M:1",
+        "capture:1",
+        "freeasync:a:1",
+        "endcapture:1",
+        "instantiate",
+        "replay:1",
+    ];
+    round.extend(between);
+    round.extend(["destroy", "graphdestroy"]);
+    round
+}
+
+#[test]
+fn blocks_freed_while_captured_are_given_back_once_their_graphs_are_gone() {
+    const ROUNDS: usize = 4;
+    let round = capture_round(&["sync"]);
+    let repeat = format!("repeat:{ROUNDS}:{}", round.len());
+    let mut steps = vec![repeat.as_str()];
+    steps.extend(&round);
+    steps.push("meminfo");
+    for env in [moving("64MiB", &[]), moving_beside("64MiB", &[])] {
+        let run = client(Runtime::Fake13, &env, &steps);
+        run.assert_ok();
+        for step in [
+            "capture",
+            "endcapture",
+            "instantiate",
+            "replay",
+            "graphdestroy",
+        ] {
+            assert_eq!(run.rc(step), 0, "{step}");
+        }
+        // Each round's block is given back once its graph and executable
+        // graph are destroyed: none is held at the end, whatever the rounds.
+        let free: Vec<u64> = run.meminfo().iter().map(|(free, _)| *free).collect();
+        assert_eq!(free, [64 * MIB], "{env:?}: {}", run.stdout);
+        assert_eq!(
+            run.calls_with(&["cuMemRelease"]).len(),
+            ROUNDS,
+            "{env:?}: {:?}",
+            run.calls
+        );
+    }
+}
+
+#[test]
+fn a_block_freed_while_captured_stays_while_its_graphs_launch_may_run() {
+    let mut steps = capture_round(&[]);
+    steps.extend(["meminfo", "sync", "launch:rt", "meminfo"]);
+    // Work on the streams runs 200 ms after it is given: the launch has
+    // not run when both graphs are destroyed.
+    let run = client(
+        Runtime::Fake13,
+        &moving("64MiB", &[("FAKE_CUDA_STREAM_DELAY_US", "200000")]),
+        &steps,
+    );
+    run.assert_ok();
+    // Held until the launch was reached; given back at the next launch.
+    let free: Vec<u64> = run.meminfo().iter().map(|(free, _)| *free).collect();
+    assert_eq!(free, [60 * MIB, 64 * MIB], "{}", run.stdout);
+}
+
 #[test]
 fn kept_blocks_give_their_room_back_before_an_allocation_would_go_to_host_memory() {
     let run = client(

@@ -22,8 +22,9 @@
  *   conv:X:W:Y:WS (cuDNN's cudnnBackendExecute of a variant pack of X, W, Y and
  *   workspace WS; cuDNN is loaded with dlopen, as PyTorch's may be)
  *   bn:X:Y:SCALE (cuDNN's cudnnBatchNormalizationForwardTrainingEx)
- *   capture (begin capturing stream 0x51)  endcapture (its graph)
- *   instantiate (an executable graph of it)  replay (launch it)  destroy
+ *   capture[:S] (begin capturing stream 0x51, or S numbered as for fill)
+ *   endcapture[:S] (its graph)  instantiate (an executable graph of it)
+ *   replay[:S] (launch it, on 0x51 or S)  destroy  graphdestroy (the graph)
  *   lasterror (the runtime's cudaGetLastError)  step (vramshare_step, if loaded;
  *   it prints when, in microseconds of CLOCK_MONOTONIC)
  *   repeat:N:K (the K steps after this one, N times over)  rss (resident KiB)
@@ -167,6 +168,10 @@ static cudaStream_t stream_numbered(const char *s) {
     if (i && !streams[i]) cudaStreamCreate(&streams[i]);
     return streams[i];
 }
+
+/* The stream of the capture steps: 0x51 (a handle the fake runtime takes
+ * without queueing work on it), or one numbered as for fill. */
+static cudaStream_t captured(const char *s) { return s ? stream_numbered(s) : (cudaStream_t)0x51; }
 
 static char fill_kernel;
 /* fill's body, run by the fake runtime on the kernel's stream. */
@@ -421,15 +426,17 @@ static int run(char *step) {
                 lookup(fields[3]), NULL, 0.1, NULL, NULL, 1e-5, NULL, NULL, NULL, NULL, 0, NULL, 77);
         printf("bn rc=%d\n", rc);
     } else if (!strcmp(op, "capture")) {
-        printf("capture rc=%d\n", cudaStreamBeginCapture((cudaStream_t)0x51, 0));
+        printf("capture rc=%d\n", cudaStreamBeginCapture(captured(fields[1]), 0));
     } else if (!strcmp(op, "endcapture")) {
-        printf("endcapture rc=%d\n", cudaStreamEndCapture((cudaStream_t)0x51, &graph));
+        printf("endcapture rc=%d\n", cudaStreamEndCapture(captured(fields[1]), &graph));
     } else if (!strcmp(op, "instantiate")) {
         printf("instantiate rc=%d\n", cudaGraphInstantiateWithFlags(&exec, graph, 0));
     } else if (!strcmp(op, "replay")) {
-        printf("replay rc=%d\n", cudaGraphLaunch(exec, (cudaStream_t)0x51));
+        printf("replay rc=%d\n", cudaGraphLaunch(exec, captured(fields[1])));
     } else if (!strcmp(op, "destroy")) {
         printf("destroy rc=%d\n", cudaGraphExecDestroy(exec));
+    } else if (!strcmp(op, "graphdestroy")) {
+        printf("graphdestroy rc=%d\n", cudaGraphDestroy(graph));
     } else if (!strcmp(op, "lasterror")) {
         printf("lasterror rc=%d\n", cudaGetLastError());
     } else if (!strcmp(op, "step")) {

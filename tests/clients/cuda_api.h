@@ -35,6 +35,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t s, int mode);
 cudaError_t cudaStreamEndCapture(cudaStream_t s, void **graph);
 cudaError_t cudaGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
 cudaError_t cudaGraphExecDestroy(void *exec);
+cudaError_t cudaGraphDestroy(void *graph);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaStreamCreate(cudaStream_t *s);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, cudaStream_t s);

@@ -152,6 +152,9 @@ pub unsafe fn launch(
     let rc = real();
     tier::uses::used(state, api, &touched, stream);
     tier::faults::returned(state, api, rc, &touched);
+    if launched.entry == Entry::Graph {
+        tier::captured::launched(state, api, launched.key, launched.stream);
+    }
     rc
 }
 

@@ -250,9 +250,11 @@ pub struct Tier {
     pub lending: Mutex<Vec<Kept>>,
     /// Bytes moved onto the device into memory lent by kept blocks.
     pub moved_in_lent: AtomicU64,
-    /// Blocks freed in stream order while a stream was captured: the graph
-    /// frees them when it runs, so they stay as they are.
-    pub freed_in_capture: Mutex<Vec<(usize, Backing)>>,
+    /// Blocks freed in stream order while a stream was captured, which no
+    /// graph holds any more ([`crate::policy::tier::captured`]): given
+    /// back once the events after their last uses are reached; kept for
+    /// good where a use could not be followed.
+    pub freed_in_capture: Mutex<Vec<super::access::graphs::Freed>>,
     /// Host memory no block holds, as (bytes, device, handle), unmapped:
     /// pinning host memory runs at a few GB/s, so a block's host memory is
     /// kept for the next block of its size that needs some.

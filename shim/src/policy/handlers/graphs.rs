@@ -5,8 +5,10 @@
 use std::ffi::c_int;
 
 use cudart_sys::*;
+use vramshare_common::event::Api;
 
 use crate::cuda::real;
+use crate::policy::tier::captured;
 use crate::state::state;
 
 /// Capture began on `stream` if CUDA said so.
@@ -33,12 +35,26 @@ pub unsafe fn cuStreamBeginCapture_v2_ptsz(stream: CUstream, mode: c_int) -> cud
 
 pub unsafe fn cuStreamEndCapture(stream: CUstream, graph: *mut cudaGraph_t) -> cudaError_t {
     // SAFETY: the caller's arguments, as CUDA would receive them.
-    unsafe { ended(stream, graph, real::cuStreamEndCapture(stream, graph)) }
+    unsafe {
+        ended(
+            Api::cuStreamEndCapture,
+            stream,
+            graph,
+            real::cuStreamEndCapture(stream, graph),
+        )
+    }
 }
 
 pub unsafe fn cuStreamEndCapture_ptsz(stream: CUstream, graph: *mut cudaGraph_t) -> cudaError_t {
     // SAFETY: the caller's arguments, as CUDA would receive them.
-    unsafe { ended(stream, graph, real::cuStreamEndCapture_ptsz(stream, graph)) }
+    unsafe {
+        ended(
+            Api::cuStreamEndCapture_ptsz,
+            stream,
+            graph,
+            real::cuStreamEndCapture_ptsz(stream, graph),
+        )
+    }
 }
 
 pub unsafe fn cuGraphInstantiateWithFlags(
@@ -57,10 +73,8 @@ pub unsafe fn cuGraphInstantiateWithFlags(
 }
 
 pub unsafe fn cuGraphExecDestroy(exec: CUgraphExec) -> cudaError_t {
-    // Forgotten first: once destroyed, its address may be reused at once.
-    state().access.graphs.destroy_exec(exec as usize);
     // SAFETY: the caller's argument, as CUDA would receive it.
-    unsafe { real::cuGraphExecDestroy(exec) }
+    destroying_exec(exec, || unsafe { real::cuGraphExecDestroy(exec) })
 }
 
 pub unsafe fn cudaStreamBeginCapture(stream: cudaStream_t, mode: c_int) -> cudaError_t {
@@ -79,20 +93,32 @@ pub unsafe fn cudaStreamBeginCapture_ptsz(stream: cudaStream_t, mode: c_int) -> 
 
 /// # Safety
 /// `graph` is the caller's out pointer, written by CUDA on success.
-unsafe fn ended(stream: cudaStream_t, graph: *mut cudaGraph_t, rc: cudaError_t) -> cudaError_t {
+unsafe fn ended(
+    api: Api,
+    stream: cudaStream_t,
+    graph: *mut cudaGraph_t,
+    rc: cudaError_t,
+) -> cudaError_t {
     // SAFETY: CUDA wrote the graph on success; the pointer is the caller's.
     let made = if rc == cudaSuccess && !graph.is_null() {
         unsafe { *graph as usize }
     } else {
         0
     };
-    state().access.graphs.end_capture(stream as usize, made);
+    captured::ended(state(), api, stream as usize, made);
     rc
 }
 
 pub unsafe fn cudaStreamEndCapture(stream: cudaStream_t, graph: *mut cudaGraph_t) -> cudaError_t {
     // SAFETY: the caller's arguments, as CUDA would receive them.
-    unsafe { ended(stream, graph, real::cudaStreamEndCapture(stream, graph)) }
+    unsafe {
+        ended(
+            Api::cudaStreamEndCapture,
+            stream,
+            graph,
+            real::cudaStreamEndCapture(stream, graph),
+        )
+    }
 }
 
 pub unsafe fn cudaStreamEndCapture_ptsz(
@@ -102,6 +128,7 @@ pub unsafe fn cudaStreamEndCapture_ptsz(
     // SAFETY: the caller's arguments, as CUDA would receive them.
     unsafe {
         ended(
+            Api::cudaStreamEndCapture_ptsz,
             stream,
             graph,
             real::cudaStreamEndCapture_ptsz(stream, graph),
@@ -133,20 +160,23 @@ unsafe fn instantiated(
 }
 
 /// Forgotten first: once destroyed, its address may be reused at once.
-fn destroying(graph: cudaGraph_t) {
-    state().access.graphs.destroy_graph(graph as usize);
+/// What its capture freed may then go.
+fn destroying(graph: cudaGraph_t, real: impl FnOnce() -> cudaError_t) -> cudaError_t {
+    let state = state();
+    let freed = state.access.graphs.destroy_graph(graph as usize);
+    let rc = real();
+    captured::unheld(state, freed);
+    rc
 }
 
 pub unsafe fn cudaGraphDestroy(graph: cudaGraph_t) -> cudaError_t {
-    destroying(graph);
     // SAFETY: the caller's argument, as CUDA would receive it.
-    unsafe { real::cudaGraphDestroy(graph) }
+    destroying(graph, || unsafe { real::cudaGraphDestroy(graph) })
 }
 
 pub unsafe fn cuGraphDestroy(graph: cudaGraph_t) -> cudaError_t {
-    destroying(graph);
     // SAFETY: the caller's argument, as CUDA would receive it.
-    unsafe { real::cuGraphDestroy(graph) }
+    destroying(graph, || unsafe { real::cuGraphDestroy(graph) })
 }
 
 pub unsafe fn cudaGraphInstantiate(
@@ -174,8 +204,16 @@ pub unsafe fn cudaGraphInstantiateWithFlags(
 }
 
 pub unsafe fn cudaGraphExecDestroy(exec: cudaGraphExec_t) -> cudaError_t {
-    // Forgotten first: once destroyed, its address may be reused at once.
-    state().access.graphs.destroy_exec(exec as usize);
     // SAFETY: the caller's argument, as CUDA would receive it.
-    unsafe { real::cudaGraphExecDestroy(exec) }
+    destroying_exec(exec, || unsafe { real::cudaGraphExecDestroy(exec) })
+}
+
+/// Forgotten first: once destroyed, its address may be reused at once.
+/// What its graph's capture freed may then go.
+fn destroying_exec(exec: cudaGraphExec_t, real: impl FnOnce() -> cudaError_t) -> cudaError_t {
+    let state = state();
+    let freed = state.access.graphs.destroy_exec(exec as usize);
+    let rc = real();
+    captured::unheld(state, freed);
+    rc
 }

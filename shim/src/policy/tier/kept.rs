@@ -63,14 +63,15 @@ pub fn keeps(state: &State, ptr: usize) -> bool {
 /// freed by `api` on `stream`. Where no event can say when the free is
 /// reached, the block is given back as `cudaFree` does. While a stream is
 /// captured, the free belongs to the graph and happens only when the graph
-/// runs, if ever: the block stays mapped and counted, and is never reused.
+/// runs, if ever: the block stays mapped and counted, is never reused, and
+/// is given back once no graph can run ([`super::captured`]).
 pub fn keep(state: &State, api: Api, ptr: usize, block: &Block, stream: usize) -> cudaError_t {
     if state.access.graphs.capturing_any() {
         if let Some((_, backing)) = state.tier.remove(ptr) {
             if block.placement == Placement::Host {
                 state.tier.left_host(backing.device, backing.size);
             }
-            lock(&state.tier.freed_in_capture).push((ptr, backing));
+            super::captured::park(state, ptr, backing, stream);
         }
         return cudaSuccess;
     }
@@ -92,6 +93,9 @@ pub fn keep(state: &State, api: Api, ptr: usize, block: &Block, stream: usize) -
         last_use.order(stream, per_thread(api));
     }
     let Some((event, runtime_event)) = record(state, api, stream) else {
+        debug!(
+            "recording an event for a stream-ordered free failed; the block is given back instead"
+        );
         if block.placement == Placement::Device {
             state.ledger.unreserve(block.device, block.size);
         }
@@ -475,13 +479,10 @@ fn release(state: &State, kept: Kept) {
 /// An event recorded on `stream` in the form `api` uses (one given back
 /// before, or a new one); (event, whether it is the runtime's). `None` if
 /// CUDA refused.
-fn record(state: &State, api: Api, stream: usize) -> Option<(usize, bool)> {
+pub(super) fn record(state: &State, api: Api, stream: usize) -> Option<(usize, bool)> {
     let runtime = Backend::of(api) == Backend::Runtime;
     let event = new_event(state, runtime)?;
     if !event.record(stream, per_thread(api)) {
-        debug!(
-            "recording an event for a stream-ordered free failed; the block is given back instead"
-        );
         destroy(event.0, runtime);
         return None;
     }

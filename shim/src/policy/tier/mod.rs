@@ -26,6 +26,7 @@
 
 pub mod ahead;
 pub mod backing;
+pub mod captured;
 pub mod copier;
 pub mod faults;
 pub mod kept;
@@ -335,6 +336,7 @@ fn fetch_named(state: &'static State, api: Api, named: &[usize]) {
     // A named block the mover thread was to move out stays.
     mover::claim(state, named);
     kept::settle_lending(state);
+    captured::settle(state);
     if named.is_empty() || state.tier.bytes_in_host.load(Relaxed) == 0 {
         return;
     }
