@@ -12,57 +12,72 @@ use common::*;
 
 #[test]
 fn a_graphs_launches_name_what_its_kernels_named_when_it_was_captured() {
-    let run = client(
-        Runtime::Fake13,
-        &[("VRAMSHARE_QUOTA", "32MiB")],
-        &[
-            "malloc:src:1M",
-            "malloc:dst:1M",
-            "malloc:idle:1M",
-            // Captured on stream 0x51: the kernel does not run now.
-            "capture",
-            "kernel:rt:src:dst:-",
-            "endcapture",
-            "instantiate",
-            "replay",
-            "replay",
-            "replay",
-            "destroy",
-            "replay",
-        ],
-    );
-    run.assert_ok();
-    for step in ["capture", "endcapture", "instantiate", "replay", "destroy"] {
-        assert_eq!(run.rc(step), 0, "{step}");
+    // Made with flags, or with parameters.
+    for instantiate in ["instantiate", "instantiate:params"] {
+        let run = client(
+            Runtime::Fake13,
+            &[("VRAMSHARE_QUOTA", "32MiB")],
+            &[
+                "malloc:src:1M",
+                "malloc:dst:1M",
+                "malloc:idle:1M",
+                // Captured on stream 0x51: the kernel does not run now.
+                "capture",
+                "kernel:rt:src:dst:-",
+                "endcapture",
+                instantiate,
+                "replay",
+                "replay",
+                "replay",
+                "destroy",
+                "replay",
+            ],
+        );
+        run.assert_ok();
+        for step in ["capture", "endcapture", "instantiate", "replay", "destroy"] {
+            assert_eq!(run.rc(step), 0, "{instantiate}: {step}");
+        }
+        // Captured, not run: no use then; each of the three replays is one.
+        assert_eq!(uses(&run, "src"), 3, "{instantiate}");
+        assert_eq!(uses(&run, "dst"), 3, "{instantiate}");
+        assert_eq!(uses(&run, "idle"), 0, "{instantiate}");
+        assert_eq!(
+            coverage(&run, "cudaLaunchKernel"),
+            [1, 0, 0, 0],
+            "{instantiate}: the captured launch named its blocks"
+        );
+        // The launch after the executable graph was destroyed names nothing.
+        assert_eq!(
+            coverage(&run, "cudaGraphLaunch"),
+            [3, 0, 1, 0],
+            "{instantiate}"
+        );
     }
-    // Captured, not run: no use then; each of the three replays is one.
-    assert_eq!(uses(&run, "src"), 3);
-    assert_eq!(uses(&run, "dst"), 3);
-    assert_eq!(uses(&run, "idle"), 0);
-    assert_eq!(
-        coverage(&run, "cudaLaunchKernel"),
-        [1, 0, 0, 0],
-        "the captured launch named its blocks"
-    );
-    // The launch after the executable graph was destroyed names nothing.
-    assert_eq!(coverage(&run, "cudaGraphLaunch"), [3, 0, 1, 0]);
 }
 
 #[test]
 fn a_graph_captured_through_the_driver_names_its_blocks_also_when_begun_by_a_lookup() {
-    for how in ["link", "fetched"] {
+    // Made with flags, or with parameters.
+    let ways = [
+        ("link", "instantiate"),
+        ("fetched", "instantiate"),
+        ("link", "instantiate:params"),
+    ];
+    for (how, instantiate) in ways {
         let capture = format!("capture:{how}");
         let mut steps: Vec<&str> = BLOCKS.to_vec();
         steps.extend([
             capture.as_str(),
             "kernel:cu:src:dst:-",
             "endcapture",
-            "instantiate",
+            instantiate,
         ]);
         steps.extend(["replay", "replay", "destroy", "replay"]);
         let run = driver_client(&[("VRAMSHARE_QUOTA", "32MiB")], &steps);
         run.assert_ok();
+        let how = format!("{how}, {instantiate}");
         assert_eq!(run.rc("capture"), 0, "{how}");
+        assert_eq!(run.rc("instantiate"), 0, "{how}");
         assert_eq!(
             uses(&run, "src"),
             2,

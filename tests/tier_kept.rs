@@ -114,15 +114,16 @@ fn a_block_freed_while_a_stream_is_captured_stays_and_is_never_reused() {
 
 /// One round of a job that captures again and again: a block made, freed
 /// in stream order while stream 1 is captured, and the graph instantiated
-/// and launched there; `between` comes after the launch, before both the
-/// executable graph and the graph are destroyed.
-fn capture_round<'a>(between: &[&'a str]) -> Vec<&'a str> {
+/// (by the `instantiate` step given) and launched there; `between` comes
+/// after the launch, before both the executable graph and the graph are
+/// destroyed.
+fn capture_round<'a>(instantiate: &'a str, between: &[&'a str]) -> Vec<&'a str> {
     let mut round = vec![
         "async:a:4M:1",
         "capture:1",
         "freeasync:a:1",
         "endcapture:1",
-        "instantiate",
+        instantiate,
         "replay:1",
     ];
     round.extend(between);
@@ -133,7 +134,7 @@ fn capture_round<'a>(between: &[&'a str]) -> Vec<&'a str> {
 #[test]
 fn blocks_freed_while_captured_are_given_back_once_their_graphs_are_gone() {
     const ROUNDS: usize = 4;
-    let round = capture_round(&["sync"]);
+    let round = capture_round("instantiate", &["sync"]);
     let repeat = format!("repeat:{ROUNDS}:{}", round.len());
     let mut steps = vec![repeat.as_str()];
     steps.extend(&round);
@@ -165,19 +166,37 @@ fn blocks_freed_while_captured_are_given_back_once_their_graphs_are_gone() {
 
 #[test]
 fn a_block_freed_while_captured_stays_while_its_graphs_launch_may_run() {
-    let mut steps = capture_round(&[]);
-    steps.extend(["meminfo", "sync", "launch:rt", "meminfo"]);
-    // Work on the streams runs 200 ms after it is given: the launch has
-    // not run when both graphs are destroyed.
-    let run = client(
-        Runtime::Fake13,
-        &moving("64MiB", &[("FAKE_CUDA_STREAM_DELAY_US", "200000")]),
-        &steps,
-    );
-    run.assert_ok();
-    // Held until the launch was reached; given back at the next launch.
-    let free: Vec<u64> = run.meminfo().iter().map(|(free, _)| *free).collect();
-    assert_eq!(free, [60 * MIB, 64 * MIB], "{}", run.stdout);
+    // The executable graph made with flags, or with parameters.
+    for instantiate in ["instantiate", "instantiate:params"] {
+        let steps = [
+            "async:a:4M:1",
+            "capture:1",
+            "freeasync:a:1",
+            "endcapture:1",
+            instantiate,
+            // Work on the streams runs 200 ms after it is given: the
+            // capture's end is reached, the launch is not when both graphs
+            // are destroyed.
+            "sync",
+            "replay:1",
+            "destroy",
+            "graphdestroy",
+            "meminfo",
+            "sync",
+            "launch:rt",
+            "meminfo",
+        ];
+        let run = client(
+            Runtime::Fake13,
+            &moving("64MiB", &[("FAKE_CUDA_STREAM_DELAY_US", "200000")]),
+            &steps,
+        );
+        run.assert_ok();
+        assert_eq!(run.rc("instantiate"), 0, "{instantiate}");
+        // Held until the launch was reached; given back at the next launch.
+        let free: Vec<u64> = run.meminfo().iter().map(|(free, _)| *free).collect();
+        assert_eq!(free, [60 * MIB, 64 * MIB], "{instantiate}: {}", run.stdout);
+    }
 }
 
 #[test]

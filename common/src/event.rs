@@ -240,6 +240,12 @@ named_enum! {
         cudnnSetStream = 145 => "cudnnSetStream",
         cublasDestroy_v2 = 146 => "cublasDestroy_v2",
         cudnnDestroy = 147 => "cudnnDestroy",
+        // Executable graphs made with instantiation parameters (an upload
+        // stream among them): as `cudaGraphInstantiateWithFlags`.
+        cudaGraphInstantiateWithParams = 148 => "cudaGraphInstantiateWithParams",
+        cudaGraphInstantiateWithParams_ptsz = 149 => "cudaGraphInstantiateWithParams_ptsz",
+        cuGraphInstantiateWithParams = 150 => "cuGraphInstantiateWithParams",
+        cuGraphInstantiateWithParams_ptsz = 151 => "cuGraphInstantiateWithParams_ptsz",
     }
 }
 

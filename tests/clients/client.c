@@ -23,7 +23,8 @@
  *   workspace WS; cuDNN is loaded with dlopen, as PyTorch's may be)
  *   bn:X:Y:SCALE (cuDNN's cudnnBatchNormalizationForwardTrainingEx)
  *   capture[:S] (begin capturing stream 0x51, or S numbered as for fill)
- *   endcapture[:S] (its graph)  instantiate (an executable graph of it)
+ *   endcapture[:S] (its graph)  instantiate[:params] (an executable graph of
+ *   it, made with flags or with parameters)
  *   replay[:S] (launch it, on 0x51 or S)  destroy  graphdestroy (the graph)
  *   lasterror (the runtime's cudaGetLastError)  step (vramshare_step, if loaded;
  *   it prints when, in microseconds of CLOCK_MONOTONIC)
@@ -430,7 +431,11 @@ static int run(char *step) {
     } else if (!strcmp(op, "endcapture")) {
         printf("endcapture rc=%d\n", cudaStreamEndCapture(captured(fields[1]), &graph));
     } else if (!strcmp(op, "instantiate")) {
-        printf("instantiate rc=%d\n", cudaGraphInstantiateWithFlags(&exec, graph, 0));
+        /* cudaGraphInstantiateParams: flags, upload stream, error node, result. */
+        struct { unsigned long long flags; void *upload, *node; int result; } params = {0};
+        rc = fields[1] ? cudaGraphInstantiateWithParams(&exec, graph, &params)
+                       : cudaGraphInstantiateWithFlags(&exec, graph, 0);
+        printf("instantiate rc=%d\n", rc);
     } else if (!strcmp(op, "replay")) {
         printf("replay rc=%d\n", cudaGraphLaunch(exec, captured(fields[1])));
     } else if (!strcmp(op, "destroy")) {

@@ -34,6 +34,7 @@ cudaError_t cudaGetLastError(void);
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, int mode);
 cudaError_t cudaStreamEndCapture(cudaStream_t s, void **graph);
 cudaError_t cudaGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
+cudaError_t cudaGraphInstantiateWithParams(void **exec, void *graph, void *params);
 cudaError_t cudaGraphExecDestroy(void *exec);
 cudaError_t cudaGraphDestroy(void *graph);
 cudaError_t cudaSetDevice(int device);

@@ -15,7 +15,8 @@
  *   by HOW as launch, or extra: cuLaunchKernel with a packed buffer)
  *   opaque:HOW:NAME (a launch of a function without layout, naming NAME)
  *   capture:HOW (begin capturing stream 0x61; HOW: link, or fetched by
- *   cuGetProcAddress)  endcapture  instantiate  replay (cuGraphLaunch)  destroy
+ *   cuGetProcAddress)  endcapture  instantiate[:params] (with flags, or with
+ *   parameters)  replay (cuGraphLaunch)  destroy
  *   nodes:SRC:DST:CHILD (a graph built node by node: a kernel node naming SRC
  *   and DST, and a child graph whose kernel node names CHILD; "-" for none)
  *   dcopy:SRC:DST (cuMemcpyDtoDAsync_v2)  hcopy:DST (cuMemcpyHtoDAsync_v2 of
@@ -122,6 +123,7 @@ CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n);
 CUresult cuStreamBeginCapture_v2(void *stream, int mode);
 CUresult cuStreamEndCapture(void *stream, void **graph);
 CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
+CUresult cuGraphInstantiateWithParams(void **exec, void *graph, void *params);
 CUresult cuGraphExecDestroy(void *exec);
 static void *graph, *graph_exec;
 
@@ -293,7 +295,11 @@ int main(int argc, char **argv) {
         } else if (!strcmp(op, "endcapture")) {
             printf("endcapture rc=%d\n", cuStreamEndCapture((void *)0x61, &graph));
         } else if (!strcmp(op, "instantiate")) {
-            printf("instantiate rc=%d\n", cuGraphInstantiateWithFlags(&graph_exec, graph, 0));
+            /* CUDA_GRAPH_INSTANTIATE_PARAMS: flags, upload stream, error node, result. */
+            struct { unsigned long long flags; void *upload, *node; int result; } params = {0};
+            rc = fields[1] ? cuGraphInstantiateWithParams(&graph_exec, graph, &params)
+                           : cuGraphInstantiateWithFlags(&graph_exec, graph, 0);
+            printf("instantiate rc=%d\n", rc);
         } else if (!strcmp(op, "replay")) {
             printf("replay rc=%d\n", cuGraphLaunch(graph_exec, (void *)0x61));
         } else if (!strcmp(op, "destroy")) {

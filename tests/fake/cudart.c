@@ -415,6 +415,8 @@ static cudaError_t instantiate(const char *name, void **exec, void *graph) {
 }
 cudaError_t cudaGraphInstantiate(void **exec, void *graph, unsigned long long flags) { return instantiate("cudaGraphInstantiate", exec, graph); }
 cudaError_t cudaGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) { return instantiate("cudaGraphInstantiateWithFlags", exec, graph); }
+cudaError_t cudaGraphInstantiateWithParams(void **exec, void *graph, void *params) { return instantiate("cudaGraphInstantiateWithParams", exec, graph); }
+cudaError_t cudaGraphInstantiateWithParams_ptsz(void **exec, void *graph, void *params) { return instantiate("cudaGraphInstantiateWithParams_ptsz", exec, graph); }
 cudaError_t cudaGraphExecDestroy(void *exec) { trace("cudaGraphExecDestroy exec=%p", exec); return OK; }
 cudaError_t cudaGraphDestroy(void *graph) { trace("cudaGraphDestroy graph=%p", graph); return OK; }
 

@@ -11,6 +11,8 @@ CUresult cuStreamBeginCapture_v2_ptsz(CUstream stream, int mode) { trace("cuStre
 CUresult cuStreamEndCapture(CUstream stream, void **graph) { *graph = &graph_handles[graphs_made++ % 64]; trace("cuStreamEndCapture graph=%p", *graph); return OK; }
 CUresult cuStreamEndCapture_ptsz(CUstream stream, void **graph) { *graph = &graph_handles[graphs_made++ % 64]; return OK; }
 CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) { *exec = &graph_handles[graphs_made++ % 64]; trace("cuGraphInstantiateWithFlags exec=%p", *exec); return OK; }
+CUresult cuGraphInstantiateWithParams(void **exec, void *graph, void *params) { *exec = &graph_handles[graphs_made++ % 64]; trace("cuGraphInstantiateWithParams exec=%p", *exec); return OK; }
+CUresult cuGraphInstantiateWithParams_ptsz(void **exec, void *graph, void *params) { *exec = &graph_handles[graphs_made++ % 64]; return OK; }
 CUresult cuGraphExecDestroy(void *exec) { trace("cuGraphExecDestroy exec=%p", exec); return OK; }
 
 /* Graphs built node by node: kernel nodes keep copies of their arguments

@@ -85,12 +85,16 @@ macro_rules! cuda_functions {
                 fn cudaStreamEndCapture_ptsz(stream: cudaStream_t, graph: *mut cudaGraph_t);
                 fn cudaGraphInstantiate(exec: *mut cudaGraphExec_t, graph: cudaGraph_t, flags: u64);
                 fn cudaGraphInstantiateWithFlags(exec: *mut cudaGraphExec_t, graph: cudaGraph_t, flags: u64);
+                fn cudaGraphInstantiateWithParams(exec: *mut cudaGraphExec_t, graph: cudaGraph_t, params: *mut c_void);
+                fn cudaGraphInstantiateWithParams_ptsz(exec: *mut cudaGraphExec_t, graph: cudaGraph_t, params: *mut c_void);
                 fn cudaGraphExecDestroy(exec: cudaGraphExec_t);
                 fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_int);
                 fn cuStreamBeginCapture_v2_ptsz(stream: CUstream, mode: c_int);
                 fn cuStreamEndCapture(stream: CUstream, graph: *mut cudaGraph_t);
                 fn cuStreamEndCapture_ptsz(stream: CUstream, graph: *mut cudaGraph_t);
                 fn cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, graph: cudaGraph_t, flags: u64);
+                fn cuGraphInstantiateWithParams(exec: *mut CUgraphExec, graph: cudaGraph_t, params: *mut c_void);
+                fn cuGraphInstantiateWithParams_ptsz(exec: *mut CUgraphExec, graph: cudaGraph_t, params: *mut c_void);
                 fn cuGraphExecDestroy(exec: CUgraphExec);
                 fn cudaGraphDestroy(graph: cudaGraph_t);
                 fn cuGraphDestroy(graph: cudaGraph_t);

@@ -80,6 +80,7 @@ const PER_THREAD_FORMS: &[&str] = &[
     "cuLaunchKernelEx",
     "cuLaunchCooperativeKernel",
     "cuGraphLaunch",
+    "cuGraphInstantiateWithParams",
     "cuMemcpyAsync",
     "cuMemcpyHtoDAsync",
     "cuMemcpyDtoHAsync",
@@ -295,6 +296,11 @@ mod tests {
             Some("cuMemcpyAsync_ptsz")
         );
         assert!(super::super::hook_named(b"cuMemcpyAsync_ptsz").is_some());
+        assert_eq!(
+            form_of("cuGraphInstantiateWithParams", Some(12000), true).as_deref(),
+            Some("cuGraphInstantiateWithParams_ptsz")
+        );
+        assert!(super::super::hook_named(b"cuGraphInstantiateWithParams_ptsz").is_some());
         // The synchronous ones: `_v2` since 3.2, `_ptds` per thread.
         assert_eq!(
             form_of("cuMemcpyHtoD", Some(12000), true).as_deref(),

@@ -2,7 +2,7 @@
 //! on a stream becomes its graph's, and each executable graph's.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 
 use cudart_sys::*;
 use vramshare_common::event::Api;
@@ -70,6 +70,28 @@ pub unsafe fn cuGraphInstantiateWithFlags(
             real::cuGraphInstantiateWithFlags(exec, graph, flags),
         )
     }
+}
+
+/// Instantiations with parameters, the runtime's and the driver's: as
+/// with flags.
+macro_rules! instantiations_with_params {
+    ($($name:ident;)*) => {$(
+        pub unsafe fn $name(
+            exec: *mut cudaGraphExec_t,
+            graph: cudaGraph_t,
+            params: *mut c_void,
+        ) -> cudaError_t {
+            // SAFETY: the caller's arguments, as CUDA would receive them.
+            unsafe { instantiated(exec, graph, real::$name(exec, graph, params)) }
+        }
+    )*};
+}
+
+instantiations_with_params! {
+    cudaGraphInstantiateWithParams;
+    cudaGraphInstantiateWithParams_ptsz;
+    cuGraphInstantiateWithParams;
+    cuGraphInstantiateWithParams_ptsz;
 }
 
 pub unsafe fn cuGraphExecDestroy(exec: CUgraphExec) -> cudaError_t {
