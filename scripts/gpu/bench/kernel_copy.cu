@@ -4,7 +4,7 @@
 // queued back to back, remap_beside.cu). A kernel writes host memory
 // through its mapping at a device address (a HOST_NUMA handle, as the
 // spill tier's), CTAS blocks of THREADS threads, 16 bytes a thread a turn.
-//   kernel_copy [MIB_A_COPY [BLOCKS MIB]]
+//   [PTX=copy_out.ptx] kernel_copy [MIB_A_COPY [BLOCKS MIB]]
 // Prints one JSON object per measure.
 #include <atomic>
 #include <cstdio>
@@ -160,6 +160,46 @@ static void beside(const char *name, const Blocks &b, const Pair &p, CUcontext c
     cudaStreamDestroy(busy_stream);
 }
 
+// The PTX kernel at `path` (the spill tier's copy_out.ptx): whether the
+// driver compiles it, whether it copies every byte, and its rate.
+static void check_ptx(const char *path, const Pair &p, cudaStream_t s) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        printf("{\"ptx\": \"%s\", \"error\": \"cannot read it\"}\n", path);
+        return;
+    }
+    std::vector<char> text(1 << 16, 0);
+    size_t got = fread(text.data(), 1, text.size() - 1, f);
+    fclose(f);
+    text[got] = 0;
+    CUmodule module;
+    CUresult rc = cuModuleLoadData(&module, text.data());
+    if (rc != CUDA_SUCCESS) {
+        printf("{\"ptx\": \"%s\", \"load_error\": %d}\n", path, int(rc));
+        return;
+    }
+    CUfunction function;
+    CU(cuModuleGetFunction(&function, module, "vramshare_copy_out"));
+    size_t bytes = 64 << 20;
+    std::vector<unsigned> pattern(bytes / 4), back(bytes / 4, 0);
+    for (size_t i = 0; i < pattern.size(); i++) pattern[i] = unsigned(i * 2654435761u);
+    CU(cuMemcpyHtoD(p.device_side, pattern.data(), bytes));
+    CU(cuMemsetD8(p.host_side, 0, bytes));
+    CUdeviceptr dst = p.host_side, src = p.device_side;
+    unsigned long long count = bytes / 16;
+    void *params[] = {&dst, &src, &count};
+    CU(cuLaunchKernel(function, 32, 1, 1, 512, 1, 1, 0, (CUstream)s, params, nullptr));
+    CU(cuStreamSynchronize((CUstream)s));
+    CU(cuMemcpyDtoH(back.data(), p.host_side, bytes));
+    bool same = memcmp(pattern.data(), back.data(), bytes) == 0;
+    double began = now_ms();
+    for (int i = 0; i < 32; i++) CU(cuLaunchKernel(function, 32, 1, 1, 512, 1, 1, 0, (CUstream)s, params, nullptr));
+    CU(cuStreamSynchronize((CUstream)s));
+    double rate = 32.0 * bytes / (now_ms() - began) / 1e6;
+    printf("{\"ptx\": \"%s\", \"copied_right\": %s, \"gb_per_s\": %.1f}\n", path, same ? "true" : "false", rate);
+    fflush(stdout);
+}
+
 int main(int argc, char **argv) {
     size_t copy_mib = argc > 1 ? atoi(argv[1]) : 16;
     size_t blocks = argc > 2 ? atoi(argv[2]) : 64;
@@ -171,6 +211,7 @@ int main(int argc, char **argv) {
     Pair p = make_pair(dev, 512 << 20);
     cudaStream_t s;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (const char *ptx = getenv("PTX")) check_ptx(ptx, p, s);
     // The rate alone, by how and by the kernel's shape.
     size_t bytes = copy_mib << 20;
     printf("{\"alone\": \"engine\", \"mib\": %zu, \"gb_per_s\": %.1f}\n", copy_mib,
