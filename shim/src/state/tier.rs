@@ -496,13 +496,11 @@ pub struct Ordered {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_address_inside_a_live_block_finds_its_start_and_none_after_it_goes() {
-        let tier = Tier::default();
-        let backing = |size| Backing {
+impl Backing {
+    /// A block of `size` bytes of the first device, with no memory yet and
+    /// no use: for the unit tests.
+    pub fn unplaced(size: u64) -> Self {
+        Backing {
             size,
             device: Device::all().next().unwrap(),
             on_device: 0,
@@ -514,7 +512,18 @@ mod tests {
             used_on: 0,
             used_runtime: false,
             known: false,
-        };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_inside_a_live_block_finds_its_start_and_none_after_it_goes() {
+        let tier = Tier::default();
+        let backing = Backing::unplaced;
         tier.insert(0x4000_0000, backing(4 << 20));
         tier.insert(0x4080_0000, backing(2 << 20));
         let one = |address| tier.holding(&[address]).first().copied();

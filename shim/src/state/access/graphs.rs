@@ -276,19 +276,7 @@ mod tests {
     }
 
     fn block(size: u64) -> Backing {
-        Backing {
-            size,
-            device: crate::config::Device::all().next().unwrap(),
-            on_device: 0,
-            in_host: 0,
-            fetched_in: 0,
-            failed_ns: 0,
-            born: 0,
-            used: 0,
-            used_on: 0,
-            used_runtime: false,
-            known: false,
-        }
+        Backing::unplaced(size)
     }
 
     /// A capture on 0x51 that frees the block at 0x1000, its graph 0xaaa.
