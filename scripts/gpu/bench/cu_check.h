@@ -3,7 +3,8 @@
 // median of timings, the first device made ready, the host memory nearest
 // it, a device's access to a mapping, physical memory and its mappings (a
 // handle of a block's own made and mapped, and given back), the sizes a
-// GPT-2 step moves out, and moves out pipelined.
+// GPT-2 step moves out, moves out pipelined, and mappings whose access is
+// set and timed.
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -71,6 +72,37 @@ static inline int host_numa_node(CUdevice dev) {
 // count: 4 MiB 5 in 21, 8 MiB 2, 12 and 16 MiB 5 each, 32 MiB 1.5, 64 MiB 1,
 // 128 MiB 2 (see bench/RESULTS.md), one after another in a mixed order.
 static const size_t GPT2_MOVE_MIX[] = {128, 4, 12, 16, 4, 8, 12, 16, 4, 32, 12, 16, 4, 64, 16, 12, 4, 8, 128, 16, 12};
+
+// Handles of `bytes` each, mapped one after another over one reserved range
+// by the probes of setting access: BLOCKS mappings.
+struct Mappings {
+    CUdeviceptr base = 0;
+    size_t bytes = 0;
+    std::vector<CUmemGenericAllocationHandle> handles;
+};
+
+// Maps every handle, sets device 0's access to each (timed), then unmaps
+// them all: milliseconds spent setting access.
+static inline double access_round(const Mappings &b) {
+    const CUmemAccessDesc access = device_access(0);
+    double spent = 0;
+    for (size_t i = 0; i < b.handles.size(); i++) {
+        CUdeviceptr at = b.base + i * b.bytes;
+        CU(cuMemMap(at, b.bytes, 0, b.handles[i], 0));
+        double began = now_ms();
+        CU(cuMemSetAccess(at, b.bytes, &access, 1));
+        spent += now_ms() - began;
+    }
+    for (size_t i = 0; i < b.handles.size(); i++) CU(cuMemUnmap(b.base + i * b.bytes, b.bytes));
+    return spent;
+}
+
+// The median of three rounds: milliseconds setting access to all of them.
+static inline double access_ms(const Mappings &b) {
+    std::vector<double> t;
+    for (int round = 0; round < 3; round++) t.push_back(access_round(b));
+    return median(t);
+}
 
 // Pinned physical memory on device 0, or in host memory on NUMA node `numa`.
 static inline CUmemAllocationProp pinned_prop(bool host, int numa) {

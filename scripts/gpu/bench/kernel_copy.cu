@@ -68,36 +68,12 @@ static double rate(const Pair &p, size_t bytes, int count, How how, int ctas, in
     return double(count) * bytes / (now_ms() - began) / 1e6;
 }
 
-struct Blocks {
-    CUdeviceptr base = 0;
-    size_t bytes = 0;
-    std::vector<CUmemGenericAllocationHandle> handles;
-};
-
-static double remap_round(const Blocks &b) {
-    const CUmemAccessDesc access = device_access(0);
-    double spent = 0;
-    for (size_t i = 0; i < b.handles.size(); i++) {
-        CUdeviceptr at = b.base + i * b.bytes;
-        CU(cuMemMap(at, b.bytes, 0, b.handles[i], 0));
-        double began = now_ms();
-        CU(cuMemSetAccess(at, b.bytes, &access, 1));
-        spent += now_ms() - began;
-    }
-    for (size_t i = 0; i < b.handles.size(); i++) CU(cuMemUnmap(b.base + i * b.bytes, b.bytes));
-    return spent / b.handles.size();
-}
-
-static double per_mapping(const Blocks &b) {
-    std::vector<double> t;
-    for (int round = 0; round < 3; round++) t.push_back(remap_round(b));
-    return median(t);
-}
+static double per_mapping(const Mappings &b) { return access_ms(b) / b.handles.size(); }
 
 // Setting access beside copies queued `depth` at a time on a thread of
 // their own, made as `how` says; and, with `busy_too`, beside kernels that
 // fill the device on another stream, whose pace is also reported.
-static void beside(const char *name, const Blocks &b, const Pair &p, CUcontext context, size_t copy_bytes, How how,
+static void beside(const char *name, const Mappings &b, const Pair &p, CUcontext context, size_t copy_bytes, How how,
                    int ctas, int threads, int depth, bool busy_too, bool remap) {
     std::atomic<bool> stop{false}, started{false};
     size_t copies = 0;
@@ -224,7 +200,7 @@ int main(int argc, char **argv) {
     // Mappings beside them.
     for (bool on_device : {false, true}) {
         CUmemAllocationProp prop = pinned_prop(!on_device, host_numa_node(dev));
-        Blocks b;
+        Mappings b;
         b.bytes = mib << 20;
         b.handles.resize(blocks);
         for (auto &handle : b.handles) CU(cuMemCreate(&handle, b.bytes, &prop, 0));
@@ -244,7 +220,7 @@ int main(int argc, char **argv) {
         for (auto handle : b.handles) CU(cuMemRelease(handle));
     }
     // Beside kernels that fill the device: what each gives the other.
-    Blocks none;
+    Mappings none;
     beside("busy kernels alone", none, p, context, bytes, How::None, 0, 0, 1, true, false);
     for (int ctas : {16, 32}) {
         char name[96];

@@ -89,38 +89,7 @@ static int copier(size_t mib, int depth, bool out) {
     return 0;
 }
 
-struct Blocks {
-    CUdeviceptr base = 0;
-    size_t bytes = 0;
-    std::vector<CUmemGenericAllocationHandle> handles;
-};
-
-// Maps every block, sets its access, unmaps them; the access calls' time.
-static double remap_round(const Blocks &b) {
-    CUmemAccessDesc access = {};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = 0;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    double spent = 0;
-    for (size_t i = 0; i < b.handles.size(); i++) {
-        CUdeviceptr at = b.base + i * b.bytes;
-        CU(cuMemMap(at, b.bytes, 0, b.handles[i], 0));
-        double began = now_ms();
-        CU(cuMemSetAccess(at, b.bytes, &access, 1));
-        spent += now_ms() - began;
-    }
-    for (size_t i = 0; i < b.handles.size(); i++) CU(cuMemUnmap(b.base + i * b.bytes, b.bytes));
-    return spent;
-}
-
-static double measure(const Blocks &b) {
-    std::vector<double> t;
-    for (int round = 0; round < 3; round++) t.push_back(remap_round(b));
-    std::sort(t.begin(), t.end());
-    return t[1];
-}
-
-static void report(const char *beside, const Blocks &b, double ms, double rate) {
+static void report(const char *beside, const Mappings &b, double ms, double rate) {
     printf("{\"beside\": \"%s\", \"blocks\": %zu, \"mib\": %zu, \"access_ms\": %.3f, \"per_mapping_ms\": %.3f, "
            "\"copies_gb_per_s\": %.1f}\n",
            beside, b.handles.size(), b.bytes >> 20, ms, ms / b.handles.size(), rate);
@@ -128,7 +97,7 @@ static void report(const char *beside, const Blocks &b, double ms, double rate) 
 }
 
 // Copies from a thread of this process while the blocks are remapped.
-static void beside_thread(const char *name, const Blocks &b, CUcontext context, size_t mib, int depth, bool out,
+static void beside_thread(const char *name, const Mappings &b, CUcontext context, size_t mib, int depth, bool out,
                           int priority) {
     std::atomic<bool> stop{false}, started{false};
     double rate = 0;
@@ -138,14 +107,14 @@ static void beside_thread(const char *name, const Blocks &b, CUcontext context, 
     });
     while (!started.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    double ms = measure(b);
+    double ms = access_ms(b);
     stop = true;
     t.join();
     report(name, b, ms, rate);
 }
 
 // Copies from another process (this program as `copier`).
-static void beside_process(const char *name, const Blocks &b, size_t mib, int depth, bool out) {
+static void beside_process(const char *name, const Mappings &b, size_t mib, int depth, bool out) {
     int to_child[2], from_child[2];
     if (pipe(to_child) || pipe(from_child)) exit(1);
     pid_t pid = fork();
@@ -169,7 +138,7 @@ static void beside_process(const char *name, const Blocks &b, size_t mib, int de
         exit(1);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    double ms = measure(b);
+    double ms = access_ms(b);
     close(to_child[1]);
     double rate = 0;
     if (fgets(line, sizeof line, child_out)) rate = atof(line);
@@ -191,12 +160,12 @@ int main(int argc, char **argv) {
     int least, greatest;
     CU(cuCtxGetStreamPriorityRange(&least, &greatest));
     CUmemAllocationProp p = pinned_prop(!on_device, host_numa_node(dev));
-    Blocks b;
+    Mappings b;
     b.bytes = mib << 20;
     b.handles.resize(blocks);
     for (auto &handle : b.handles) CU(cuMemCreate(&handle, b.bytes, &p, 0));
     CU(cuMemAddressReserve(&b.base, b.bytes * blocks, 2 << 20, 0, 0));
-    report("idle", b, measure(b), 0);
+    report("idle", b, access_ms(b), 0);
     beside_thread("out, this process, 16 queued", b, context, copy_mib, 16, true, 0);
     beside_thread("out, this process, 1 at a time", b, context, copy_mib, 1, true, 0);
     beside_thread("out, this process, 2 at a time", b, context, copy_mib, 2, true, 0);
@@ -207,7 +176,7 @@ int main(int argc, char **argv) {
     beside_process("out, another process, 16 queued", b, copy_mib, 16, true);
     beside_process("out, another process, 1 at a time", b, copy_mib, 1, true);
     beside_process("in, another process, 16 queued", b, copy_mib, 16, false);
-    report("idle again", b, measure(b), 0);
+    report("idle again", b, access_ms(b), 0);
     CU(cuMemAddressFree(b.base, b.bytes * blocks));
     for (auto handle : b.handles) CU(cuMemRelease(handle));
     CU(cuDevicePrimaryCtxRelease(dev));
