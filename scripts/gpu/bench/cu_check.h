@@ -81,6 +81,23 @@ struct Mappings {
     std::vector<CUmemGenericAllocationHandle> handles;
 };
 
+// `count` handles of `bytes` each, made as `p` says, and a range reserved
+// for them all.
+static inline Mappings make_mappings(size_t count, size_t bytes, const CUmemAllocationProp &p) {
+    Mappings b;
+    b.bytes = bytes;
+    b.handles.resize(count);
+    for (auto &handle : b.handles) CU(cuMemCreate(&handle, b.bytes, &p, 0));
+    CU(cuMemAddressReserve(&b.base, b.bytes * count, 2 << 20, 0, 0));
+    return b;
+}
+
+// The range and the handles given back.
+static inline void free_mappings(const Mappings &b) {
+    CU(cuMemAddressFree(b.base, b.bytes * b.handles.size()));
+    for (auto handle : b.handles) CU(cuMemRelease(handle));
+}
+
 // Maps every handle, sets device 0's access to each (timed), then unmaps
 // them all: milliseconds spent setting access.
 static inline double access_round(const Mappings &b) {

@@ -200,11 +200,7 @@ int main(int argc, char **argv) {
     // Mappings beside them.
     for (bool on_device : {false, true}) {
         CUmemAllocationProp prop = pinned_prop(!on_device, host_numa_node(dev));
-        Mappings b;
-        b.bytes = mib << 20;
-        b.handles.resize(blocks);
-        for (auto &handle : b.handles) CU(cuMemCreate(&handle, b.bytes, &prop, 0));
-        CU(cuMemAddressReserve(&b.base, b.bytes * blocks, 2 << 20, 0, 0));
+        Mappings b = make_mappings(blocks, mib << 20, prop);
         printf("{\"mappings\": \"%s\", \"blocks\": %zu, \"mib\": %zu, \"idle_per_mapping_ms\": %.3f}\n",
                on_device ? "device" : "host", blocks, mib, per_mapping(b));
         beside("engine, 16 queued", b, p, context, bytes, How::Engine, 0, 0, 16, false, true);
@@ -216,8 +212,7 @@ int main(int argc, char **argv) {
         }
         printf("{\"mappings\": \"%s\", \"idle_again_per_mapping_ms\": %.3f}\n", on_device ? "device" : "host",
                per_mapping(b));
-        CU(cuMemAddressFree(b.base, b.bytes * blocks));
-        for (auto handle : b.handles) CU(cuMemRelease(handle));
+        free_mappings(b);
     }
     // Beside kernels that fill the device: what each gives the other.
     Mappings none;

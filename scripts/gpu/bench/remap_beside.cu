@@ -160,11 +160,7 @@ int main(int argc, char **argv) {
     int least, greatest;
     CU(cuCtxGetStreamPriorityRange(&least, &greatest));
     CUmemAllocationProp p = pinned_prop(!on_device, host_numa_node(dev));
-    Mappings b;
-    b.bytes = mib << 20;
-    b.handles.resize(blocks);
-    for (auto &handle : b.handles) CU(cuMemCreate(&handle, b.bytes, &p, 0));
-    CU(cuMemAddressReserve(&b.base, b.bytes * blocks, 2 << 20, 0, 0));
+    Mappings b = make_mappings(blocks, mib << 20, p);
     report("idle", b, access_ms(b), 0);
     beside_thread("out, this process, 16 queued", b, context, copy_mib, 16, true, 0);
     beside_thread("out, this process, 1 at a time", b, context, copy_mib, 1, true, 0);
@@ -177,8 +173,7 @@ int main(int argc, char **argv) {
     beside_process("out, another process, 1 at a time", b, copy_mib, 1, true);
     beside_process("in, another process, 16 queued", b, copy_mib, 16, false);
     report("idle again", b, access_ms(b), 0);
-    CU(cuMemAddressFree(b.base, b.bytes * blocks));
-    for (auto handle : b.handles) CU(cuMemRelease(handle));
+    free_mappings(b);
     CU(cuDevicePrimaryCtxRelease(dev));
     return 0;
 }
