@@ -210,6 +210,13 @@ int main(int argc, char **argv) {
             snprintf(name, sizeof name, "kernel %d x 512, 16 queued", ctas);
             beside(name, b, p, context, bytes, How::Kernel, ctas, 512, 16, false, true);
         }
+        // Whether a mapping waits for the kernel's copies in flight or for
+        // those queued: one and two at a time, as the engine's were.
+        for (int depth : {1, 2}) {
+            char name[96];
+            snprintf(name, sizeof name, "kernel 16 x 512, %d at a time", depth);
+            beside(name, b, p, context, bytes, How::Kernel, 16, 512, depth, false, true);
+        }
         printf("{\"mappings\": \"%s\", \"idle_again_per_mapping_ms\": %.3f}\n", on_device ? "device" : "host",
                per_mapping(b));
         free_mappings(b);
