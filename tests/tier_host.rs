@@ -172,9 +172,8 @@ fn host_memory_kept_unused_stays_within_twice_the_most_the_blocks_had_on_the_hos
     // Host memory made and not released by the end (a and b stay live,
     // so nothing is released for the job's having freed all it had).
     let released: Vec<String> = run
-        .calls
-        .iter()
-        .filter(|c| c.contains("cuMemRelease"))
+        .calls_with(&["cuMemRelease"])
+        .into_iter()
         .map(|c| log_field(c, "handle"))
         .collect();
     let held: u64 = host_memory_made(&run)

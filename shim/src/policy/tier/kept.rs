@@ -137,10 +137,10 @@ fn add(state: &State, kept: Kept) {
     }
 }
 
-/// Whether `kept` is on `device` with no device memory: its bytes are its
-/// host memory's, which no live block holds.
+/// Whether `kept` is on `device` with host memory and no device memory:
+/// its bytes are its host memory's, which no live block holds.
 pub(super) fn in_host_on(kept: &Kept, device: Device) -> bool {
-    kept.backing.device == device && kept.backing.on_device == 0
+    kept.backing.device == device && kept.backing.on_device == 0 && kept.backing.in_host != 0
 }
 
 /// Which kept blocks an allocation may be served by.

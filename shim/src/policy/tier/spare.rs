@@ -130,11 +130,7 @@ fn from_kept(state: &State, size: u64, device: Device) -> Option<u64> {
         let sizes = lock(&state.tier.host_bytes);
         let bytes = |k: &Kept| bytes_of(&sizes, &k.backing);
         let index = list.iter().position(|k| {
-            k.backing.device == device
-                && k.backing.on_device == 0
-                && k.backing.in_host != 0
-                && serves(bytes(k), size)
-                && super::kept::settled(k)
+            super::kept::in_host_on(k, device) && serves(bytes(k), size) && super::kept::settled(k)
         })?;
         list.remove(index)
     };
