@@ -34,7 +34,30 @@ struct Way {
     int depth;
     bool into_device = false;  // copies in instead of out
     bool to_pinned = false;    // out into cuMemHostAlloc memory, not a host handle
+    bool remaps_beside = false;  // another thread remaps host memory all the while, as the mover does
 };
+
+// Maps a 16 MiB handle of host memory at a range of its own, sets access and
+// unmaps it again, over and over until `stop`, as the mover thread remaps
+// blocks sent out: whether the calls of one thread wait for another's.
+static void remap_until(CUdevice dev, CUcontext context, std::atomic<bool> &stop, size_t &remaps) {
+    CU(cuCtxSetCurrent(context));
+    size_t bytes = 16 << 20;
+    CUmemAllocationProp on_host = pinned_prop(true, host_numa_node(dev));
+    CUmemGenericAllocationHandle h;
+    CU(cuMemCreate(&h, bytes, &on_host, 0));
+    CUdeviceptr at;
+    CU(cuMemAddressReserve(&at, bytes, 2 << 20, 0, 0));
+    const CUmemAccessDesc access = device_access(dev);
+    while (!stop.load()) {
+        CU(cuMemMap(at, bytes, 0, h, 0));
+        CU(cuMemSetAccess(at, bytes, &access, 1));
+        CU(cuMemUnmap(at, bytes));
+        remaps++;
+    }
+    CU(cuMemAddressFree(at, bytes));
+    CU(cuMemRelease(h));
+}
 
 // The copies' memory: device memory and host memory of `bytes` each, the
 // host memory both a handle of the tier's kind mapped for the device and
@@ -175,12 +198,17 @@ int main(int argc, char **argv) {
         {"kernel out, 4 MiB one at a time", How::Kernel, 4, 1},
         {"kernel out, 4 MiB two at a time", How::Kernel, 4, 2},
         {"kernel out, 16 MiB one at a time", How::Kernel, 16, 1},
+        {"host remaps on another thread", How::None, 0, 1, false, false, true},
+        {"host remaps on another thread, engine out 4 MiB one at a time", How::Engine, 4, 1, false, false, true},
         {"idle again", How::None, 0, 1},
     };
     for (const Way &way : ways) {
         std::atomic<bool> stop{false}, started{false};
         double gb_per_s = 0;
         std::thread copier([&] { copy_until(way, sides, context, stop, started, gb_per_s); });
+        size_t remaps = 0;
+        std::thread remapper;
+        if (way.remaps_beside) remapper = std::thread([&] { remap_until(dev, context, stop, remaps); });
         while (!started.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
         map_for_device(range + alloc_bytes, block_bytes, block_device);
@@ -193,6 +221,7 @@ int main(int argc, char **argv) {
         CU(cuMemUnmap(range + alloc_bytes, block_bytes));
         stop = true;
         copier.join();
+        if (remapper.joinable()) remapper.join();
         std::string line = std::string("{\"beside\": \"") + way.name + "\"";
         const std::vector<std::pair<const char *, const std::vector<double> *>> fields = {
             {"create", &c.create},       {"map", &c.map},           {"access", &c.access},
@@ -201,7 +230,7 @@ int main(int argc, char **argv) {
             {"in_map", &c.in_map},       {"in_access", &c.in_access}};
         for (const auto &[name, v] : fields) line += ", " + field(name, *v);
         char rate[64];
-        snprintf(rate, sizeof rate, ", \"copies_gb_per_s\": %.1f}", gb_per_s);
+        snprintf(rate, sizeof rate, ", \"copies_gb_per_s\": %.1f, \"remaps_beside\": %zu}", gb_per_s, remaps);
         printf("%s%s\n", line.c_str(), rate);
         fflush(stdout);
     }
