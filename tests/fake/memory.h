@@ -130,7 +130,8 @@ static int fake_free(void *p) {
 /* Stream-ordered pools, one per device (handle: device + 1), as CUDA's
  * default pools behave with a high release threshold: the reserve grows in
  * 2 MiB chunks as allocations need it, stays reserved after frees, and is
- * given back only by a trim. The reserve is what the device holds. */
+ * given back only by a trim, chunk by chunk. The reserve is what the device
+ * holds. */
 #define POOL_CHUNK ((size_t)2 << 20)
 static size_t pool_reserved[MAX_DEVICES], pool_used[MAX_DEVICES];
 /* The high-water marks CUDA keeps of both, reset by writing 0. */
@@ -182,6 +183,9 @@ static int pool_trim(const char *name, void *pool, size_t keep) {
     if (dev < 0 || dev >= device_count()) return INVALID_VALUE;
     pthread_mutex_lock(&lock);
     size_t target = pool_used[dev] > keep ? pool_used[dev] : keep;
+    /* Whole chunks only, as CUDA's: one that a live allocation sits in
+     * stays reserved. */
+    target = (target + POOL_CHUNK - 1) / POOL_CHUNK * POOL_CHUNK;
     if (target < pool_reserved[dev]) {
         used[dev] -= pool_reserved[dev] - target;
         pool_reserved[dev] = target;

@@ -162,9 +162,12 @@ where
         return cudaSuccess;
     }
     if fits {
+        let growth = pool.map_or(0, |pool| {
+            stream_pools::room_for_growth(state, backend, pool, device, size, limit)
+        });
         let (rc, ptr, taken) = on_device();
         if rc != cudaSuccess || ptr.is_null() {
-            state.ledger.unreserve(device, size);
+            state.ledger.unreserve(device, size + growth);
             if rc != cudaSuccess {
                 record_rejection(state, api, device, size, Placement::Device, rc);
             }
@@ -189,6 +192,8 @@ where
             tiered: false,
         };
         record_allocation(state, ptr, block);
+        // The room held for the pool's growth becomes the growth's count.
+        state.ledger.unreserve(device, growth);
         if let Some(pool) = pool {
             stream_pools::recount(state, backend, pool, device, quota);
         }

@@ -7,11 +7,14 @@
 //! on top of that, a pool's *slack* — what it reserves beyond its live
 //! allocations, as CUDA reports it — is added to the device's bytes after
 //! every allocation from and free to the pool. Over the quota, the pool is
-//! first trimmed to what it uses (`cudaMemPoolTrimTo`), and only what still
-//! does not fit spills.
+//! first trimmed to what it uses (`cudaMemPoolTrimTo`); what a trim cannot
+//! give back (a chunk a live allocation sits in) counts even so. So before
+//! an allocation near the quota that the pool's reserve cannot hold, room
+//! is made for the chunk CUDA will add ([`room_for_growth`]).
 
 use crate::config::Device;
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use cudart_sys::*;
 
@@ -23,6 +26,49 @@ use crate::state::{Counted, State};
 /// (the driver's `CU_MEMPOOL_ATTR_*` have the same values).
 const RESERVED_MEM_CURRENT: c_int = 5;
 const USED_MEM_CURRENT: c_int = 7;
+
+/// The least a pool is taken to grow by at once, before a growth is seen.
+const LEAST_GROWTH: u64 = 2 << 20;
+
+/// The largest growth of a pool's slack seen at once: what CUDA adds to a
+/// pool's reserve when an allocation does not fit in it (a chunk, less the
+/// allocation).
+static LARGEST_GROWTH: AtomicU64 = AtomicU64::new(0);
+
+/// Before an allocation of `size` bytes from `pool` on `device`, counted
+/// already: where the pool's unused reserve is smaller than `size`, CUDA
+/// grows the reserve by a chunk, which counts only once the allocation is
+/// made ([`recount`]), when the quota may have no room left for it and no
+/// trim can give it back while the allocation lives in it. So room for
+/// the largest growth seen is reserved first under `limit`, the tier's
+/// kept blocks whose frees are reached giving theirs if need be (nothing
+/// spills for it). The bytes reserved, to be given back just before the
+/// pool is recounted; 0 where none was needed or none could be had.
+pub fn room_for_growth(
+    state: &State,
+    backend: Backend,
+    pool: usize,
+    device: Device,
+    size: u64,
+    limit: u64,
+) -> u64 {
+    let growth = LARGEST_GROWTH.load(Relaxed).max(LEAST_GROWTH);
+    let used = state.ledger.device(device).device_bytes.load(Relaxed);
+    // Far enough under the limit, nothing to ask CUDA.
+    if limit.saturating_sub(used) >= growth {
+        return 0;
+    }
+    if slack(backend, pool).is_none_or(|slack| slack >= size) {
+        return 0;
+    }
+    let reserved = state.ledger.try_reserve(device, growth, limit)
+        || super::tier::kept::room_for(state, device, growth, limit, false);
+    if reserved {
+        growth
+    } else {
+        0
+    }
+}
 
 /// The pool an allocation comes from: the one given, or the device's
 /// current pool; `None` if CUDA cannot say.
@@ -106,6 +152,7 @@ fn count(state: &State, backend: Backend, pool: usize, device: Device, quota: Op
     let before = counted.get(&pool).map_or(0, |c| c.slack);
     if slack > before {
         let grow = slack - before;
+        LARGEST_GROWTH.fetch_max(grow, Relaxed);
         match quota {
             Some(quota) if !state.ledger.try_reserve(device, grow, quota) => return false,
             Some(_) => {}
