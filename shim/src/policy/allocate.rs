@@ -162,9 +162,13 @@ where
         return cudaSuccess;
     }
     if fits {
-        let growth = pool.map_or(0, |pool| {
-            stream_pools::room_for_growth(state, backend, pool, device, size, limit)
-        });
+        // A stream-ordered allocation being captured takes graph memory,
+        // not the current pool's.
+        let growth = pool
+            .filter(|_| !state.access.graphs.capturing_any())
+            .map_or(0, |pool| {
+                stream_pools::room_for_growth(state, backend, pool, device, size, limit)
+            });
         let (rc, ptr, taken) = on_device();
         if rc != cudaSuccess || ptr.is_null() {
             state.ledger.unreserve(device, size + growth);
@@ -193,9 +197,8 @@ where
         };
         record_allocation(state, ptr, block);
         // The room held for the pool's growth becomes the growth's count.
-        state.ledger.unreserve(device, growth);
         if let Some(pool) = pool {
-            stream_pools::recount(state, backend, pool, device, quota);
+            stream_pools::recount_after_allocation(state, backend, pool, device, quota, growth);
         }
         return rc;
     }

@@ -30,9 +30,10 @@ const USED_MEM_CURRENT: c_int = 7;
 /// The least a pool is taken to grow by at once, before a growth is seen.
 const LEAST_GROWTH: u64 = 2 << 20;
 
-/// The largest growth of a pool's slack seen at once: what CUDA adds to a
-/// pool's reserve when an allocation does not fit in it (a chunk, less the
-/// allocation).
+/// The largest growth of a pool's slack seen at an allocation: what CUDA
+/// adds to a pool's reserve when an allocation does not fit in it (a
+/// chunk, less the allocation). Frees, which also raise the slack, teach
+/// it nothing.
 static LARGEST_GROWTH: AtomicU64 = AtomicU64::new(0);
 
 /// Before an allocation of `size` bytes from `pool` on `device`, counted
@@ -42,8 +43,10 @@ static LARGEST_GROWTH: AtomicU64 = AtomicU64::new(0);
 /// trim can give it back while the allocation lives in it. So room for
 /// the largest growth seen is reserved first under `limit`, the tier's
 /// kept blocks whose frees are reached giving theirs if need be (nothing
-/// spills for it). The bytes reserved, to be given back just before the
-/// pool is recounted; 0 where none was needed or none could be had.
+/// spills for it). The bytes reserved, to be settled against the growth
+/// by [`recount_after_allocation`]; 0 where none was needed or none could
+/// be had. (The pool's unused reserve is taken as one: a reserve split
+/// into pieces too small for the allocation may grow all the same.)
 pub fn room_for_growth(
     state: &State,
     backend: Backend,
@@ -54,8 +57,12 @@ pub fn room_for_growth(
 ) -> u64 {
     let growth = LARGEST_GROWTH.load(Relaxed).max(LEAST_GROWTH);
     let used = state.ledger.device(device).device_bytes.load(Relaxed);
-    // Far enough under the limit, nothing to ask CUDA.
-    if limit.saturating_sub(used) >= growth {
+    // Far enough under the limit and the sharing pool's budget, nothing to
+    // ask CUDA.
+    let room = limit
+        .saturating_sub(used)
+        .min(super::moves::pool_room(state, device));
+    if room >= growth {
         return 0;
     }
     if slack(backend, pool).is_none_or(|slack| slack >= size) {
@@ -144,22 +151,38 @@ fn slack(backend: Backend, pool: usize) -> Option<u64> {
 /// returned. The reading and the counting are done under one lock, so that
 /// two threads never count their readings out of order; the pool queries
 /// under it never call back into the shim or allocate.
-fn count(state: &State, backend: Backend, pool: usize, device: Device, quota: Option<u64>) -> bool {
+fn count(
+    state: &State,
+    backend: Backend,
+    pool: usize,
+    device: Device,
+    quota: Option<u64>,
+    held: Held,
+) -> bool {
     let mut counted = crate::state::lock(&state.pool_slack);
     let Some(slack) = slack(backend, pool) else {
+        state.ledger.unreserve(device, held.bytes);
         return true;
     };
     let before = counted.get(&pool).map_or(0, |c| c.slack);
     if slack > before {
         let grow = slack - before;
-        LARGEST_GROWTH.fetch_max(grow, Relaxed);
-        match quota {
-            Some(quota) if !state.ledger.try_reserve(device, grow, quota) => return false,
-            Some(_) => {}
-            None => state.ledger.reserve(device, grow),
+        if held.at_allocation {
+            LARGEST_GROWTH.fetch_max(grow, Relaxed);
+        }
+        // Room held for the growth counts toward it; only the rest is asked.
+        if grow > held.bytes {
+            let more = grow - held.bytes;
+            match quota {
+                Some(quota) if !state.ledger.try_reserve(device, more, quota) => return false,
+                Some(_) => {}
+                None => state.ledger.reserve(device, more),
+            }
+        } else {
+            state.ledger.unreserve(device, held.bytes - grow);
         }
     } else {
-        state.ledger.unreserve(device, before - slack);
+        state.ledger.unreserve(device, before - slack + held.bytes);
     }
     counted.insert(
         pool,
@@ -176,8 +199,49 @@ fn count(state: &State, backend: Backend, pool: usize, device: Device, quota: Op
 /// growth would take the device over `quota`, the pool is trimmed first (its
 /// unused reserve given back to the device) and what remains is counted.
 pub fn recount(state: &State, backend: Backend, pool: usize, device: Device, quota: Option<u64>) {
-    if !count(state, backend, pool, device, quota) {
-        trim_and_recount(state, backend, pool, device);
+    settle(state, backend, pool, device, quota, Held::default());
+}
+
+/// [`recount`] after an allocation from `pool`, for which `held` bytes
+/// were reserved beforehand ([`room_for_growth`]): they count toward the
+/// pool's growth, under the same lock as its reading, so that no other
+/// allocation takes that room in between.
+pub fn recount_after_allocation(
+    state: &State,
+    backend: Backend,
+    pool: usize,
+    device: Device,
+    quota: Option<u64>,
+    held: u64,
+) {
+    let held = Held {
+        bytes: held,
+        at_allocation: true,
+    };
+    settle(state, backend, pool, device, quota, held);
+}
+
+/// Room reserved ahead for a pool's growth, and whether the recount
+/// follows an allocation (whose growth teaches [`LARGEST_GROWTH`]).
+#[derive(Clone, Copy, Default)]
+struct Held {
+    bytes: u64,
+    at_allocation: bool,
+}
+
+/// Counts the pool's slack under `quota`; where it does not fit, trims the
+/// pool and counts what remains (the room held is settled either way).
+fn settle(
+    state: &State,
+    backend: Backend,
+    pool: usize,
+    device: Device,
+    quota: Option<u64>,
+    held: Held,
+) {
+    if !count(state, backend, pool, device, quota, held) {
+        trim(backend, pool);
+        count(state, backend, pool, device, None, held);
     }
 }
 
@@ -198,7 +262,7 @@ pub fn trim_device(state: &State, device: Device) -> bool {
 /// Gives the pool's unused reserve back to the device, and recounts it.
 fn trim_and_recount(state: &State, backend: Backend, pool: usize, device: Device) {
     trim(backend, pool);
-    count(state, backend, pool, device, None);
+    count(state, backend, pool, device, None, Held::default());
 }
 
 fn trim(backend: Backend, pool: usize) {
