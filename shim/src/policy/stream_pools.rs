@@ -240,8 +240,7 @@ fn settle(
     held: Held,
 ) {
     if !count(state, backend, pool, device, quota, held) {
-        trim(backend, pool);
-        count(state, backend, pool, device, None, held);
+        trim_and_recount(state, backend, pool, device, held);
     }
 }
 
@@ -254,15 +253,16 @@ pub fn trim_device(state: &State, device: Device) -> bool {
         .map(|(pool, c)| (*pool, c.backend))
         .collect();
     for &(pool, backend) in &holding {
-        trim_and_recount(state, backend, pool, device);
+        trim_and_recount(state, backend, pool, device, Held::default());
     }
     !holding.is_empty()
 }
 
-/// Gives the pool's unused reserve back to the device, and recounts it.
-fn trim_and_recount(state: &State, backend: Backend, pool: usize, device: Device) {
+/// Gives the pool's unused reserve back to the device, and recounts it,
+/// settling the room `held` for its growth.
+fn trim_and_recount(state: &State, backend: Backend, pool: usize, device: Device, held: Held) {
     trim(backend, pool);
-    count(state, backend, pool, device, None, Held::default());
+    count(state, backend, pool, device, None, held);
 }
 
 fn trim(backend: Backend, pool: usize) {
