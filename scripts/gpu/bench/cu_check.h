@@ -150,6 +150,20 @@ static inline CUmemGenericAllocationHandle make_and_map(CUdeviceptr at, size_t b
     return handle;
 }
 
+// `bytes` of host memory of the spill tier's kind (a HOST_NUMA handle on the
+// node nearest `dev`) mapped for the device at a range of its own; the
+// mapping keeps the memory.
+static inline CUdeviceptr mapped_host_memory(CUdevice dev, size_t bytes) {
+    CUmemAllocationProp prop = pinned_prop(true, host_numa_node(dev));
+    CUmemGenericAllocationHandle h;
+    CU(cuMemCreate(&h, bytes, &prop, 0));
+    CUdeviceptr at;
+    CU(cuMemAddressReserve(&at, bytes, 2 << 20, 0, 0));
+    map_for_device(at, bytes, h);
+    CU(cuMemRelease(h));
+    return at;
+}
+
 // The handle mapped at `at` unmapped and released.
 static inline void unmap_and_release(CUdeviceptr at, size_t bytes, CUmemGenericAllocationHandle handle) {
     CU(cuMemUnmap(at, bytes));

@@ -12,12 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "copy_out.cuh"
 #include "cu_check.h"
-
-__global__ void copy_out(uint4 *__restrict__ dst, const uint4 *__restrict__ src, size_t n) {
-    size_t stride = size_t(gridDim.x) * blockDim.x;
-    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = src[i];
-}
 
 // Work that fills every SM for a while: the job's kernels, in short.
 __global__ void busy(float *out, int turns) {
@@ -37,12 +33,7 @@ static Pair make_pair(CUdevice dev, size_t bytes) {
     Pair p;
     p.bytes = bytes;
     CU(cuMemAlloc(&p.device_side, bytes));
-    CUmemAllocationProp prop = pinned_prop(true, host_numa_node(dev));
-    CUmemGenericAllocationHandle h;
-    CU(cuMemCreate(&h, bytes, &prop, 0));
-    CU(cuMemAddressReserve(&p.host_side, bytes, 2 << 20, 0, 0));
-    map_for_device(p.host_side, bytes, h);
-    CU(cuMemRelease(h));
+    p.host_side = mapped_host_memory(dev, bytes);
     return p;
 }
 

@@ -18,12 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "copy_out.cuh"
 #include "cu_check.h"
-
-__global__ void copy_out(uint4 *__restrict__ dst, const uint4 *__restrict__ src, size_t n) {
-    size_t stride = size_t(gridDim.x) * blockDim.x;
-    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = src[i];
-}
 
 enum class How { None, Engine, Kernel };
 
@@ -71,12 +67,7 @@ struct Sides {
 static Sides make_sides(CUdevice dev) {
     Sides s;
     CU(cuMemAlloc(&s.device_side, s.bytes));
-    CUmemAllocationProp prop = pinned_prop(true, host_numa_node(dev));
-    CUmemGenericAllocationHandle h;
-    CU(cuMemCreate(&h, s.bytes, &prop, 0));
-    CU(cuMemAddressReserve(&s.host_side, s.bytes, 2 << 20, 0, 0));
-    map_for_device(s.host_side, s.bytes, h);
-    CU(cuMemRelease(h));
+    s.host_side = mapped_host_memory(dev, s.bytes);
     CU(cuMemHostAlloc(&s.pinned, s.bytes, 0));
     return s;
 }
