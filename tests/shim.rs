@@ -569,3 +569,46 @@ fn a_small_allocation_growing_cudas_pool_finds_room_for_the_chunk_first() {
     let placements: Vec<String> = run.allocations().into_iter().map(|(_, p)| p).collect();
     assert_eq!(placements, ["device"; 4]);
 }
+
+#[test]
+fn room_for_cudas_pool_to_grow_is_made_when_no_kept_block_can_give_it() {
+    // As above, but the kept block's free waits behind 200 ms of work on
+    // its stream, so it cannot give its room yet: a tier block moves to
+    // host memory to make room for the chunk instead, and the device never
+    // holds more than its quota.
+    let run = client(
+        Runtime::Fake13,
+        &moving_beside(
+            "32MiB",
+            &[("FAKE_CUDA_KERNEL_US", "200000"), ("VRAMSHARE_LOG", "warn")],
+        ),
+        &[
+            "async:a:16M",
+            "async:b:14M",
+            "malloc:c:1M",
+            "use:a",
+            "sync",
+            "use:b:1",
+            "freeasync:b:1",
+            "async:t:4K",
+            "freeasync:t",
+            "freeasync:a",
+            "free:c",
+        ],
+    );
+    run.assert_ok();
+    let peak = run.trace()["processes"][0]["peak_device"]["0"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        peak <= 32 * MIB,
+        "{} MiB held at most: {}",
+        peak as f64 / MIB as f64,
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("counted over the quota"),
+        "{}",
+        run.stderr
+    );
+}

@@ -162,16 +162,15 @@ where
         return cudaSuccess;
     }
     if fits {
-        // A stream-ordered allocation being captured takes graph memory,
-        // not the current pool's.
-        let growth = pool
-            .filter(|_| !state.access.graphs.capturing_any())
-            .map_or(0, |pool| {
-                stream_pools::room_for_growth(state, backend, pool, device, size, limit)
-            });
+        // CUDA's pool may grow by a chunk for it: room for that first. A
+        // stream-ordered allocation being captured takes graph memory, not
+        // the current pool's.
+        if pool.is_some() && !state.access.graphs.capturing_any() {
+            stream_pools::keep_headroom(state, api, device, limit);
+        }
         let (rc, ptr, taken) = on_device();
         if rc != cudaSuccess || ptr.is_null() {
-            state.ledger.unreserve(device, size + growth);
+            state.ledger.unreserve(device, size);
             if rc != cudaSuccess {
                 record_rejection(state, api, device, size, Placement::Device, rc);
             }
@@ -196,9 +195,8 @@ where
             tiered: false,
         };
         record_allocation(state, ptr, block);
-        // The room held for the pool's growth becomes the growth's count.
         if let Some(pool) = pool {
-            stream_pools::recount_after_allocation(state, backend, pool, device, quota, growth);
+            stream_pools::recount_after_allocation(state, backend, pool, device, quota);
         }
         return rc;
     }

@@ -8,15 +8,16 @@
 //! allocations, as CUDA reports it — is added to the device's bytes after
 //! every allocation from and free to the pool. Over the quota, the pool is
 //! first trimmed to what it uses (`cudaMemPoolTrimTo`); what a trim cannot
-//! give back (a chunk a live allocation sits in) counts even so. So before
-//! an allocation near the quota that the pool's reserve cannot hold, room
-//! is made for the chunk CUDA will add ([`room_for_growth`]).
+//! give back (a chunk a live allocation sits in) would count even so: so
+//! near the quota, room for the chunk CUDA may add is held beforehand
+//! ([`keep_headroom`]).
 
 use crate::config::Device;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use cudart_sys::*;
+use vramshare_common::event::Api;
 
 use crate::cuda::backend::Backend;
 use crate::cuda::real;
@@ -36,45 +37,51 @@ const LEAST_GROWTH: u64 = 2 << 20;
 /// it nothing.
 static LARGEST_GROWTH: AtomicU64 = AtomicU64::new(0);
 
-/// Before an allocation of `size` bytes from `pool` on `device`, counted
-/// already: where the pool's unused reserve is smaller than `size`, CUDA
-/// grows the reserve by a chunk, which counts only once the allocation is
-/// made ([`recount`]), when the quota may have no room left for it and no
-/// trim can give it back while the allocation lives in it. So room for
-/// the largest growth seen is reserved first under `limit`, the tier's
-/// kept blocks whose frees are reached giving theirs if need be (nothing
-/// spills for it). The bytes reserved, to be settled against the growth
-/// by [`recount_after_allocation`]; 0 where none was needed or none could
-/// be had. (The pool's unused reserve is taken as one: a reserve split
-/// into pieces too small for the allocation may grow all the same.)
-pub fn room_for_growth(
-    state: &State,
-    backend: Backend,
-    pool: usize,
-    device: Device,
-    size: u64,
-    limit: u64,
-) -> u64 {
+/// Before an allocation from a stream-ordered pool on `device` (counted
+/// already at its size) that CUDA's pool serves: CUDA may grow the pool by
+/// a chunk for it, even where the pool's unused reserve would hold it (a
+/// reserve split into pieces, or kept for another stream's frees), and the
+/// growth counts only once the allocation is made, when no trim can give
+/// it back while the allocation lives in it. So wherever the room left
+/// under `limit` and the sharing pool's budget is less than the largest
+/// growth seen, that much room is held for the device's pools
+/// ([`State::pool_headroom`]), counted as the device's, and a growth takes
+/// it ([`recount_after_allocation`]). It is made as room for a new block
+/// is: the tier's kept blocks whose frees are reached give theirs, else the
+/// tier's blocks least needed move to host memory. Once the device has
+/// room for a growth again, the room held is given back.
+pub fn keep_headroom(state: &'static State, api: Api, device: Device, limit: u64) {
+    let Some(need) = headroom_short(state, device, limit) else {
+        return;
+    };
+    let made = state.ledger.try_reserve(device, need, limit)
+        || super::tier::kept::room_for(state, device, need, limit, false)
+        || super::tier::room_for_new(state, api, device, need, limit);
+    if made {
+        state.pool_headroom[device.index()].fetch_add(need, Relaxed);
+    }
+}
+
+/// How much more room `device`'s pools need held to grow into under
+/// `limit`: `None` if none. Where the device has room for the largest
+/// growth beside what it holds, the room held is given back.
+fn headroom_short(state: &State, device: Device, limit: u64) -> Option<u64> {
+    let headroom = &state.pool_headroom[device.index()];
     let growth = LARGEST_GROWTH.load(Relaxed).max(LEAST_GROWTH);
     let used = state.ledger.device(device).device_bytes.load(Relaxed);
-    // Far enough under the limit and the sharing pool's budget, nothing to
-    // ask CUDA.
     let room = limit
         .saturating_sub(used)
         .min(super::moves::pool_room(state, device));
     if room >= growth {
-        return 0;
+        let held = headroom.swap(0, Relaxed);
+        if held > 0 {
+            state.ledger.unreserve(device, held);
+        }
+        return None;
     }
-    if slack(backend, pool).is_none_or(|slack| slack >= size) {
-        return 0;
-    }
-    let reserved = state.ledger.try_reserve(device, growth, limit)
-        || super::tier::kept::room_for(state, device, growth, limit, false);
-    if reserved {
-        growth
-    } else {
-        0
-    }
+    growth
+        .checked_sub(headroom.load(Relaxed))
+        .filter(|need| *need > 0)
 }
 
 /// The pool an allocation comes from: the one given, or the device's
@@ -147,42 +154,47 @@ fn slack(backend: Backend, pool: usize) -> Option<u64> {
 }
 
 /// Reads the pool's slack and moves the device's count by its change. A
-/// growth that does not fit under `quota` is not counted, and `false`
-/// returned. The reading and the counting are done under one lock, so that
-/// two threads never count their readings out of order; the pool queries
-/// under it never call back into the shim or allocate.
+/// growth at an allocation takes the room held for it first
+/// ([`keep_headroom`]); the rest that does not fit under `quota` is not
+/// counted, and `false` returned. The reading and the counting are done
+/// under one lock, so that two threads never count their readings out of
+/// order; the pool queries under it never call back into the shim or
+/// allocate.
 fn count(
     state: &State,
     backend: Backend,
     pool: usize,
     device: Device,
     quota: Option<u64>,
-    held: Held,
+    at_allocation: bool,
 ) -> bool {
     let mut counted = crate::state::lock(&state.pool_slack);
     let Some(slack) = slack(backend, pool) else {
-        state.ledger.unreserve(device, held.bytes);
         return true;
     };
     let before = counted.get(&pool).map_or(0, |c| c.slack);
     if slack > before {
         let grow = slack - before;
-        if held.at_allocation {
+        // A free's bytes pass from the allocation's count to the slack's:
+        // only an allocation's growth is new memory, for the room held.
+        let held = if at_allocation {
             LARGEST_GROWTH.fetch_max(grow, Relaxed);
-        }
-        // Room held for the growth counts toward it; only the rest is asked.
-        if grow > held.bytes {
-            let more = grow - held.bytes;
-            match quota {
-                Some(quota) if !state.ledger.try_reserve(device, more, quota) => return false,
-                Some(_) => {}
-                None => state.ledger.reserve(device, more),
-            }
+            take_headroom(state, device, grow)
         } else {
-            state.ledger.unreserve(device, held.bytes - grow);
+            0
+        };
+        let more = grow - held;
+        match quota {
+            _ if more == 0 => {}
+            Some(quota) if !state.ledger.try_reserve(device, more, quota) => {
+                state.pool_headroom[device.index()].fetch_add(held, Relaxed);
+                return false;
+            }
+            Some(_) => {}
+            None => state.ledger.reserve(device, more),
         }
     } else {
-        state.ledger.unreserve(device, before - slack + held.bytes);
+        state.ledger.unreserve(device, before - slack);
     }
     counted.insert(
         pool,
@@ -195,52 +207,72 @@ fn count(
     true
 }
 
-/// After an allocation from or a free to `pool`: recounts its slack. If its
-/// growth would take the device over `quota`, the pool is trimmed first (its
-/// unused reserve given back to the device) and what remains is counted.
-pub fn recount(state: &State, backend: Backend, pool: usize, device: Device, quota: Option<u64>) {
-    settle(state, backend, pool, device, quota, Held::default());
+/// Takes up to `bytes` of the room held for `device`'s pools; what it took.
+fn take_headroom(state: &State, device: Device, bytes: u64) -> u64 {
+    let headroom = &state.pool_headroom[device.index()];
+    let mut took = 0;
+    let _ = headroom.fetch_update(Relaxed, Relaxed, |held| {
+        took = held.min(bytes);
+        Some(held - took)
+    });
+    took
 }
 
-/// [`recount`] after an allocation from `pool`, for which `held` bytes
-/// were reserved beforehand ([`room_for_growth`]): they count toward the
-/// pool's growth, under the same lock as its reading, so that no other
-/// allocation takes that room in between.
+/// Says once that a pool's growth was counted over the quota: the device
+/// then holds more than its quota until the allocations in it are freed.
+fn over_quota_once(device: Device, over: u64) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, Relaxed) {
+        warn!(
+            "CUDA's stream-ordered pool on device {device} grew beyond the room held for it: {} counted over the quota until the allocations in it are freed",
+            crate::config::human_bytes(over)
+        );
+    }
+}
+
+/// After a free to `pool` (or an allocation from it): recounts its slack.
+/// If its growth would take the device over `quota`, the pool is trimmed
+/// first (its unused reserve given back to the device) and what remains is
+/// counted.
+pub fn recount(state: &State, backend: Backend, pool: usize, device: Device, quota: Option<u64>) {
+    settle(state, backend, pool, device, quota, false);
+}
+
+/// [`recount`] after an allocation from `pool`: its growth takes the room
+/// held for it ([`keep_headroom`]) under the same lock as its reading, so
+/// that no other allocation takes that room in between.
 pub fn recount_after_allocation(
     state: &State,
     backend: Backend,
     pool: usize,
     device: Device,
     quota: Option<u64>,
-    held: u64,
 ) {
-    let held = Held {
-        bytes: held,
-        at_allocation: true,
-    };
-    settle(state, backend, pool, device, quota, held);
-}
-
-/// Room reserved ahead for a pool's growth, and whether the recount
-/// follows an allocation (whose growth teaches [`LARGEST_GROWTH`]).
-#[derive(Clone, Copy, Default)]
-struct Held {
-    bytes: u64,
-    at_allocation: bool,
+    settle(state, backend, pool, device, quota, true);
 }
 
 /// Counts the pool's slack under `quota`; where it does not fit, trims the
-/// pool and counts what remains (the room held is settled either way).
+/// pool and counts what remains.
 fn settle(
     state: &State,
     backend: Backend,
     pool: usize,
     device: Device,
     quota: Option<u64>,
-    held: Held,
+    at_allocation: bool,
 ) {
-    if !count(state, backend, pool, device, quota, held) {
-        trim_and_recount(state, backend, pool, device, held);
+    if !count(state, backend, pool, device, quota, at_allocation) {
+        trim_and_recount(state, backend, pool, device, at_allocation);
+        if let Some(quota) = quota {
+            let used = state.ledger.device(device).device_bytes.load(Relaxed);
+            if used > quota {
+                over_quota_once(device, used - quota);
+            }
+        }
+    }
+    // The room held for growth goes back once the device has room enough.
+    if state.pool_headroom[device.index()].load(Relaxed) > 0 {
+        headroom_short(state, device, quota.unwrap_or(u64::MAX));
     }
 }
 
@@ -253,16 +285,21 @@ pub fn trim_device(state: &State, device: Device) -> bool {
         .map(|(pool, c)| (*pool, c.backend))
         .collect();
     for &(pool, backend) in &holding {
-        trim_and_recount(state, backend, pool, device, Held::default());
+        trim_and_recount(state, backend, pool, device, false);
     }
     !holding.is_empty()
 }
 
-/// Gives the pool's unused reserve back to the device, and recounts it,
-/// settling the room `held` for its growth.
-fn trim_and_recount(state: &State, backend: Backend, pool: usize, device: Device, held: Held) {
+/// Gives the pool's unused reserve back to the device, and recounts it.
+fn trim_and_recount(
+    state: &State,
+    backend: Backend,
+    pool: usize,
+    device: Device,
+    at_allocation: bool,
+) {
     trim(backend, pool);
-    count(state, backend, pool, device, None, held);
+    count(state, backend, pool, device, None, at_allocation);
 }
 
 fn trim(backend: Backend, pool: usize) {

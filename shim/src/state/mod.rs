@@ -63,6 +63,10 @@ pub struct State {
     /// Per stream-ordered pool, the slack last counted (see
     /// [`crate::policy::stream_pools`]).
     pub pool_slack: std::sync::Mutex<std::collections::HashMap<usize, Counted>>,
+    /// Per device, the room held under its quota for its stream-ordered
+    /// pools to grow into, counted as the device's
+    /// ([`crate::policy::stream_pools::keep_headroom`]).
+    pub pool_headroom: Vec<AtomicU64>,
     /// Set once the process's device count is known ([`State::learn_device_count`]).
     devices_learned: std::sync::Once,
     /// That count (0 until known): `CUDA_VISIBLE_DEVICES` is read once, so
@@ -254,6 +258,7 @@ impl State {
                 .map(|_| AtomicU64::new(vramshare_common::registry::NO_QUOTA))
                 .collect(),
             pool_slack: Default::default(),
+            pool_headroom: (0..MAX_DEVICES).map(|_| AtomicU64::new(0)).collect(),
             devices_learned: std::sync::Once::new(),
             device_count: AtomicU32::new(0),
             launches: LaunchCounts::new(),
