@@ -571,6 +571,46 @@ fn a_small_allocation_growing_cudas_pool_finds_room_for_the_chunk_first() {
 }
 
 #[test]
+fn a_pool_allocation_whose_growth_finds_no_room_goes_to_host_memory() {
+    // 30 MiB of tier blocks, all live, and 1 MiB of `cudaMalloc` under 32
+    // MiB, with moves made only once the device has drained (the default):
+    // no block may move out beside the kernels to make room for the chunk
+    // CUDA's empty pool must add for 4 KiB, and no kept block can give it.
+    // The 4 KiB are made in host memory instead, and the device never
+    // holds more than its quota.
+    let run = client(
+        Runtime::Fake13,
+        &[("VRAMSHARE_QUOTA", "32MiB"), ("FAKE_CUDA_DEVICES", "1")],
+        &[
+            "async:a:16M",
+            "async:b:14M",
+            "malloc:c:1M",
+            "async:t:4K",
+            "freeasync:t",
+            "freeasync:b",
+            "freeasync:a",
+            "free:c",
+        ],
+    );
+    run.assert_ok();
+    let peak = run.trace()["processes"][0]["peak_device"]["0"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        peak <= 32 * MIB,
+        "{} MiB held at most",
+        peak as f64 / MIB as f64
+    );
+    let small: Vec<String> = run
+        .events("alloc")
+        .iter()
+        .filter(|e| e["size"] == 4096)
+        .map(|e| e["placement"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(small, ["host"]);
+}
+
+#[test]
 fn room_for_cudas_pool_to_grow_is_made_when_no_kept_block_can_give_it() {
     // As above, but the kept block's free waits behind 200 ms of work on
     // its stream, so it cannot give its room yet: a tier block moves to

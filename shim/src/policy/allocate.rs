@@ -161,13 +161,17 @@ where
         on_host(ptr);
         return cudaSuccess;
     }
-    if fits {
-        // CUDA's pool may grow by a chunk for it: room for that first. A
-        // stream-ordered allocation being captured takes graph memory, not
-        // the current pool's.
-        if pool.is_some() && !state.access.graphs.capturing_any() {
-            stream_pools::keep_headroom(state, api, device, limit);
+    // CUDA's pool may grow by a chunk for it: room for that first, and
+    // where there is none for a growth that must come, the allocation goes
+    // where one over the quota goes. A stream-ordered allocation being
+    // captured takes graph memory, not the current pool's.
+    if let Some(pool) = pool.filter(|_| fits && !state.access.graphs.capturing_any()) {
+        if !stream_pools::keep_headroom(state, api, pool, device, size, limit) {
+            state.ledger.unreserve(device, size);
+            fits = false;
         }
+    }
+    if fits {
         let (rc, ptr, taken) = on_device();
         if rc != cudaSuccess || ptr.is_null() {
             state.ledger.unreserve(device, size);

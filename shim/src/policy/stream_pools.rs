@@ -37,7 +37,7 @@ const LEAST_GROWTH: u64 = 2 << 20;
 /// it nothing.
 static LARGEST_GROWTH: AtomicU64 = AtomicU64::new(0);
 
-/// Before an allocation from a stream-ordered pool on `device` (counted
+/// Before an allocation of `size` bytes from `pool` on `device` (counted
 /// already at its size) that CUDA's pool serves: CUDA may grow the pool by
 /// a chunk for it, even where the pool's unused reserve would hold it (a
 /// reserve split into pieces, or kept for another stream's frees), and the
@@ -47,19 +47,36 @@ static LARGEST_GROWTH: AtomicU64 = AtomicU64::new(0);
 /// growth seen, that much room is held for the device's pools
 /// ([`State::pool_headroom`]), counted as the device's, and a growth takes
 /// it ([`recount_after_allocation`]). It is made as room for a new block
-/// is: the tier's kept blocks whose frees are reached give theirs, else the
-/// tier's blocks least needed move to host memory. Once the device has
-/// room for a growth again, the room held is given back.
-pub fn keep_headroom(state: &'static State, api: Api, device: Device, limit: u64) {
+/// is: the tier's kept blocks whose frees are reached give theirs, else
+/// (where moves overlap the job's kernels) the tier's blocks least needed
+/// move to host memory. Once the device has room for a growth again, the
+/// room held is given back.
+///
+/// False where no such room can be had and the pool's reserve cannot hold
+/// the allocation, so that the pool must grow: the allocation then goes
+/// where one over the quota goes (host memory), not into a growth the
+/// quota has no room for.
+pub fn keep_headroom(
+    state: &'static State,
+    api: Api,
+    pool: usize,
+    device: Device,
+    size: u64,
+    limit: u64,
+) -> bool {
     let Some(need) = headroom_short(state, device, limit) else {
-        return;
+        return true;
     };
     let made = state.ledger.try_reserve(device, need, limit)
         || super::tier::kept::room_for(state, device, need, limit, false)
         || super::tier::room_for_new(state, api, device, need, limit);
     if made {
         state.pool_headroom[device.index()].fetch_add(need, Relaxed);
+        return true;
     }
+    // Some room held, or none: a reserve that holds the allocation most
+    // likely serves it without a growth.
+    slack(Backend::of(api), pool).is_none_or(|slack| slack >= size)
 }
 
 /// How much more room `device`'s pools need held to grow into under
