@@ -529,6 +529,20 @@ fn processes_of_one_job_share_a_trace_file_without_pid() {
     assert_ne!(first["job"], second["job"]);
 }
 
+/// That the device never held more than `mib` MiB at once (the trace's
+/// high-water mark of its count).
+fn assert_device_held_at_most(run: &Run, mib: u64) {
+    let peak = run.trace()["processes"][0]["peak_device"]["0"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        peak <= mib * MIB,
+        "{} MiB held at most: {}",
+        peak as f64 / MIB as f64,
+        run.stderr
+    );
+}
+
 #[test]
 fn a_small_allocation_growing_cudas_pool_finds_room_for_the_chunk_first() {
     // 30 MiB of tier blocks and 1 MiB of `cudaMalloc` under 32 MiB, 14 MiB
@@ -555,14 +569,7 @@ fn a_small_allocation_growing_cudas_pool_finds_room_for_the_chunk_first() {
         ],
     );
     run.assert_ok();
-    let peak = run.trace()["processes"][0]["peak_device"]["0"]
-        .as_u64()
-        .unwrap();
-    assert!(
-        peak <= 32 * MIB,
-        "{} MiB held at most",
-        peak as f64 / MIB as f64
-    );
+    assert_device_held_at_most(&run, 32);
     // The chunk counts: 16 + 1 + 2 MiB held, 13 free.
     let free: Vec<u64> = run.meminfo().iter().map(|(f, _)| f / MIB).collect();
     assert_eq!(free, [13]);
@@ -593,14 +600,7 @@ fn a_pool_allocation_whose_growth_finds_no_room_goes_to_host_memory() {
         ],
     );
     run.assert_ok();
-    let peak = run.trace()["processes"][0]["peak_device"]["0"]
-        .as_u64()
-        .unwrap();
-    assert!(
-        peak <= 32 * MIB,
-        "{} MiB held at most",
-        peak as f64 / MIB as f64
-    );
+    assert_device_held_at_most(&run, 32);
     let small: Vec<String> = run
         .events("alloc")
         .iter()
@@ -612,8 +612,9 @@ fn a_pool_allocation_whose_growth_finds_no_room_goes_to_host_memory() {
 
 #[test]
 fn room_for_cudas_pool_to_grow_is_made_when_no_kept_block_can_give_it() {
-    // As above, but the kept block's free waits behind 200 ms of work on
-    // its stream, so it cannot give its room yet: a tier block moves to
+    // As where a kept block gives its room for the chunk, but the kept
+    // block's free waits behind 200 ms of work on its stream, so it cannot
+    // give its room yet: a tier block moves to
     // host memory to make room for the chunk instead, and the device never
     // holds more than its quota.
     let run = client(
@@ -637,15 +638,7 @@ fn room_for_cudas_pool_to_grow_is_made_when_no_kept_block_can_give_it() {
         ],
     );
     run.assert_ok();
-    let peak = run.trace()["processes"][0]["peak_device"]["0"]
-        .as_u64()
-        .unwrap();
-    assert!(
-        peak <= 32 * MIB,
-        "{} MiB held at most: {}",
-        peak as f64 / MIB as f64,
-        run.stderr
-    );
+    assert_device_held_at_most(&run, 32);
     assert!(
         !run.stderr.contains("counted over the quota"),
         "{}",
