@@ -79,6 +79,8 @@ pub fn pool_room(state: &State, device: Device) -> u64 {
 /// first, until the process and its pool are back under their limits or
 /// nothing more can move.
 pub fn demote_to_quota(state: &State, device: Device, backend: Backend) {
+    // The room held for pools to grow into is no block's: it goes first.
+    super::stream_pools::give_back_headroom(state, device);
     let quota = device_quota(state, device, backend).unwrap_or(u64::MAX);
     demote_while(state, device, |_| over_limits(state, device, quota));
 }

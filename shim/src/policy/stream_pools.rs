@@ -33,28 +33,36 @@ const LEAST_GROWTH: u64 = 2 << 20;
 
 /// The largest growth of a pool's slack seen at an allocation: what CUDA
 /// adds to a pool's reserve when an allocation does not fit in it (a
-/// chunk, less the allocation). Frees, which also raise the slack, teach
-/// it nothing.
+/// chunk), less the allocation. Only new reserve counts: a free on another
+/// thread meanwhile raises the slack but not the reserve, and teaches it
+/// nothing.
 static LARGEST_GROWTH: AtomicU64 = AtomicU64::new(0);
+
+/// The most a pool is taken to grow by at once.
+fn growth() -> u64 {
+    LARGEST_GROWTH.load(Relaxed).max(LEAST_GROWTH)
+}
 
 /// Before an allocation of `size` bytes from `pool` on `device` (counted
 /// already at its size) that CUDA's pool serves: CUDA may grow the pool by
 /// a chunk for it, even where the pool's unused reserve would hold it (a
 /// reserve split into pieces, or kept for another stream's frees), and the
 /// growth counts only once the allocation is made, when no trim can give
-/// it back while the allocation lives in it. So wherever the room left
+/// it back while the allocation lives in it. So wherever the room free
 /// under `limit` and the sharing pool's budget is less than the largest
-/// growth seen, that much room is held for the device's pools
+/// growth seen, the rest is held for the device's pools
 /// ([`State::pool_headroom`]), counted as the device's, and a growth takes
 /// it ([`recount_after_allocation`]). It is made as room for a new block
 /// is: the tier's kept blocks whose frees are reached give theirs, else
 /// (where moves overlap the job's kernels) the tier's blocks least needed
-/// move to host memory. Once the device has room for a growth again, the
-/// room held is given back.
+/// move to host memory. Room held beyond what a growth needs is given
+/// back, as all of it is before anything spills ([`trim_device`]) and at a
+/// quota cut.
 ///
-/// False where no such room can be had and the pool's reserve cannot hold
-/// the allocation, so that the pool must grow: the allocation then goes
-/// where one over the quota goes (host memory), not into a growth the
+/// False where no such room can be had for a small allocation (under 2
+/// MiB, which CUDA serves from chunks it shares) that the pool's reserve
+/// cannot hold, so that the pool must grow by a chunk: the allocation then
+/// goes where one over the quota goes (host memory), not into a growth the
 /// quota has no room for.
 pub fn keep_headroom(
     state: &'static State,
@@ -71,34 +79,66 @@ pub fn keep_headroom(
         || super::tier::kept::room_for(state, device, need, limit, false)
         || super::tier::room_for_new(state, api, device, need, limit);
     if made {
-        state.pool_headroom[device.index()].fetch_add(need, Relaxed);
+        hold(state, device, need);
         return true;
     }
-    // Some room held, or none: a reserve that holds the allocation most
-    // likely serves it without a growth.
-    slack(Backend::of(api), pool).is_none_or(|slack| slack >= size)
+    // A large allocation takes a chunk of about its own size, and a reserve
+    // that holds a small one most likely serves it without a growth.
+    size >= LEAST_GROWTH
+        || reading(Backend::of(api), pool).is_none_or(|(reserved, used)| reserved - used >= size)
 }
 
-/// How much more room `device`'s pools need held to grow into under
-/// `limit`: `None` if none. Where the device has room for the largest
-/// growth beside what it holds, the room held is given back.
+/// How much more room `device`'s pools need held for a growth, beside the
+/// room free under `limit`: `None` if none, and then what is held beyond
+/// that is given back.
 fn headroom_short(state: &State, device: Device, limit: u64) -> Option<u64> {
-    let headroom = &state.pool_headroom[device.index()];
-    let growth = LARGEST_GROWTH.load(Relaxed).max(LEAST_GROWTH);
+    let held = state.pool_headroom[device.index()].load(Relaxed);
     let used = state.ledger.device(device).device_bytes.load(Relaxed);
-    let room = limit
+    let free = limit
         .saturating_sub(used)
         .min(super::moves::pool_room(state, device));
-    if room >= growth {
-        let held = headroom.swap(0, Relaxed);
-        if held > 0 {
-            state.ledger.unreserve(device, held);
+    let growth = growth();
+    let have = free.saturating_add(held);
+    if have >= growth {
+        let beyond = (have - growth).min(held);
+        if beyond > 0 {
+            give_back(state, device, beyond);
         }
         return None;
     }
-    growth
-        .checked_sub(headroom.load(Relaxed))
-        .filter(|need| *need > 0)
+    Some(growth - have)
+}
+
+/// Adds `bytes`, reserved already, to the room held for `device`'s pools;
+/// beyond one growth (two threads that made room for one shortfall), the
+/// rest is given back.
+fn hold(state: &State, device: Device, bytes: u64) {
+    let cap = growth();
+    let mut beyond = 0;
+    let _ = state.pool_headroom[device.index()].fetch_update(Relaxed, Relaxed, |held| {
+        let total = held.saturating_add(bytes);
+        beyond = total.saturating_sub(cap.max(held));
+        Some(total - beyond)
+    });
+    if beyond > 0 {
+        state.ledger.unreserve(device, beyond);
+    }
+}
+
+/// Gives back up to `bytes` of the room held for `device`'s pools: what it
+/// gave.
+fn give_back(state: &State, device: Device, bytes: u64) -> u64 {
+    let took = take_headroom(state, device, bytes);
+    if took > 0 {
+        state.ledger.unreserve(device, took);
+    }
+    took
+}
+
+/// Gives back all the room held for `device`'s pools, before anything on
+/// it spills and at a quota cut: whether there was any.
+pub fn give_back_headroom(state: &State, device: Device) -> bool {
+    give_back(state, device, u64::MAX) > 0
 }
 
 /// The pool an allocation comes from: the one given, or the device's
@@ -163,11 +203,12 @@ pub fn attribute(backend: Backend, pool: usize, attribute: c_int) -> Option<u64>
     check(rc).ok().map(|()| value)
 }
 
-/// The pool's reserve beyond its live allocations, as CUDA reports it.
-fn slack(backend: Backend, pool: usize) -> Option<u64> {
+/// The pool's reserve and its live allocations' bytes, as CUDA reports
+/// them (the reserve at least the bytes used).
+fn reading(backend: Backend, pool: usize) -> Option<(u64, u64)> {
     let reserved = attribute(backend, pool, RESERVED_MEM_CURRENT)?;
     let used = attribute(backend, pool, USED_MEM_CURRENT)?;
-    Some(reserved.saturating_sub(used))
+    Some((reserved.max(used), used))
 }
 
 /// Reads the pool's slack and moves the device's count by its change. A
@@ -186,17 +227,21 @@ fn count(
     at_allocation: bool,
 ) -> bool {
     let mut counted = crate::state::lock(&state.pool_slack);
-    let Some(slack) = slack(backend, pool) else {
+    let Some((reserved, used)) = reading(backend, pool) else {
         return true;
     };
-    let before = counted.get(&pool).map_or(0, |c| c.slack);
+    let slack = reserved - used;
+    let (before, reserved_before) = counted.get(&pool).map_or((0, 0), |c| (c.slack, c.reserved));
+    // A free's bytes pass from the allocation's count to the slack's: only
+    // new reserve at an allocation is a growth, for the room held.
+    let new_reserve = reserved.saturating_sub(reserved_before);
+    if at_allocation {
+        LARGEST_GROWTH.fetch_max(slack.saturating_sub(before).min(new_reserve), Relaxed);
+    }
     if slack > before {
         let grow = slack - before;
-        // A free's bytes pass from the allocation's count to the slack's:
-        // only an allocation's growth is new memory, for the room held.
         let held = if at_allocation {
-            LARGEST_GROWTH.fetch_max(grow, Relaxed);
-            take_headroom(state, device, grow)
+            take_headroom(state, device, grow.min(new_reserve))
         } else {
             0
         };
@@ -219,6 +264,7 @@ fn count(
             device,
             backend,
             slack,
+            reserved,
         },
     );
     true
@@ -235,13 +281,13 @@ fn take_headroom(state: &State, device: Device, bytes: u64) -> u64 {
     took
 }
 
-/// Says once that a pool's growth was counted over the quota: the device
+/// Says once that a pool's reserve was counted over the quota: the device
 /// then holds more than its quota until the allocations in it are freed.
 fn over_quota_once(device: Device, over: u64) {
     static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if !SAID.swap(true, Relaxed) {
         warn!(
-            "CUDA's stream-ordered pool on device {device} grew beyond the room held for it: {} counted over the quota until the allocations in it are freed",
+            "device {device} holds {} over its quota in CUDA's stream-ordered pool (a reserve that no trim could give back while allocations live in it); counted until they are freed",
             crate::config::human_bytes(over)
         );
     }
@@ -294,7 +340,8 @@ fn settle(
 }
 
 /// Before anything on `device` spills: trims every pool whose slack counts
-/// there. Returns whether there was any.
+/// there, and gives back the room held for their growth. Returns whether
+/// there was any of either.
 pub fn trim_device(state: &State, device: Device) -> bool {
     let holding: Vec<(usize, Backend)> = crate::state::lock(&state.pool_slack)
         .iter()
@@ -304,7 +351,9 @@ pub fn trim_device(state: &State, device: Device) -> bool {
     for &(pool, backend) in &holding {
         trim_and_recount(state, backend, pool, device, false);
     }
-    !holding.is_empty()
+    // The room held for the pools to grow into goes to the allocation at
+    // hand first.
+    give_back_headroom(state, device) || !holding.is_empty()
 }
 
 /// Gives the pool's unused reserve back to the device, and recounts it.

@@ -105,6 +105,9 @@ pub struct Counted {
     pub device: Device,
     pub backend: crate::cuda::backend::Backend,
     pub slack: u64,
+    /// The pool's whole reserve at that reading: new memory shows in it,
+    /// where a free does not.
+    pub reserved: u64,
 }
 
 pub const QUOTA_UNRESOLVED: u64 = u64::MAX;
