@@ -234,17 +234,16 @@ fn count(
     let (before, reserved_before) = counted.get(&pool).map_or((0, 0), |c| (c.slack, c.reserved));
     // A free's bytes pass from the allocation's count to the slack's: only
     // new reserve at an allocation is a growth, for the room held.
-    let new_reserve = reserved.saturating_sub(reserved_before);
-    if at_allocation {
-        LARGEST_GROWTH.fetch_max(slack.saturating_sub(before).min(new_reserve), Relaxed);
-    }
+    let grown = if at_allocation {
+        let new_reserve = reserved.saturating_sub(reserved_before);
+        slack.saturating_sub(before).min(new_reserve)
+    } else {
+        0
+    };
+    LARGEST_GROWTH.fetch_max(grown, Relaxed);
     if slack > before {
         let grow = slack - before;
-        let held = if at_allocation {
-            take_headroom(state, device, grow.min(new_reserve))
-        } else {
-            0
-        };
+        let held = take_headroom(state, device, grown);
         let more = grow - held;
         match quota {
             _ if more == 0 => {}
