@@ -165,8 +165,8 @@ where
     // where there is none for a growth that must come, the allocation goes
     // where one over the quota goes. A stream-ordered allocation being
     // captured takes graph memory, not the current pool's.
-    if let Some(pool) = pool.filter(|_| fits && !state.access.graphs.capturing_any()) {
-        if !stream_pools::keep_headroom(state, api, pool, device, size, limit) {
+    if pool.is_some() && fits && !state.access.graphs.capturing_any() {
+        if !stream_pools::keep_headroom(state, api, device, size, limit) {
             state.ledger.unreserve(device, size);
             fits = false;
         }

@@ -60,14 +60,14 @@ fn growth() -> u64 {
 /// quota cut.
 ///
 /// False where no such room can be had for a small allocation (under 2
-/// MiB, which CUDA serves from chunks it shares) that the pool's reserve
-/// cannot hold, so that the pool must grow by a chunk: the allocation then
-/// goes where one over the quota goes (host memory), not into a growth the
-/// quota has no room for.
+/// MiB, which CUDA serves from chunks it shares): the allocation then goes
+/// where one over the quota goes (host memory), not into a growth the
+/// quota has no room for. Not even where the pool's reserve looks large
+/// enough: CUDA was seen to grow a pool by a chunk for such allocations
+/// beside unused reserve (the same pieces and other streams' frees).
 pub fn keep_headroom(
     state: &'static State,
     api: Api,
-    pool: usize,
     device: Device,
     size: u64,
     limit: u64,
@@ -82,10 +82,8 @@ pub fn keep_headroom(
         hold(state, device, need);
         return true;
     }
-    // A large allocation takes a chunk of about its own size, and a reserve
-    // that holds a small one most likely serves it without a growth.
+    // A large allocation takes a chunk of about its own size.
     size >= LEAST_GROWTH
-        || reading(Backend::of(api), pool).is_none_or(|(reserved, used)| reserved - used >= size)
 }
 
 /// How much more room `device`'s pools need held for a growth, beside the
