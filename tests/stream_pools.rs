@@ -191,3 +191,40 @@ fn room_held_for_a_pools_growth_goes_to_an_allocation_that_needs_it() {
         .collect();
     assert_eq!(of_d, ["device"]);
 }
+
+#[test]
+fn a_small_allocation_goes_to_host_memory_when_its_pool_may_grow_beside_unused_reserve() {
+    // 29 MiB of `cudaMalloc` and 1 MiB from CUDA's pool (which grows by a
+    // 2 MiB chunk for it) under 32 MiB, with moves made only once the
+    // device has drained: no room for another chunk can be made. Then 4
+    // KiB from the pool, whose unused reserve (1 MiB) would hold them; but
+    // its reserve lies in pieces (FAKE_CUDA_POOL_PIECES), as CUDA's may, so
+    // the pool grows by a chunk all the same, which no trim gives back
+    // while the 4 KiB live in it. The 4 KiB go to host memory, and the
+    // device never holds more than its quota.
+    let run = client(
+        Runtime::Fake13,
+        &[
+            ("VRAMSHARE_QUOTA", "32MiB"),
+            ("FAKE_CUDA_DEVICES", "1"),
+            ("FAKE_CUDA_POOL_PIECES", "1"),
+        ],
+        &[
+            "malloc:c:29M",
+            "async:p:1M",
+            "async:t:4K",
+            "freeasync:t",
+            "freeasync:p",
+            "free:c",
+        ],
+    );
+    run.assert_ok();
+    assert_device_held_at_most(&run, 32);
+    let small: Vec<String> = run
+        .events("alloc")
+        .iter()
+        .filter(|e| e["size"] == 4096)
+        .map(|e| e["placement"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(small, ["host"]);
+}

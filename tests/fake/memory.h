@@ -45,9 +45,15 @@ static int devices = 2, no_device_flag;
 /* FAKE_CUDA_MOVE_DELAY_MS: how long a prefetch keeps its caller, as moving
  * pages over the link does on a busy GPU (default 0). */
 static size_t move_delay_ms;
+/* FAKE_CUDA_POOL_PIECES=1: a pool's reserve lies in pieces, as CUDA's does
+ * once blocks of many sizes come and go: an allocation grows the pool by a
+ * chunk unless a whole chunk's worth lies unused, and a trim keeps every
+ * chunk a live allocation sits in. */
+static int pool_pieces;
 __attribute__((constructor)) static void read_settings(void) {
     capacity_bytes = env_size("FAKE_CUDA_CAPACITY", capacity_bytes);
     move_delay_ms = env_size("FAKE_CUDA_MOVE_DELAY_MS", 0);
+    pool_pieces = env_size("FAKE_CUDA_POOL_PIECES", 0) != 0;
     devices = (int)env_size("FAKE_CUDA_DEVICES", devices);
     no_device_flag = env_size("FAKE_CUDA_NO_DEVICE", 0) != 0;
 }
@@ -145,6 +151,10 @@ static int pool_alloc(void **out, size_t size) {
     struct block *b = find(*out);
     b->pooled = 1;
     used[dev] -= size; /* counted through the pool's reserve instead */
+    if (pool_pieces && pool_reserved[dev] - pool_used[dev] < POOL_CHUNK) {
+        pool_reserved[dev] += POOL_CHUNK;
+        used[dev] += POOL_CHUNK;
+    }
     pool_used[dev] += size;
     while (pool_reserved[dev] < pool_used[dev]) {
         pool_reserved[dev] += POOL_CHUNK;
@@ -186,6 +196,15 @@ static int pool_trim(const char *name, void *pool, size_t keep) {
     /* Whole chunks only, as CUDA's: one that a live allocation sits in
      * stays reserved. */
     target = (target + POOL_CHUNK - 1) / POOL_CHUNK * POOL_CHUNK;
+    /* A reserve in pieces: each live allocation keeps the chunks it sits in. */
+    if (pool_pieces) {
+        size_t held = 0;
+        for (size_t i = 0; i < BUCKETS; i++)
+            for (struct block *b = table[i]; b; b = b->next)
+                if (b->pooled && b->device == dev)
+                    held += (b->size + POOL_CHUNK - 1) / POOL_CHUNK * POOL_CHUNK;
+        if (held > target) target = held;
+    }
     if (target < pool_reserved[dev]) {
         used[dev] -= pool_reserved[dev] - target;
         pool_reserved[dev] = target;
