@@ -165,11 +165,13 @@ where
     // where there is none for a growth that must come, the allocation goes
     // where one over the quota goes. A stream-ordered allocation being
     // captured takes graph memory, not the current pool's.
-    if pool.is_some() && fits && !state.access.graphs.capturing_any() {
-        if !stream_pools::keep_headroom(state, api, device, size, limit) {
-            state.ledger.unreserve(device, size);
-            fits = false;
-        }
+    if pool.is_some()
+        && fits
+        && !state.access.graphs.capturing_any()
+        && !stream_pools::keep_headroom(state, api, device, size, limit)
+    {
+        state.ledger.unreserve(device, size);
+        fits = false;
     }
     if fits {
         let (rc, ptr, taken) = on_device();
