@@ -53,6 +53,15 @@ fn assert_device_held_at_most(run: &Run, mib: u64) {
     );
 }
 
+/// Where each allocation of `size` bytes was made, in order.
+fn placements_of_size(run: &Run, size: u64) -> Vec<String> {
+    run.events("alloc")
+        .iter()
+        .filter(|e| e["size"] == size)
+        .map(|e| e["placement"].as_str().unwrap().to_string())
+        .collect()
+}
+
 #[test]
 fn a_small_allocation_growing_cudas_pool_finds_room_for_the_chunk_first() {
     // 30 MiB of tier blocks and 1 MiB of `cudaMalloc` under 32 MiB, 14 MiB
@@ -111,13 +120,7 @@ fn a_pool_allocation_whose_growth_finds_no_room_goes_to_host_memory() {
     );
     run.assert_ok();
     assert_device_held_at_most(&run, 32);
-    let small: Vec<String> = run
-        .events("alloc")
-        .iter()
-        .filter(|e| e["size"] == 4096)
-        .map(|e| e["placement"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(small, ["host"]);
+    assert_eq!(placements_of_size(&run, 4096), ["host"]);
 }
 
 #[test]
@@ -220,11 +223,5 @@ fn a_small_allocation_goes_to_host_memory_when_its_pool_may_grow_beside_unused_r
     );
     run.assert_ok();
     assert_device_held_at_most(&run, 32);
-    let small: Vec<String> = run
-        .events("alloc")
-        .iter()
-        .filter(|e| e["size"] == 4096)
-        .map(|e| e["placement"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(small, ["host"]);
+    assert_eq!(placements_of_size(&run, 4096), ["host"]);
 }
