@@ -155,6 +155,47 @@ pub struct ProcessJson {
     /// The spill tier's moves (absent where it made none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub moves: Option<MovesJson>,
+    /// CUDA's stream-ordered pools' growths at allocations (absent where
+    /// none grew).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pools: Option<PoolsJson>,
+}
+
+/// What CUDA's stream-ordered pools grew by at allocations, as the shim
+/// counted them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct PoolsJson {
+    /// Growths counted, and the largest.
+    pub growths: u64,
+    pub largest_growth: u64,
+    /// The first growths (16 at most) that the room under the quota could
+    /// not hold, each counted over the quota until the pool was trimmed.
+    pub over_quota: Vec<PoolOverJson>,
+}
+
+/// One rise of a pool's unused reserve that did not fit under the quota.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct PoolOverJson {
+    /// When (CLOCK_MONOTONIC ns, as events), and on which device.
+    pub t_ns: u64,
+    pub device: u32,
+    /// Whether it came at an allocation (else at a free).
+    pub at_allocation: bool,
+    /// The rise of the pool's unused reserve, and of it the new reserve
+    /// (a growth; a free's bytes are not).
+    pub slack_rise: u64,
+    pub new_reserve: u64,
+    /// The room held for a growth that it took, and the room free under
+    /// the quota beside that.
+    pub held: u64,
+    pub free: u64,
+    /// The largest growth seen before it (what the room held was sized by).
+    pub largest_before: u64,
+    /// Bytes over the quota once the pool was trimmed (0: the trim gave
+    /// the rise back).
+    pub over: u64,
 }
 
 /// Launches of one call by what their operands named.

@@ -22,11 +22,16 @@ use vramshare_common::event::Api;
 use crate::cuda::backend::Backend;
 use crate::cuda::real;
 use crate::state::{Counted, State};
+use vramshare_common::trace_json::PoolOverJson;
 
 /// `cudaMemPoolAttrReservedMemCurrent`, `cudaMemPoolAttrUsedMemCurrent`
 /// (the driver's `CU_MEMPOOL_ATTR_*` have the same values).
 const RESERVED_MEM_CURRENT: c_int = 5;
 const USED_MEM_CURRENT: c_int = 7;
+
+/// The most rises of a pool's reserve not fitting under the quota that the
+/// trace records.
+const OVER_RECORDED: usize = 16;
 
 /// The least a pool is taken to grow by at once, before a growth is seen.
 const LEAST_GROWTH: u64 = 2 << 20;
@@ -212,10 +217,10 @@ fn reading(backend: Backend, pool: usize) -> Option<(u64, u64)> {
 /// Reads the pool's slack and moves the device's count by its change. A
 /// growth at an allocation takes the room held for it first
 /// ([`keep_headroom`]); the rest that does not fit under `quota` is not
-/// counted, and `false` returned. The reading and the counting are done
-/// under one lock, so that two threads never count their readings out of
-/// order; the pool queries under it never call back into the shim or
-/// allocate.
+/// counted, and what did not fit is returned. The reading and the counting
+/// are done under one lock, so that two threads never count their
+/// readings out of order; the pool queries under it never call back into
+/// the shim or allocate.
 fn count(
     state: &State,
     backend: Backend,
@@ -223,10 +228,10 @@ fn count(
     device: Device,
     quota: Option<u64>,
     at_allocation: bool,
-) -> bool {
+) -> Result<(), PoolOverJson> {
     let mut counted = crate::state::lock(&state.pool_slack);
     let Some((reserved, used)) = reading(backend, pool) else {
-        return true;
+        return Ok(());
     };
     let slack = reserved - used;
     let (before, reserved_before) = counted.get(&pool).map_or((0, 0), |c| (c.slack, c.reserved));
@@ -238,7 +243,12 @@ fn count(
     } else {
         0
     };
-    LARGEST_GROWTH.fetch_max(grown, Relaxed);
+    let largest_before = LARGEST_GROWTH.fetch_max(grown, Relaxed);
+    if grown > 0 {
+        let mut growths = crate::state::lock(&state.pool_growths);
+        growths.growths += 1;
+        growths.largest_growth = growths.largest_growth.max(grown);
+    }
     if slack > before {
         let grow = slack - before;
         let held = take_headroom(state, device, grown);
@@ -247,7 +257,18 @@ fn count(
             _ if more == 0 => {}
             Some(quota) if !state.ledger.try_reserve(device, more, quota) => {
                 state.pool_headroom[device.index()].fetch_add(held, Relaxed);
-                return false;
+                let in_use = state.ledger.device(device).device_bytes.load(Relaxed);
+                return Err(PoolOverJson {
+                    t_ns: vramshare_common::process::monotonic_ns(),
+                    device: device.number(),
+                    at_allocation,
+                    slack_rise: grow,
+                    new_reserve: grown,
+                    held,
+                    free: quota.saturating_sub(in_use),
+                    largest_before,
+                    over: 0,
+                });
             }
             Some(_) => {}
             None => state.ledger.reserve(device, more),
@@ -264,7 +285,7 @@ fn count(
             reserved,
         },
     );
-    true
+    Ok(())
 }
 
 /// Takes up to `bytes` of the room held for `device`'s pools; what it took.
@@ -321,13 +342,18 @@ fn settle(
     quota: Option<u64>,
     at_allocation: bool,
 ) {
-    if !count(state, backend, pool, device, quota, at_allocation) {
+    if let Err(mut short) = count(state, backend, pool, device, quota, at_allocation) {
         trim_and_recount(state, backend, pool, device, at_allocation);
         if let Some(quota) = quota {
             let used = state.ledger.device(device).device_bytes.load(Relaxed);
             if used > quota {
                 over_quota_once(device, used - quota);
+                short.over = used - quota;
             }
+        }
+        let mut growths = crate::state::lock(&state.pool_growths);
+        if growths.over_quota.len() < OVER_RECORDED {
+            growths.over_quota.push(short);
         }
     }
     // The room held for growth goes back once the device has room enough.
@@ -362,7 +388,8 @@ fn trim_and_recount(
     at_allocation: bool,
 ) {
     trim(backend, pool);
-    count(state, backend, pool, device, None, at_allocation);
+    // With no quota, everything counts: nothing is left over.
+    let _ = count(state, backend, pool, device, None, at_allocation);
 }
 
 fn trim(backend: Backend, pool: usize) {

@@ -67,6 +67,9 @@ pub struct State {
     /// pools to grow into, counted as the device's
     /// ([`crate::policy::stream_pools::keep_headroom`]).
     pub pool_headroom: Vec<AtomicU64>,
+    /// The pools' growths, and the rises of their reserve that did not fit
+    /// under the quota, for the trace.
+    pub pool_growths: std::sync::Mutex<vramshare_common::trace_json::PoolsJson>,
     /// Set once the process's device count is known ([`State::learn_device_count`]).
     devices_learned: std::sync::Once,
     /// That count (0 until known): `CUDA_VISIBLE_DEVICES` is read once, so
@@ -262,6 +265,7 @@ impl State {
                 .collect(),
             pool_slack: Default::default(),
             pool_headroom: (0..MAX_DEVICES).map(|_| AtomicU64::new(0)).collect(),
+            pool_growths: Default::default(),
             devices_learned: std::sync::Once::new(),
             device_count: AtomicU32::new(0),
             launches: LaunchCounts::new(),

@@ -127,6 +127,8 @@ pub fn process_summary(state: &State) -> ProcessJson {
             .collect(),
         access: super::access::report::access_json(state),
         moves: moves_json(state),
+        pools: Some(super::lock(&state.pool_growths).clone())
+            .filter(|p| p.growths > 0 || !p.over_quota.is_empty()),
         ..ProcessJson::default()
     }
     .with_devices(&devices);
