@@ -187,6 +187,9 @@ static int pool_of_device(void **pool, int device) {
     return OK;
 }
 
+/* `bytes` rounded up to whole chunks. */
+static size_t whole_chunks(size_t bytes) { return (bytes + POOL_CHUNK - 1) / POOL_CHUNK * POOL_CHUNK; }
+
 /* cudaMemPoolTrimTo, cuMemPoolTrimTo (`name`, for the log). */
 static int pool_trim(const char *name, void *pool, size_t keep) {
     int dev = (int)(uintptr_t)pool - 1;
@@ -195,14 +198,14 @@ static int pool_trim(const char *name, void *pool, size_t keep) {
     size_t target = pool_used[dev] > keep ? pool_used[dev] : keep;
     /* Whole chunks only, as CUDA's: one that a live allocation sits in
      * stays reserved. */
-    target = (target + POOL_CHUNK - 1) / POOL_CHUNK * POOL_CHUNK;
+    target = whole_chunks(target);
     /* A reserve in pieces: each live allocation keeps the chunks it sits in. */
     if (pool_pieces) {
         size_t held = 0;
         for (size_t i = 0; i < BUCKETS; i++)
             for (struct block *b = table[i]; b; b = b->next)
                 if (b->pooled && b->device == dev)
-                    held += (b->size + POOL_CHUNK - 1) / POOL_CHUNK * POOL_CHUNK;
+                    held += whole_chunks(b->size);
         if (held > target) target = held;
     }
     if (target < pool_reserved[dev]) {
