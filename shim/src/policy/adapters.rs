@@ -281,10 +281,16 @@ pub unsafe fn free(
         rc,
     );
     if block.pool != 0 {
-        // The pool keeps the block's bytes: they count on as its slack.
+        // The pool keeps the block's bytes, counted still: they count on as
+        // its slack.
         let backend = Backend::of(api);
         let quota = device_quota(state, block.device, backend);
-        stream_pools::recount(state, backend, block.pool, block.device, quota);
+        let held = if block.placement == Placement::Device {
+            block.size
+        } else {
+            0
+        };
+        stream_pools::recount_after_free(state, backend, block.pool, block.device, quota, held);
     }
     if block.placement == Placement::Device {
         promote(state, block.device, Backend::of(api));

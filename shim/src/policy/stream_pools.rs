@@ -214,10 +214,20 @@ fn reading(backend: Backend, pool: usize) -> Option<(u64, u64)> {
     Some((reserved.max(used), used))
 }
 
+/// What a pool's recount follows: an allocation from it, a free to it of
+/// a block whose bytes the ledger still holds, or neither.
+#[derive(Clone, Copy)]
+enum After {
+    Allocation,
+    Free { held: u64 },
+    Nothing,
+}
+
 /// Reads the pool's slack and moves the device's count by its change. A
 /// growth at an allocation takes the room held for it first
-/// ([`keep_headroom`]); the rest that does not fit under `quota` is not
-/// counted, and what did not fit is returned. The reading and the counting
+/// ([`keep_headroom`]), and a free's rise the bytes the ledger held for the
+/// freed block; the rest that does not fit under `quota` is not counted,
+/// and what did not fit is returned. The reading and the counting
 /// are done under one lock, so that two threads never count their
 /// readings out of order; the pool queries under it never call back into
 /// the shim or allocate.
@@ -227,10 +237,17 @@ fn count(
     pool: usize,
     device: Device,
     quota: Option<u64>,
-    at_allocation: bool,
+    after: After,
 ) -> Result<(), PoolOverJson> {
     let mut counted = crate::state::lock(&state.pool_slack);
+    let at_allocation = matches!(after, After::Allocation);
+    let freed = match after {
+        After::Free { held } => held,
+        _ => 0,
+    };
     let Some((reserved, used)) = reading(backend, pool) else {
+        // No reading: the freed block's bytes go, as they would uncounted.
+        state.ledger.unreserve(device, freed);
         return Ok(());
     };
     let slack = reserved - used;
@@ -249,14 +266,21 @@ fn count(
         growths.growths += 1;
         growths.largest_growth = growths.largest_growth.max(grown);
     }
+    // The freed block's bytes, counted still, cover the rise they make.
+    let rise = slack.saturating_sub(before);
+    let covered = rise.min(freed);
+    state.ledger.unreserve(device, freed - covered);
     if slack > before {
-        let grow = slack - before;
+        let grow = rise - covered;
         let held = take_headroom(state, device, grown);
         let more = grow - held;
         match quota {
             _ if more == 0 => {}
             Some(quota) if !state.ledger.try_reserve(device, more, quota) => {
+                // As before the reading: the room held back, the freed
+                // block's bytes given up (the trim's recount counts them).
                 state.pool_headroom[device.index()].fetch_add(held, Relaxed);
+                state.ledger.unreserve(device, covered);
                 let in_use = state.ledger.device(device).device_bytes.load(Relaxed);
                 return Err(PoolOverJson {
                     t_ns: vramshare_common::process::monotonic_ns(),
@@ -311,15 +335,25 @@ fn over_quota_once(device: Device, over: u64) {
     }
 }
 
-/// After a free to `pool` (or an allocation from it): recounts its slack.
-/// If its growth would take the device over `quota`, the pool is trimmed
-/// first (its unused reserve given back to the device) and what remains is
+/// After a free to `pool` of a block whose `held` device bytes the ledger
+/// still counts ([`crate::state::ledger::Ledger::take`]): recounts its
+/// slack, the held bytes passing to it under the lock of its reading, so
+/// that no other allocation takes their room in between. If the slack's
+/// growth would take the device over `quota`, the pool is trimmed first
+/// (its unused reserve given back to the device) and what remains is
 /// counted.
-pub fn recount(state: &State, backend: Backend, pool: usize, device: Device, quota: Option<u64>) {
-    settle(state, backend, pool, device, quota, false);
+pub fn recount_after_free(
+    state: &State,
+    backend: Backend,
+    pool: usize,
+    device: Device,
+    quota: Option<u64>,
+    held: u64,
+) {
+    settle(state, backend, pool, device, quota, After::Free { held });
 }
 
-/// [`recount`] after an allocation from `pool`: its growth takes the room
+/// [`recount_after_free`]'s count after an allocation from `pool`: its growth takes the room
 /// held for it ([`keep_headroom`]) under the same lock as its reading, so
 /// that no other allocation takes that room in between.
 pub fn recount_after_allocation(
@@ -329,7 +363,7 @@ pub fn recount_after_allocation(
     device: Device,
     quota: Option<u64>,
 ) {
-    settle(state, backend, pool, device, quota, true);
+    settle(state, backend, pool, device, quota, After::Allocation);
 }
 
 /// Counts the pool's slack under `quota`; where it does not fit, trims the
@@ -340,10 +374,15 @@ fn settle(
     pool: usize,
     device: Device,
     quota: Option<u64>,
-    at_allocation: bool,
+    after: After,
 ) {
-    if let Err(mut short) = count(state, backend, pool, device, quota, at_allocation) {
-        trim_and_recount(state, backend, pool, device, at_allocation);
+    if let Err(mut short) = count(state, backend, pool, device, quota, after) {
+        // The freed block's bytes were given up where it did not fit.
+        let retry = match after {
+            After::Free { .. } => After::Nothing,
+            other => other,
+        };
+        trim_and_recount(state, backend, pool, device, retry);
         if let Some(quota) = quota {
             let used = state.ledger.device(device).device_bytes.load(Relaxed);
             if used > quota {
@@ -372,7 +411,7 @@ pub fn trim_device(state: &State, device: Device) -> bool {
         .map(|(pool, c)| (*pool, c.backend))
         .collect();
     for &(pool, backend) in &holding {
-        trim_and_recount(state, backend, pool, device, false);
+        trim_and_recount(state, backend, pool, device, After::Nothing);
     }
     // The room held for the pools to grow into goes to the allocation at
     // hand first.
@@ -385,11 +424,11 @@ fn trim_and_recount(
     backend: Backend,
     pool: usize,
     device: Device,
-    at_allocation: bool,
+    after: After,
 ) {
     trim(backend, pool);
     // With no quota, everything counts: nothing is left over.
-    let _ = count(state, backend, pool, device, None, at_allocation);
+    let _ = count(state, backend, pool, device, None, after);
 }
 
 fn trim(backend: Backend, pool: usize) {

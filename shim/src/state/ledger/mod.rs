@@ -359,6 +359,11 @@ impl Ledger {
     }
 
     /// Removes a block and releases the bytes it held.
+    /// A block from a stream-ordered pool (`pool` not 0) on the device
+    /// keeps its bytes counted: the pool keeps them too, and its recount
+    /// turns them into the pool's slack
+    /// ([`crate::policy::stream_pools::recount_after_free`]), so that no
+    /// other allocation takes that room in between.
     pub fn take(&self, ptr: usize) -> Taken {
         self.take_as(ptr, false)
     }
@@ -377,7 +382,8 @@ impl Ledger {
             Entry::Occupied(entry) => {
                 let block = entry.remove();
                 self.changed();
-                if !(holding && block.placement == Placement::Device) {
+                let kept = holding || block.pool != 0;
+                if !(kept && block.placement == Placement::Device) {
                     self.release(ptr, &block);
                 }
                 Taken::Block(block)
