@@ -291,21 +291,14 @@ fn eight_threads_of_random_allocations_leave_the_ledger_exact() {
         64 * MIB - device,
         "cudaMemGetInfo agrees with the ledger"
     );
-    // A pool grows by whole chunks (2 MiB in the fake): between a thread's
-    // cudaMallocAsync and its recount, the pool can hold up to a chunk more
-    // than the quota allows, per thread allocating at that moment, until it
-    // is trimmed back.
+    // A pool grows by whole chunks (2 MiB in the fake), counted only once
+    // the allocation is made: room for each thread's growth is held before
+    // it asks, and the bytes of a block freed in stream order stay counted
+    // until the stream reaches the free, so that no moment of the run had
+    // more on the device than the quota.
     let peak = process["peak_device"]["0"].as_u64().unwrap();
-    assert!(peak <= 64 * MIB + 8 * 2 * MIB, "peak {peak}");
-    // Every excess is a pool's reserve that rose where the quota had no
-    // room, and the trace says when and by how much.
-    let pools = &process["pools"];
-    assert!(pools["growths"].as_u64().unwrap() > 0, "{pools}");
-    let overs = pools["over_quota"].as_array().unwrap();
-    if peak > 64 * MIB {
-        let most = overs.iter().map(|o| o["over"].as_u64().unwrap()).max();
-        assert!(most.is_some_and(|m| m > 0), "{pools}");
-    }
+    assert!(peak <= 64 * MIB, "peak {peak}: {}", process["pools"]);
+    assert!(process["pools"]["growths"].as_u64().unwrap() > 0);
     assert!(
         process["counts"]["0"]["spills"].as_u64().unwrap() > 0,
         "the quota was reached"

@@ -161,22 +161,31 @@ where
         on_host(ptr);
         return cudaSuccess;
     }
-    // CUDA's pool may grow by a chunk for it: room for that first, and
-    // where there is none for a growth that must come, the allocation goes
-    // where one over the quota goes. A stream-ordered allocation being
-    // captured takes graph memory, not the current pool's.
-    if pool.is_some()
-        && fits
-        && !state.access.graphs.capturing_any()
-        && !stream_pools::keep_headroom(state, api, device, size, limit)
-    {
-        state.ledger.unreserve(device, size);
-        fits = false;
+    // CUDA's pool may grow by a chunk for it: room for that first (its
+    // ticket), and where there is none for a growth that must come, the
+    // allocation goes where one over the quota goes. A stream-ordered
+    // allocation being captured takes graph memory, not the current pool's.
+    let mut ticketed = false;
+    if pool.is_some() && fits && !state.access.graphs.capturing_any() {
+        ticketed = stream_pools::take_ticket(state, api, device, size, limit);
+        if !ticketed {
+            state.ledger.unreserve(device, size);
+            fits = false;
+        }
     }
     if fits {
+        if let Some(pool) = pool {
+            stream_pools::allocating(state, backend, pool, device, size);
+        }
         let (rc, ptr, taken) = on_device();
         if rc != cudaSuccess || ptr.is_null() {
             state.ledger.unreserve(device, size);
+            if let Some(pool) = pool {
+                stream_pools::not_allocated(state, pool, size);
+            }
+            if ticketed {
+                stream_pools::ticket_back(state, device, limit);
+            }
             if rc != cudaSuccess {
                 record_rejection(state, api, device, size, Placement::Device, rc);
             }
@@ -202,7 +211,7 @@ where
         };
         record_allocation(state, ptr, block);
         if let Some(pool) = pool {
-            stream_pools::recount_after_allocation(state, backend, pool, device, quota);
+            stream_pools::recount_after_allocation(state, backend, pool, device, quota, ticketed);
         }
         return rc;
     }

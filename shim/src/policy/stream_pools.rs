@@ -10,7 +10,7 @@
 //! first trimmed to what it uses (`cudaMemPoolTrimTo`); what a trim cannot
 //! give back (a chunk a live allocation sits in) would count even so: so
 //! near the quota, room for the chunk CUDA may add is held beforehand
-//! ([`keep_headroom`]).
+//! ([`take_ticket`]).
 
 use crate::config::Device;
 use std::ffi::{c_int, c_void};
@@ -53,78 +53,79 @@ fn growth() -> u64 {
 /// a chunk for it, even where the pool's unused reserve would hold it (a
 /// reserve split into pieces, or kept for another stream's frees), and the
 /// growth counts only once the allocation is made, when no trim can give
-/// it back while the allocation lives in it. So wherever the room free
-/// under `limit` and the sharing pool's budget is less than the largest
-/// growth seen, the rest is held for the device's pools
-/// ([`State::pool_headroom`]), counted as the device's, and a growth takes
-/// it ([`recount_after_allocation`]). It is made as room for a new block
-/// is: the tier's kept blocks whose frees are reached give theirs, else
-/// (where moves overlap the job's kernels) the tier's blocks least needed
-/// move to host memory. Room held beyond what a growth needs is given
-/// back, as all of it is before anything spills ([`trim_device`]) and at a
-/// quota cut.
+/// it back while the allocation lives in it. So room for it is reserved
+/// beforehand: the allocation takes a *ticket*
+/// ([`State::pool_in_flight`]), and the room held for the device's pools
+/// ([`State::pool_headroom`]), counted as the device's, is brought up to
+/// the largest growth seen for each ticket out. Held room is never free
+/// room: two threads never count on the same bytes for their growths,
+/// and the room is there whoever's recount sees a growth first
+/// ([`recount_after_allocation`]). Where the room is short, it is made as
+/// room for a new block is: the tier's kept blocks whose frees are reached
+/// give theirs, else (where moves overlap the job's kernels) the tier's
+/// blocks least needed move to host memory.
 ///
-/// False where no such room can be had for a small allocation (under 2
-/// MiB, which CUDA serves from chunks it shares): the allocation then goes
-/// where one over the quota goes (host memory), not into a growth the
-/// quota has no room for. Not even where the pool's reserve looks large
-/// enough: CUDA was seen to grow a pool by a chunk for such allocations
-/// beside unused reserve (the same pieces and other streams' frees).
-pub fn keep_headroom(
-    state: &'static State,
-    api: Api,
-    device: Device,
-    size: u64,
-    limit: u64,
-) -> bool {
-    let Some(need) = headroom_short(state, device, limit) else {
+/// Whether the allocation may go to CUDA's pool: not where no room for a
+/// growth could be made and `size` is under 2 MiB (which CUDA serves from
+/// chunks it shares): the allocation then goes where one over the quota
+/// goes (host memory), not into a growth the quota has no room for. Not
+/// even where the pool's reserve looks large enough: CUDA was seen to grow
+/// a pool by a chunk for such allocations beside unused reserve (the same
+/// pieces and other streams' frees). A larger allocation takes a chunk of
+/// about its own size, counted already, and goes on with its ticket.
+/// Each ticket taken is handed back by the allocation's recount, or by
+/// [`ticket_back`] where CUDA refused the allocation.
+pub fn take_ticket(state: &'static State, api: Api, device: Device, size: u64, limit: u64) -> bool {
+    let in_flight = &state.pool_in_flight[device.index()];
+    let tickets = in_flight.fetch_add(1, Relaxed) + 1;
+    let held = state.pool_headroom[device.index()].load(Relaxed);
+    let need = tickets.saturating_mul(growth()).saturating_sub(held);
+    if need == 0 {
         return true;
-    };
+    }
     let made = state.ledger.try_reserve(device, need, limit)
         || super::tier::kept::room_for(state, device, need, limit, false)
         || super::tier::room_for_new(state, api, device, need, limit);
     if made {
-        hold(state, device, need);
+        state.pool_headroom[device.index()].fetch_add(need, Relaxed);
         return true;
     }
-    // A large allocation takes a chunk of about its own size.
-    size >= LEAST_GROWTH
+    if size >= LEAST_GROWTH {
+        return true;
+    }
+    in_flight.fetch_sub(1, Relaxed);
+    false
 }
 
-/// How much more room `device`'s pools need held for a growth, beside the
-/// room free under `limit`: `None` if none, and then what is held beyond
-/// that is given back.
-fn headroom_short(state: &State, device: Device, limit: u64) -> Option<u64> {
+/// Hands back a ticket [`take_ticket`] gave, and the room held beyond what
+/// the others out and the room free under `limit` call for.
+pub fn ticket_back(state: &State, device: Device, limit: u64) {
+    let _ =
+        state.pool_in_flight[device.index()].fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
+    give_back_unneeded(state, device, limit);
+}
+
+/// Gives back the room held for `device`'s pools beyond what its tickets
+/// out need and beyond one growth beside the room free under `limit` and
+/// the sharing pool's budget (kept so that the next allocation finds it
+/// made): where the room free is enough, the next ticket reserves it.
+fn give_back_unneeded(state: &State, device: Device, limit: u64) {
     let held = state.pool_headroom[device.index()].load(Relaxed);
+    if held == 0 {
+        return;
+    }
     let used = state.ledger.device(device).device_bytes.load(Relaxed);
     let free = limit
         .saturating_sub(used)
         .min(super::moves::pool_room(state, device));
     let growth = growth();
-    let have = free.saturating_add(held);
-    if have >= growth {
-        let beyond = (have - growth).min(held);
-        if beyond > 0 {
-            give_back(state, device, beyond);
-        }
-        return None;
-    }
-    Some(growth - have)
-}
-
-/// Adds `bytes`, reserved already, to the room held for `device`'s pools;
-/// beyond one growth (two threads that made room for one shortfall), the
-/// rest is given back.
-fn hold(state: &State, device: Device, bytes: u64) {
-    let cap = growth();
-    let mut beyond = 0;
-    let _ = state.pool_headroom[device.index()].fetch_update(Relaxed, Relaxed, |held| {
-        let total = held.saturating_add(bytes);
-        beyond = total.saturating_sub(cap.max(held));
-        Some(total - beyond)
-    });
+    let out = state.pool_in_flight[device.index()].load(Relaxed);
+    let beyond = held.saturating_sub(out.saturating_mul(growth)).min(
+        free.saturating_add(held)
+            .saturating_sub(out.saturating_add(1).saturating_mul(growth)),
+    );
     if beyond > 0 {
-        state.ledger.unreserve(device, beyond);
+        give_back(state, device, beyond);
     }
 }
 
@@ -138,10 +139,14 @@ fn give_back(state: &State, device: Device, bytes: u64) -> u64 {
     took
 }
 
-/// Gives back all the room held for `device`'s pools, before anything on
-/// it spills and at a quota cut: whether there was any.
+/// Gives back the room held for `device`'s pools, but for what its tickets
+/// out need, before anything on it spills and at a quota cut: whether
+/// there was any.
 pub fn give_back_headroom(state: &State, device: Device) -> bool {
-    give_back(state, device, u64::MAX) > 0
+    let out = state.pool_in_flight[device.index()].load(Relaxed);
+    let needed = out.saturating_mul(growth());
+    let held = state.pool_headroom[device.index()].load(Relaxed);
+    held > needed && give_back(state, device, held - needed) > 0
 }
 
 /// The pool an allocation comes from: the one given, or the device's
@@ -218,14 +223,14 @@ fn reading(backend: Backend, pool: usize) -> Option<(u64, u64)> {
 /// a block whose bytes the ledger still holds, or neither.
 #[derive(Clone, Copy)]
 enum After {
-    Allocation,
+    Allocation { ticketed: bool },
     Free { held: u64 },
     Nothing,
 }
 
 /// Reads the pool's slack and moves the device's count by its change. A
 /// growth at an allocation takes the room held for it first
-/// ([`keep_headroom`]), and a free's rise the bytes the ledger held for the
+/// ([`take_ticket`]), and a free's rise the bytes the ledger held for the
 /// freed block; the rest that does not fit under `quota` is not counted,
 /// and what did not fit is returned. The reading and the counting
 /// are done under one lock, so that two threads never count their
@@ -240,18 +245,29 @@ fn count(
     after: After,
 ) -> Result<(), PoolOverJson> {
     let mut counted = crate::state::lock(&state.pool_slack);
-    let at_allocation = matches!(after, After::Allocation);
+    let at_allocation = matches!(after, After::Allocation { .. });
     let freed = match after {
         After::Free { held } => held,
         _ => 0,
     };
-    let Some((reserved, used)) = reading(backend, pool) else {
+    let (before, reserved_before, live) = counted
+        .get(&pool)
+        .map_or((0, 0, 0), |c| (c.slack, c.reserved, c.live));
+    // The freed block leaves the pool's live bytes here, under the lock of
+    // the reading that counts its bytes as the pool's.
+    let live = live.saturating_sub(freed);
+    let Some((reserved, _)) = reading(backend, pool) else {
         // No reading: the freed block's bytes go, as they would uncounted.
         state.ledger.unreserve(device, freed);
+        if let Some(c) = counted.get_mut(&pool) {
+            c.live = live;
+        }
         return Ok(());
     };
-    let slack = reserved - used;
-    let (before, reserved_before) = counted.get(&pool).map_or((0, 0), |c| (c.slack, c.reserved));
+    // What the pool reserves beyond the blocks the shim counts live in it:
+    // unused reserve, and blocks freed in stream order whose frees the
+    // stream has yet to reach (CUDA counts those as used until then).
+    let slack = reserved.saturating_sub(live);
     // A free's bytes pass from the allocation's count to the slack's: only
     // new reserve at an allocation is a growth, for the room held.
     let grown = if at_allocation {
@@ -272,7 +288,7 @@ fn count(
     state.ledger.unreserve(device, freed - covered);
     if slack > before {
         let grow = rise - covered;
-        let held = take_headroom(state, device, grown);
+        let held = take_headroom(state, device, grow);
         let more = grow - held;
         match quota {
             _ if more == 0 => {}
@@ -281,6 +297,9 @@ fn count(
                 // block's bytes given up (the trim's recount counts them).
                 state.pool_headroom[device.index()].fetch_add(held, Relaxed);
                 state.ledger.unreserve(device, covered);
+                if let Some(c) = counted.get_mut(&pool) {
+                    c.live = live;
+                }
                 let in_use = state.ledger.device(device).device_bytes.load(Relaxed);
                 return Err(PoolOverJson {
                     t_ns: vramshare_common::process::monotonic_ns(),
@@ -307,9 +326,32 @@ fn count(
             backend,
             slack,
             reserved,
+            live,
         },
     );
     Ok(())
+}
+
+/// Before `size` bytes are asked of `pool` on `device` (counted at their
+/// size already): they count among its live bytes from now, so that no
+/// recount takes them for unused reserve once CUDA has handed them out.
+pub fn allocating(state: &State, backend: Backend, pool: usize, device: Device, size: u64) {
+    let mut counted = crate::state::lock(&state.pool_slack);
+    let entry = counted.entry(pool).or_insert(Counted {
+        device,
+        backend,
+        slack: 0,
+        reserved: 0,
+        live: 0,
+    });
+    entry.live = entry.live.saturating_add(size);
+}
+
+/// CUDA refused the `size` bytes [`allocating`] counted live in `pool`.
+pub fn not_allocated(state: &State, pool: usize, size: u64) {
+    if let Some(c) = crate::state::lock(&state.pool_slack).get_mut(&pool) {
+        c.live = c.live.saturating_sub(size);
+    }
 }
 
 /// Takes up to `bytes` of the room held for `device`'s pools; what it took.
@@ -353,17 +395,26 @@ pub fn recount_after_free(
     settle(state, backend, pool, device, quota, After::Free { held });
 }
 
-/// [`recount_after_free`]'s count after an allocation from `pool`: its growth takes the room
-/// held for it ([`keep_headroom`]) under the same lock as its reading, so
-/// that no other allocation takes that room in between.
+/// [`recount_after_free`]'s count after an allocation from `pool`: its
+/// growth takes the room held for the device's pools under the same lock
+/// as its reading, so that no other allocation takes that room in between;
+/// then its ticket, if it took one ([`take_ticket`]), is handed back.
 pub fn recount_after_allocation(
     state: &State,
     backend: Backend,
     pool: usize,
     device: Device,
     quota: Option<u64>,
+    ticketed: bool,
 ) {
-    settle(state, backend, pool, device, quota, After::Allocation);
+    settle(
+        state,
+        backend,
+        pool,
+        device,
+        quota,
+        After::Allocation { ticketed },
+    );
 }
 
 /// Counts the pool's slack under `quota`; where it does not fit, trims the
@@ -396,8 +447,11 @@ fn settle(
         }
     }
     // The room held for growth goes back once the device has room enough.
-    if state.pool_headroom[device.index()].load(Relaxed) > 0 {
-        headroom_short(state, device, quota.unwrap_or(u64::MAX));
+    let limit = quota.unwrap_or(u64::MAX);
+    if let After::Allocation { ticketed: true } = after {
+        ticket_back(state, device, limit);
+    } else {
+        give_back_unneeded(state, device, limit);
     }
 }
 
@@ -419,13 +473,7 @@ pub fn trim_device(state: &State, device: Device) -> bool {
 }
 
 /// Gives the pool's unused reserve back to the device, and recounts it.
-fn trim_and_recount(
-    state: &State,
-    backend: Backend,
-    pool: usize,
-    device: Device,
-    after: After,
-) {
+fn trim_and_recount(state: &State, backend: Backend, pool: usize, device: Device, after: After) {
     trim(backend, pool);
     // With no quota, everything counts: nothing is left over.
     let _ = count(state, backend, pool, device, None, after);

@@ -65,8 +65,11 @@ pub struct State {
     pub pool_slack: std::sync::Mutex<std::collections::HashMap<usize, Counted>>,
     /// Per device, the room held under its quota for its stream-ordered
     /// pools to grow into, counted as the device's
-    /// ([`crate::policy::stream_pools::keep_headroom`]).
+    /// ([`crate::policy::stream_pools::take_ticket`]).
     pub pool_headroom: Vec<AtomicU64>,
+    /// Per device, the allocations from its pools between their ticket and
+    /// their recount ([`crate::policy::stream_pools::take_ticket`]).
+    pub pool_in_flight: Vec<AtomicU64>,
     /// The pools' growths, and the rises of their reserve that did not fit
     /// under the quota, for the trace.
     pub pool_growths: std::sync::Mutex<vramshare_common::trace_json::PoolsJson>,
@@ -107,10 +110,14 @@ pub struct VariantPack {
 pub struct Counted {
     pub device: Device,
     pub backend: crate::cuda::backend::Backend,
+    /// Its reserve beyond the live bytes below, as last counted.
     pub slack: u64,
     /// The pool's whole reserve at that reading: new memory shows in it,
     /// where a free does not.
     pub reserved: u64,
+    /// The bytes of the shim's blocks live in the pool (asked of CUDA, and
+    /// not yet freed).
+    pub live: u64,
 }
 
 pub const QUOTA_UNRESOLVED: u64 = u64::MAX;
@@ -265,6 +272,7 @@ impl State {
                 .collect(),
             pool_slack: Default::default(),
             pool_headroom: (0..MAX_DEVICES).map(|_| AtomicU64::new(0)).collect(),
+            pool_in_flight: (0..MAX_DEVICES).map(|_| AtomicU64::new(0)).collect(),
             pool_growths: Default::default(),
             devices_learned: std::sync::Once::new(),
             device_count: AtomicU32::new(0),
