@@ -161,13 +161,17 @@ where
         on_host(ptr);
         return cudaSuccess;
     }
+    // A stream-ordered allocation being captured takes graph memory, not
+    // the current pool's: it counts at its size alone.
+    let pool = pool.filter(|_| !state.access.graphs.capturing_any());
     // CUDA's pool may grow by a chunk for it: room for that first (its
     // ticket), and where there is none for a growth that must come, the
-    // allocation goes where one over the quota goes. A stream-ordered
-    // allocation being captured takes graph memory, not the current pool's.
+    // allocation goes where one over the quota goes. With no quota and no
+    // sharing pool's budget, nothing needs the room.
+    let bounded = quota.is_some() || super::moves::pool_room(state, device) != u64::MAX;
     let mut ticketed = false;
-    if pool.is_some() && fits && !state.access.graphs.capturing_any() {
-        ticketed = stream_pools::take_ticket(state, api, device, size, limit);
+    if pool.is_some() && fits && bounded {
+        ticketed = super::pool_room::take_ticket(state, api, device, size, limit);
         if !ticketed {
             state.ledger.unreserve(device, size);
             fits = false;
@@ -179,19 +183,26 @@ where
         }
         let (rc, ptr, taken) = on_device();
         if rc != cudaSuccess || ptr.is_null() {
-            state.ledger.unreserve(device, size);
+            // The pool's live bytes first: a recount between the two would
+            // otherwise take the pool's reserve for the refused bytes.
             if let Some(pool) = pool {
                 stream_pools::not_allocated(state, pool, size);
             }
+            state.ledger.unreserve(device, size);
             if ticketed {
-                stream_pools::ticket_back(state, device, limit);
+                super::pool_room::ticket_back(state, device, limit);
             }
             if rc != cudaSuccess {
                 record_rejection(state, api, device, size, Placement::Device, rc);
             }
             return rc;
         }
-        // A pitched allocation can take a little more or less than estimated.
+        // A pitched allocation can take a little more or less than estimated
+        // (and one the tier could not place, its own size, not the tier's).
+        if let Some(pool) = pool.filter(|_| taken != size) {
+            stream_pools::not_allocated(state, pool, size);
+            stream_pools::allocating(state, backend, pool, device, taken);
+        }
         if taken > size {
             state.ledger.reserve(device, taken - size);
         } else if taken < size {

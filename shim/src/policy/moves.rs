@@ -80,7 +80,7 @@ pub fn pool_room(state: &State, device: Device) -> u64 {
 /// nothing more can move.
 pub fn demote_to_quota(state: &State, device: Device, backend: Backend) {
     // The room held for pools to grow into is no block's: it goes first.
-    super::stream_pools::give_back_headroom(state, device);
+    super::pool_room::give_back_headroom(state, device);
     let quota = device_quota(state, device, backend).unwrap_or(u64::MAX);
     demote_while(state, device, |_| over_limits(state, device, quota));
 }

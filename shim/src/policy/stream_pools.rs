@@ -4,150 +4,36 @@
 //! count against the quota like any other.
 //!
 //! The shim counts each pooled allocation at its size, as any allocation;
-//! on top of that, a pool's *slack* — what it reserves beyond its live
-//! allocations, as CUDA reports it — is added to the device's bytes after
-//! every allocation from and free to the pool. Over the quota, the pool is
-//! first trimmed to what it uses (`cudaMemPoolTrimTo`); what a trim cannot
-//! give back (a chunk a live allocation sits in) would count even so: so
-//! near the quota, room for the chunk CUDA may add is held beforehand
-//! ([`take_ticket`]).
+//! on top of that, a pool's *slack* — its reserve as CUDA reports it, less
+//! the bytes of the shim's blocks live in it — is added to the device's
+//! bytes after every allocation from and free to the pool. A block freed in
+//! stream order stays counted until that recount takes its bytes into the
+//! slack (CUDA's own count of used bytes would keep it until the stream
+//! reaches the free). Over the quota, the pool is first trimmed to what it
+//! uses (`cudaMemPoolTrimTo`); what a trim cannot give back (a chunk a live
+//! allocation sits in) would count even so: so room for the chunk CUDA may
+//! add is held beforehand ([`pool_room::take_ticket`]).
 
 use crate::config::Device;
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 
 use cudart_sys::*;
-use vramshare_common::event::Api;
 
 use crate::cuda::backend::Backend;
 use crate::cuda::real;
 use crate::state::{Counted, State};
+
+use super::pool_room;
 use vramshare_common::trace_json::PoolOverJson;
 
-/// `cudaMemPoolAttrReservedMemCurrent`, `cudaMemPoolAttrUsedMemCurrent`
-/// (the driver's `CU_MEMPOOL_ATTR_*` have the same values).
+/// `cudaMemPoolAttrReservedMemCurrent` (the driver's
+/// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT` has the same value).
 const RESERVED_MEM_CURRENT: c_int = 5;
-const USED_MEM_CURRENT: c_int = 7;
 
 /// The most rises of a pool's reserve not fitting under the quota that the
 /// trace records.
 const OVER_RECORDED: usize = 16;
-
-/// The least a pool is taken to grow by at once, before a growth is seen.
-const LEAST_GROWTH: u64 = 2 << 20;
-
-/// The largest growth of a pool's slack seen at an allocation: what CUDA
-/// adds to a pool's reserve when an allocation does not fit in it (a
-/// chunk), less the allocation. Only new reserve counts: a free on another
-/// thread meanwhile raises the slack but not the reserve, and teaches it
-/// nothing.
-static LARGEST_GROWTH: AtomicU64 = AtomicU64::new(0);
-
-/// The most a pool is taken to grow by at once.
-fn growth() -> u64 {
-    LARGEST_GROWTH.load(Relaxed).max(LEAST_GROWTH)
-}
-
-/// Before an allocation of `size` bytes from `pool` on `device` (counted
-/// already at its size) that CUDA's pool serves: CUDA may grow the pool by
-/// a chunk for it, even where the pool's unused reserve would hold it (a
-/// reserve split into pieces, or kept for another stream's frees), and the
-/// growth counts only once the allocation is made, when no trim can give
-/// it back while the allocation lives in it. So room for it is reserved
-/// beforehand: the allocation takes a *ticket*
-/// ([`State::pool_in_flight`]), and the room held for the device's pools
-/// ([`State::pool_headroom`]), counted as the device's, is brought up to
-/// the largest growth seen for each ticket out. Held room is never free
-/// room: two threads never count on the same bytes for their growths,
-/// and the room is there whoever's recount sees a growth first
-/// ([`recount_after_allocation`]). Where the room is short, it is made as
-/// room for a new block is: the tier's kept blocks whose frees are reached
-/// give theirs, else (where moves overlap the job's kernels) the tier's
-/// blocks least needed move to host memory.
-///
-/// Whether the allocation may go to CUDA's pool: not where no room for a
-/// growth could be made and `size` is under 2 MiB (which CUDA serves from
-/// chunks it shares): the allocation then goes where one over the quota
-/// goes (host memory), not into a growth the quota has no room for. Not
-/// even where the pool's reserve looks large enough: CUDA was seen to grow
-/// a pool by a chunk for such allocations beside unused reserve (the same
-/// pieces and other streams' frees). A larger allocation takes a chunk of
-/// about its own size, counted already, and goes on with its ticket.
-/// Each ticket taken is handed back by the allocation's recount, or by
-/// [`ticket_back`] where CUDA refused the allocation.
-pub fn take_ticket(state: &'static State, api: Api, device: Device, size: u64, limit: u64) -> bool {
-    let in_flight = &state.pool_in_flight[device.index()];
-    let tickets = in_flight.fetch_add(1, Relaxed) + 1;
-    let held = state.pool_headroom[device.index()].load(Relaxed);
-    let need = tickets.saturating_mul(growth()).saturating_sub(held);
-    if need == 0 {
-        return true;
-    }
-    let made = state.ledger.try_reserve(device, need, limit)
-        || super::tier::kept::room_for(state, device, need, limit, false)
-        || super::tier::room_for_new(state, api, device, need, limit);
-    if made {
-        state.pool_headroom[device.index()].fetch_add(need, Relaxed);
-        return true;
-    }
-    if size >= LEAST_GROWTH {
-        return true;
-    }
-    in_flight.fetch_sub(1, Relaxed);
-    false
-}
-
-/// Hands back a ticket [`take_ticket`] gave, and the room held beyond what
-/// the others out and the room free under `limit` call for.
-pub fn ticket_back(state: &State, device: Device, limit: u64) {
-    let _ =
-        state.pool_in_flight[device.index()].fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
-    give_back_unneeded(state, device, limit);
-}
-
-/// Gives back the room held for `device`'s pools beyond what its tickets
-/// out need and beyond one growth beside the room free under `limit` and
-/// the sharing pool's budget (kept so that the next allocation finds it
-/// made): where the room free is enough, the next ticket reserves it.
-fn give_back_unneeded(state: &State, device: Device, limit: u64) {
-    let held = state.pool_headroom[device.index()].load(Relaxed);
-    if held == 0 {
-        return;
-    }
-    let used = state.ledger.device(device).device_bytes.load(Relaxed);
-    let free = limit
-        .saturating_sub(used)
-        .min(super::moves::pool_room(state, device));
-    let growth = growth();
-    let out = state.pool_in_flight[device.index()].load(Relaxed);
-    let beyond = held.saturating_sub(out.saturating_mul(growth)).min(
-        free.saturating_add(held)
-            .saturating_sub(out.saturating_add(1).saturating_mul(growth)),
-    );
-    if beyond > 0 {
-        give_back(state, device, beyond);
-    }
-}
-
-/// Gives back up to `bytes` of the room held for `device`'s pools: what it
-/// gave.
-fn give_back(state: &State, device: Device, bytes: u64) -> u64 {
-    let took = take_headroom(state, device, bytes);
-    if took > 0 {
-        state.ledger.unreserve(device, took);
-    }
-    took
-}
-
-/// Gives back the room held for `device`'s pools, but for what its tickets
-/// out need, before anything on it spills and at a quota cut: whether
-/// there was any.
-pub fn give_back_headroom(state: &State, device: Device) -> bool {
-    let out = state.pool_in_flight[device.index()].load(Relaxed);
-    let needed = out.saturating_mul(growth());
-    let held = state.pool_headroom[device.index()].load(Relaxed);
-    held > needed && give_back(state, device, held - needed) > 0
-}
 
 /// The pool an allocation comes from: the one given, or the device's
 /// current pool; `None` if CUDA cannot say.
@@ -211,28 +97,31 @@ pub fn attribute(backend: Backend, pool: usize, attribute: c_int) -> Option<u64>
     check(rc).ok().map(|()| value)
 }
 
-/// The pool's reserve and its live allocations' bytes, as CUDA reports
-/// them (the reserve at least the bytes used).
-fn reading(backend: Backend, pool: usize) -> Option<(u64, u64)> {
-    let reserved = attribute(backend, pool, RESERVED_MEM_CURRENT)?;
-    let used = attribute(backend, pool, USED_MEM_CURRENT)?;
-    Some((reserved.max(used), used))
+/// The pool's reserve, as CUDA reports it. (Not the bytes CUDA counts used
+/// in it: a block freed in stream order counts there until its stream
+/// reaches the free, by when the shim has let go of it.)
+fn reading(backend: Backend, pool: usize) -> Option<u64> {
+    attribute(backend, pool, RESERVED_MEM_CURRENT)
 }
 
 /// What a pool's recount follows: an allocation from it, a free to it of
-/// a block whose bytes the ledger still holds, or neither.
+/// a block whose bytes the ledger still holds, a trim after a recount of
+/// a free that did not fit (the bytes it still holds for the free), or
+/// none of these.
 #[derive(Clone, Copy)]
 enum After {
     Allocation { ticketed: bool },
     Free { held: u64 },
+    Trim { held: u64 },
     Nothing,
 }
 
 /// Reads the pool's slack and moves the device's count by its change. A
-/// growth at an allocation takes the room held for it first
-/// ([`take_ticket`]), and a free's rise the bytes the ledger held for the
-/// freed block; the rest that does not fit under `quota` is not counted,
-/// and what did not fit is returned. The reading and the counting
+/// free's rise takes the bytes the ledger held for the freed block first,
+/// then any rise the room held for the pools' growths
+/// ([`pool_room::take_ticket`]); the rest that does not fit under `quota`
+/// is not counted, and what did not fit is returned, with the freed
+/// block's bytes still held for the trim's recount. The reading and the counting
 /// are done under one lock, so that two threads never count their
 /// readings out of order; the pool queries under it never call back into
 /// the shim or allocate.
@@ -243,11 +132,11 @@ fn count(
     device: Device,
     quota: Option<u64>,
     after: After,
-) -> Result<(), PoolOverJson> {
+) -> Result<(), (PoolOverJson, u64)> {
     let mut counted = crate::state::lock(&state.pool_slack);
     let at_allocation = matches!(after, After::Allocation { .. });
     let freed = match after {
-        After::Free { held } => held,
+        After::Free { held } | After::Trim { held } => held,
         _ => 0,
     };
     let (before, reserved_before, live) = counted
@@ -255,8 +144,11 @@ fn count(
         .map_or((0, 0, 0), |c| (c.slack, c.reserved, c.live));
     // The freed block leaves the pool's live bytes here, under the lock of
     // the reading that counts its bytes as the pool's.
-    let live = live.saturating_sub(freed);
-    let Some((reserved, _)) = reading(backend, pool) else {
+    let live = match after {
+        After::Free { held } => live.saturating_sub(held),
+        _ => live,
+    };
+    let Some(reserved) = reading(backend, pool) else {
         // No reading: the freed block's bytes go, as they would uncounted.
         state.ledger.unreserve(device, freed);
         if let Some(c) = counted.get_mut(&pool) {
@@ -276,7 +168,7 @@ fn count(
     } else {
         0
     };
-    let largest_before = LARGEST_GROWTH.fetch_max(grown, Relaxed);
+    let largest_before = pool_room::learn_growth(grown);
     if grown > 0 {
         let mut growths = crate::state::lock(&state.pool_growths);
         growths.growths += 1;
@@ -288,20 +180,19 @@ fn count(
     state.ledger.unreserve(device, freed - covered);
     if slack > before {
         let grow = rise - covered;
-        let held = take_headroom(state, device, grow);
+        let held = pool_room::take_held(state, device, grow);
         let more = grow - held;
         match quota {
             _ if more == 0 => {}
             Some(quota) if !state.ledger.try_reserve(device, more, quota) => {
-                // As before the reading: the room held back, the freed
-                // block's bytes given up (the trim's recount counts them).
-                state.pool_headroom[device.index()].fetch_add(held, Relaxed);
-                state.ledger.unreserve(device, covered);
+                // As before the reading: the room held back, and the freed
+                // block's bytes still held, for the trim's recount.
+                pool_room::put_back(state, device, held);
                 if let Some(c) = counted.get_mut(&pool) {
                     c.live = live;
                 }
                 let in_use = state.ledger.device(device).device_bytes.load(Relaxed);
-                return Err(PoolOverJson {
+                let short = PoolOverJson {
                     t_ns: vramshare_common::process::monotonic_ns(),
                     device: device.number(),
                     at_allocation,
@@ -311,7 +202,8 @@ fn count(
                     free: quota.saturating_sub(in_use),
                     largest_before,
                     over: 0,
-                });
+                };
+                return Err((short, covered));
             }
             Some(_) => {}
             None => state.ledger.reserve(device, more),
@@ -354,17 +246,6 @@ pub fn not_allocated(state: &State, pool: usize, size: u64) {
     }
 }
 
-/// Takes up to `bytes` of the room held for `device`'s pools; what it took.
-fn take_headroom(state: &State, device: Device, bytes: u64) -> u64 {
-    let headroom = &state.pool_headroom[device.index()];
-    let mut took = 0;
-    let _ = headroom.fetch_update(Relaxed, Relaxed, |held| {
-        took = held.min(bytes);
-        Some(held - took)
-    });
-    took
-}
-
 /// Says once that a pool's reserve was counted over the quota: the device
 /// then holds more than its quota until the allocations in it are freed.
 fn over_quota_once(device: Device, over: u64) {
@@ -398,7 +279,7 @@ pub fn recount_after_free(
 /// [`recount_after_free`]'s count after an allocation from `pool`: its
 /// growth takes the room held for the device's pools under the same lock
 /// as its reading, so that no other allocation takes that room in between;
-/// then its ticket, if it took one ([`take_ticket`]), is handed back.
+/// then its ticket, if it took one ([`pool_room::take_ticket`]), is handed back.
 pub fn recount_after_allocation(
     state: &State,
     backend: Backend,
@@ -427,10 +308,9 @@ fn settle(
     quota: Option<u64>,
     after: After,
 ) {
-    if let Err(mut short) = count(state, backend, pool, device, quota, after) {
-        // The freed block's bytes were given up where it did not fit.
+    if let Err((mut short, held)) = count(state, backend, pool, device, quota, after) {
         let retry = match after {
-            After::Free { .. } => After::Nothing,
+            After::Free { .. } | After::Trim { .. } => After::Trim { held },
             other => other,
         };
         trim_and_recount(state, backend, pool, device, retry);
@@ -449,9 +329,9 @@ fn settle(
     // The room held for growth goes back once the device has room enough.
     let limit = quota.unwrap_or(u64::MAX);
     if let After::Allocation { ticketed: true } = after {
-        ticket_back(state, device, limit);
+        pool_room::ticket_back(state, device, limit);
     } else {
-        give_back_unneeded(state, device, limit);
+        pool_room::settle_held(state, device, limit);
     }
 }
 
@@ -469,7 +349,7 @@ pub fn trim_device(state: &State, device: Device) -> bool {
     }
     // The room held for the pools to grow into goes to the allocation at
     // hand first.
-    give_back_headroom(state, device) || !holding.is_empty()
+    pool_room::give_back_headroom(state, device) || !holding.is_empty()
 }
 
 /// Gives the pool's unused reserve back to the device, and recounts it.

@@ -63,13 +63,10 @@ pub struct State {
     /// Per stream-ordered pool, the slack last counted (see
     /// [`crate::policy::stream_pools`]).
     pub pool_slack: std::sync::Mutex<std::collections::HashMap<usize, Counted>>,
-    /// Per device, the room held under its quota for its stream-ordered
-    /// pools to grow into, counted as the device's
-    /// ([`crate::policy::stream_pools::take_ticket`]).
-    pub pool_headroom: Vec<AtomicU64>,
-    /// Per device, the allocations from its pools between their ticket and
-    /// their recount ([`crate::policy::stream_pools::take_ticket`]).
-    pub pool_in_flight: Vec<AtomicU64>,
+    /// Per device, the allocations from its stream-ordered pools under way
+    /// and the room held under its quota for the pools to grow into,
+    /// counted as the device's ([`crate::policy::PoolRooms`]).
+    pub pool_rooms: crate::policy::PoolRooms,
     /// The pools' growths, and the rises of their reserve that did not fit
     /// under the quota, for the trace.
     pub pool_growths: std::sync::Mutex<vramshare_common::trace_json::PoolsJson>,
@@ -271,8 +268,7 @@ impl State {
                 .map(|_| AtomicU64::new(vramshare_common::registry::NO_QUOTA))
                 .collect(),
             pool_slack: Default::default(),
-            pool_headroom: (0..MAX_DEVICES).map(|_| AtomicU64::new(0)).collect(),
-            pool_in_flight: (0..MAX_DEVICES).map(|_| AtomicU64::new(0)).collect(),
+            pool_rooms: (0..MAX_DEVICES).map(|_| Default::default()).collect(),
             pool_growths: Default::default(),
             devices_learned: std::sync::Once::new(),
             device_count: AtomicU32::new(0),
