@@ -23,7 +23,6 @@ pub use adapters::{free, malloc, malloc_3d, malloc_managed, malloc_pitch, malloc
 pub use graph_nodes::blocks_of_nodes;
 pub use launches::{copy_call, launch, library_call};
 pub use moves::{demote_for, demote_to_quota, pool_room, promote, promote_leaving};
-pub use pool_room::PoolRooms;
 pub use quota::mem_get_info;
 pub use tier::copier::forget_after_fork as forget_copiers_after_fork;
 pub use tier::ipc_refused;

@@ -13,23 +13,11 @@
 //! first ([`super::stream_pools`]).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
 
 use vramshare_common::event::Api;
 
 use crate::config::Device;
-use crate::state::{lock, State};
-
-/// The tickets out on a device and the room held for its pools' growths
-/// (reserved in the ledger, counted as the device's).
-#[derive(Default)]
-pub struct PoolRoom {
-    out: u64,
-    held: u64,
-}
-
-/// Per device, its [`PoolRoom`].
-pub type PoolRooms = Vec<Mutex<PoolRoom>>;
+use crate::state::{lock, PoolRoom, State};
 
 /// The least a pool is taken to grow by at once, before a growth is seen.
 pub const LEAST_GROWTH: u64 = 2 << 20;

@@ -65,8 +65,8 @@ pub struct State {
     pub pool_slack: std::sync::Mutex<std::collections::HashMap<usize, Counted>>,
     /// Per device, the allocations from its stream-ordered pools under way
     /// and the room held under its quota for the pools to grow into,
-    /// counted as the device's ([`crate::policy::PoolRooms`]).
-    pub pool_rooms: crate::policy::PoolRooms,
+    /// counted as the device's ([`PoolRoom`]).
+    pub pool_rooms: Vec<std::sync::Mutex<PoolRoom>>,
     /// The pools' growths, and the rises of their reserve that did not fit
     /// under the quota, for the trace.
     pub pool_growths: std::sync::Mutex<vramshare_common::trace_json::PoolsJson>,
@@ -100,6 +100,16 @@ pub struct State {
 pub struct VariantPack {
     pub data: Vec<usize>,
     pub workspace: usize,
+}
+
+/// The allocations from a device's stream-ordered pools under way (their
+/// tickets) and the room held for the pools' growths, reserved in the
+/// ledger and counted as the device's; changed together under one lock
+/// ([`crate::policy::stream_pools`]).
+#[derive(Default)]
+pub struct PoolRoom {
+    pub out: u64,
+    pub held: u64,
 }
 
 /// What the shim counted for a stream-ordered pool at its last reading.
