@@ -187,7 +187,7 @@ pub struct PoolOverJson {
     /// (a growth; a free's bytes are not).
     pub slack_rise: u64,
     pub new_reserve: u64,
-    /// The room held for a growth that was there for it, and the room
+    /// The room held for the pools' growths that it took, and the room
     /// free under the quota beside that.
     pub held: u64,
     pub free: u64,

@@ -20,7 +20,7 @@ use crate::config::Device;
 use crate::state::{lock, PoolRoom, State};
 
 /// The least a pool is taken to grow by at once, before a growth is seen.
-pub const LEAST_GROWTH: u64 = 2 << 20;
+const LEAST_GROWTH: u64 = 2 << 20;
 
 /// The largest growth of a pool's reserve beyond its live blocks seen at an
 /// allocation: what CUDA adds to a pool's reserve when an allocation does

@@ -121,8 +121,8 @@ enum After {
 /// then any rise the room held for the pools' growths
 /// ([`pool_room::take_ticket`]); the rest that does not fit under `quota`
 /// is not counted, and what did not fit is returned, with the freed
-/// block's bytes still held for the trim's recount. The reading and the counting
-/// are done under one lock, so that two threads never count their
+/// block's bytes still held for the trim's recount. The reading and the
+/// counting are done under one lock, so that two threads never count their
 /// readings out of order; the pool queries under it never call back into
 /// the shim or allocate.
 fn count(
@@ -309,9 +309,11 @@ fn settle(
     after: After,
 ) {
     if let Err((mut short, held)) = count(state, backend, pool, device, quota, after) {
+        // The growth was counted and learnt already: the recount only
+        // counts what the trim left, with the freed block's bytes held.
         let retry = match after {
             After::Free { .. } | After::Trim { .. } => After::Trim { held },
-            other => other,
+            After::Allocation { .. } | After::Nothing => After::Nothing,
         };
         trim_and_recount(state, backend, pool, device, retry);
         if let Some(quota) = quota {
