@@ -1,14 +1,15 @@
-// Whether the access to one mapping of host memory may be set a piece at a
-// time, and what that costs against one call over the whole mapping: a
+// Whether the access to one mapping of host or device memory may be set a
+// piece at a time, and what that costs against one call over the whole mapping: a
 // thread that sets a large mapping in pieces holds the driver for short
 // calls, so that another thread's calls wait less behind it. Also whether
 // the driver unmaps part of a mapping (the answer printed, not needed).
 //   cd scripts/gpu/bench && nvcc -O2 -std=c++17 -arch=native -o /tmp/ap access_pieces.cu -lcuda && /tmp/ap [MIB...]
-// For each MIB (default 16 64): a handle of host memory (the tier's kind,
-// on the device's NUMA node) mapped at a range of its own; access set over
+// For host memory (the tier's kind, on the device's NUMA node), then device
+// memory, and each MIB (default 16 64): a handle mapped at a range of its own; access set over
 // the whole mapping, then (mapped anew) in pieces of 2, 4 and 8 MiB; a
 // kernel then writes every word through the mapping and the host reads
-// them back through a second mapping of the handle (`same_bytes`). Prints
+// them back through a second mapping of the handle (`same_bytes`; device
+// memory's copied back). Prints
 // one JSON object per size and way: median of five (us) for all the calls
 // together, and the longest single call.
 #include <cstdio>
@@ -28,11 +29,13 @@ int main(int argc, char **argv) {
     if (sizes.empty()) sizes = {16, 64};
     CUdevice dev = first_device();
     const CUmemAccessDesc access = device_access(dev);
-    CUmemAllocationProp on_host = pinned_prop(true, host_numa_node(dev));
+    for (bool host : {true, false})
     for (size_t mib : sizes) {
+        CUmemAllocationProp prop = pinned_prop(host, host ? host_numa_node(dev) : 0);
+        const char *kind = host ? "host" : "device";
         size_t bytes = mib << 20;
         CUmemGenericAllocationHandle h;
-        CU(cuMemCreate(&h, bytes, &on_host, 0));
+        CU(cuMemCreate(&h, bytes, &prop, 0));
         CUdeviceptr at, check;
         CU(cuMemAddressReserve(&at, bytes, 2 << 20, 0, 0));
         // The host reads the bytes back through a mapping of its own.
@@ -43,7 +46,9 @@ int main(int argc, char **argv) {
         host_access.location.id = host_numa_node(dev);
         host_access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
         CUmemAccessDesc both[2] = {access, host_access};
-        bool host_readable = cuMemSetAccess(check, bytes, both, 2) == CUDA_SUCCESS;
+        bool host_readable = host && cuMemSetAccess(check, bytes, both, 2) == CUDA_SUCCESS;
+        if (!host) CU(cuMemSetAccess(check, bytes, &access, 1));
+        std::vector<unsigned> copied(host ? 0 : bytes / 4);
         std::vector<size_t> pieces = {mib};
         for (size_t p : {(size_t)8, (size_t)4, (size_t)2})
             if (p < mib) pieces.push_back(p);
@@ -61,7 +66,7 @@ int main(int argc, char **argv) {
                     if (rc != CUDA_SUCCESS) {
                         const char *text = nullptr;
                         cuGetErrorString(rc, &text);
-                        printf("{\"mib\": %zu, \"piece_mib\": %zu, \"refused\": \"%s\"}\n", mib, piece_mib,
+                        printf("{\"memory\": \"%s\", \"mib\": %zu, \"piece_mib\": %zu, \"refused\": \"%s\"}\n", kind, mib, piece_mib,
                                text ? text : "?");
                         accepted = false;
                         break;
@@ -73,7 +78,11 @@ int main(int argc, char **argv) {
                     unsigned value = 1000u * (unsigned)round + (unsigned)piece_mib;
                     stamp<<<256, 256>>>((unsigned *)at, bytes / 4, value);
                     CU(cuCtxSynchronize());
-                    if (host_readable) {
+                    if (!host) {
+                        CU(cuMemcpyDtoH(copied.data(), check, bytes));
+                        for (size_t i = 0; i < bytes / 4; i += 4099)
+                            if (copied[i] != value + (unsigned)i) same = false;
+                    } else if (host_readable) {
                         const unsigned *words = (const unsigned *)check;
                         for (size_t i = 0; i < bytes / 4; i += 4099)
                             if (words[i] != value + (unsigned)i) same = false;
@@ -82,9 +91,9 @@ int main(int argc, char **argv) {
                 CU(cuMemUnmap(at, bytes));
             }
             if (accepted)
-                printf("{\"mib\": %zu, \"piece_mib\": %zu, \"total_us\": %.1f, \"longest_call_us\": %.1f, "
+                printf("{\"memory\": \"%s\", \"mib\": %zu, \"piece_mib\": %zu, \"total_us\": %.1f, \"longest_call_us\": %.1f, "
                        "\"same_bytes\": %s}\n",
-                       mib, piece_mib, median(totals), median(longest),
+                       kind, mib, piece_mib, median(totals), median(longest),
                        host_readable ? (same ? "true" : "false") : "\"not read\"");
             fflush(stdout);
         }
@@ -93,7 +102,7 @@ int main(int argc, char **argv) {
         CUresult rc = cuMemUnmap(at, 2 << 20);
         const char *text = nullptr;
         cuGetErrorString(rc, &text);
-        printf("{\"mib\": %zu, \"unmap_first_2_mib\": \"%s\"}\n", mib, rc == CUDA_SUCCESS ? "taken" : (text ? text : "?"));
+        printf("{\"memory\": \"%s\", \"mib\": %zu, \"unmap_first_2_mib\": \"%s\"}\n", kind, mib, rc == CUDA_SUCCESS ? "taken" : (text ? text : "?"));
         if (rc == CUDA_SUCCESS)
             cuMemUnmap(at + (2 << 20), bytes - (2 << 20));
         else
