@@ -200,8 +200,7 @@ where
         // A pitched allocation can take a little more or less than estimated
         // (and one the tier could not place, its own size, not the tier's).
         if let Some(pool) = pool.filter(|_| taken != size) {
-            stream_pools::not_allocated(state, pool, size);
-            stream_pools::allocating(state, backend, pool, device, taken);
+            stream_pools::allocated_instead(state, pool, size, taken);
         }
         if taken > size {
             state.ledger.reserve(device, taken - size);

@@ -246,6 +246,15 @@ pub fn not_allocated(state: &State, pool: usize, size: u64) {
     }
 }
 
+/// The allocation [`allocating`] counted as `counted` bytes live in `pool`
+/// took `taken`: corrected in one hold of the lock, so that a recount
+/// never reads the pool without it.
+pub fn allocated_instead(state: &State, pool: usize, counted: u64, taken: u64) {
+    if let Some(c) = crate::state::lock(&state.pool_slack).get_mut(&pool) {
+        c.live = c.live.saturating_sub(counted).saturating_add(taken);
+    }
+}
+
 /// Says once that a pool's reserve was counted over the quota: the device
 /// then holds more than its quota until the allocations in it are freed.
 fn over_quota_once(device: Device, over: u64) {
