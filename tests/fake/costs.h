@@ -13,6 +13,9 @@
  *     synchronous ones, or with no runtime loaded) take none.
  *   FAKE_CUDA_REMAP_US_PER_MIB: cuMemMap and cuMemUnmap hold their caller
  *     this long for each MiB, one at a time, as the driver serialises them.
+ *   FAKE_CUDA_CALL_US: cuMemCreate of device memory, cuMemRelease and
+ *     cuMemUnmap hold their caller this long besides, one at a time with the
+ *     remaps (an H100 took 20 to 40 us for each idle).
  *   FAKE_CUDA_ACCESS_US and FAKE_CUDA_HOST_ACCESS_US_PER_MIB: cuMemSetAccess
  *     holds its caller the first, and the second for each MiB of host
  *     memory it maps, one call at a time with the remaps (an H200 took a
@@ -46,10 +49,11 @@
  * kernels' time, as a GPU's are; their size is the fake's, not a GPU's.
  */
 static size_t link_mib_per_s, remap_us_per_mib, in_place_crossings, access_wait_us, launch_waits;
-static size_t access_us, host_access_us_per_mib, host_access_delay_ms, pin_us_per_mib, link_piece;
+static size_t call_us, access_us, host_access_us_per_mib, host_access_delay_ms, pin_us_per_mib, link_piece;
 __attribute__((constructor)) static void read_costs(void) {
     host_access_delay_ms = env_size("FAKE_CUDA_HOST_ACCESS_DELAY_MS", 0);
     access_us = env_size("FAKE_CUDA_ACCESS_US", 0);
+    call_us = env_size("FAKE_CUDA_CALL_US", 0);
     host_access_us_per_mib = env_size("FAKE_CUDA_HOST_ACCESS_US_PER_MIB", 0);
     pin_us_per_mib = env_size("FAKE_CUDA_PIN_US_PER_MIB", 0);
     launch_waits = env_size("FAKE_CUDA_LAUNCH_WAITS_FOR_COPY", 0);
@@ -169,6 +173,10 @@ static void link_cost(CUdeviceptr dst, CUdeviceptr src, size_t n) {
 }
 
 static void remap_cost(size_t size) { hold_remap(mib(size) * (double)remap_us_per_mib); }
+
+/* The driver's own time for a call on a handle or a mapping, beside its
+ * bytes': creating device memory, releasing, unmapping. */
+static void call_cost(void) { hold_remap((double)call_us); }
 
 /* Called by the fake runtime's streams before a kernel runs, with its
  * argument bytes: holds the stream while the kernel reads in place each

@@ -211,6 +211,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
     }
     pthread_mutex_unlock(&lock);
     if (rc == OK && !on_device) pin_cost(size, 1);
+    if (rc == OK && on_device) call_cost();
     const char *where = on_device ? "device" : prop->location.type == 3 ? "host_numa" : "host";
     trace("cuMemCreate size=%zu location=%s id=%d rdma=%d rc=%d handle=%llu", size, where, prop->location.id, prop->flags[1], rc, rc ? 0ULL : *handle);
     return rc;
@@ -228,6 +229,7 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
         }
     pthread_mutex_unlock(&lock);
     pin_cost(host_bytes, 0);
+    if (rc == OK) call_cost();
     trace("cuMemRelease handle=%llu rc=%d", handle, rc);
     return rc;
 }
@@ -316,7 +318,10 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
             rc = OK;
         }
     pthread_mutex_unlock(&lock);
-    if (rc == OK) remap_cost(size);
+    if (rc == OK) {
+        call_cost();
+        remap_cost(size);
+    }
     /* Kernels of the fake runtime's that may still touch the range: on a
      * GPU they would fault, or read what was mapped next. */
     static int (*kernels_using)(unsigned long long, unsigned long long);
