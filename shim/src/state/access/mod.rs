@@ -7,6 +7,7 @@
 
 pub mod functions;
 pub mod graphs;
+pub mod groups;
 pub mod index;
 pub mod profile;
 pub mod replay;
