@@ -22,6 +22,7 @@ use vramshare_common::ring::Ring;
 use crate::config::{Config, Device, MAX_DEVICES};
 pub mod access;
 pub mod gate;
+pub mod grouped;
 mod launch_counts;
 pub mod ledger;
 pub mod outgoing;

@@ -242,6 +242,8 @@ pub struct Tier {
     /// Blocks freed in stream order, the latest last. Those on the device
     /// still count there: their memory is the process's until given back.
     pub kept: Mutex<Vec<Kept>>,
+    /// Groups of allocations held one block each ([`super::grouped`]).
+    pub grouped: super::grouped::Grouped,
     /// Allocations served from `kept`.
     pub reused: AtomicU64,
     /// Kept blocks whose device memory was lent to a block coming in before

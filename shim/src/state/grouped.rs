@@ -1,0 +1,291 @@
+//! The tier's groups: several of a step's allocations held in one block,
+//! one after another, so that one move carries them all and one handle's
+//! calls make and give back their memory ([`super::access::groups`] says
+//! which allocations, from the step before).
+//!
+//! This keeps, under one lock: the step under way's record of its
+//! groupable allocations (stream-ordered ones of the tier's sizes: their
+//! order, sizes, and the allocation or free that made and freed each, as
+//! operations counted from the step's start); the plan the step before's
+//! record gave (which allocation, by its number in the step, begins a
+//! group, and the group's members); the group being filled; and the live
+//! groups, with the allocations each holds. The policy
+//! ([`crate::policy::tier::grouped`]) decides; this only counts.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use super::access::groups::{groups, Made, Rules};
+use super::lock;
+
+/// A group the plan begins at one allocation: its bytes (whole pages), and
+/// its members after the first, by number, size and offset in the group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Planned {
+    pub bytes: u64,
+    pub first_size: u64,
+    pub rest: Vec<Slot>,
+}
+
+/// A member's place in its group: the allocation's number in the step,
+/// its size, and where in the group it starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot {
+    pub number: u32,
+    pub size: u64,
+    pub offset: u64,
+}
+
+/// A live group: its bytes, its members handed out and not yet freed, the
+/// stream (key) it was made on, and the events recorded at its members'
+/// frees on other streams, for the group's own free to wait on.
+#[derive(Debug)]
+struct Live {
+    bytes: u64,
+    members: u32,
+    stream: usize,
+    others: Vec<(usize, bool)>,
+}
+
+/// The group being filled: its start, and the members still to come.
+#[derive(Debug)]
+struct Filling {
+    base: usize,
+    rest: VecDeque<Slot>,
+}
+
+/// What a member's free leaves.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Freed {
+    /// Others of its group live on: nothing more to do.
+    Kept,
+    /// It was the group's last: the group at `base` is freed, after the
+    /// events `others` (recorded at its members' frees on other streams).
+    Last {
+        base: usize,
+        others: Vec<(usize, bool)>,
+    },
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Operations (groupable allocations and frees) in the step so far.
+    clock: u32,
+    /// The step's groupable allocations, in order, and each one's index
+    /// there by the start it was handed out at.
+    made: Vec<Made>,
+    index_of: HashMap<usize, usize>,
+    /// From the step before: the groups that begin at each number.
+    plan: HashMap<u32, Planned>,
+    filling: Option<Filling>,
+    live: HashMap<usize, Live>,
+    /// Each member handed out, by its start: its group's start.
+    member_of: HashMap<usize, usize>,
+}
+
+/// The most allocations a step's record holds: past that, the step is not
+/// grouped (a step of more is not a training loop's).
+const MAX_MADE: usize = 1 << 16;
+
+#[derive(Default)]
+pub struct Grouped {
+    inner: Mutex<Inner>,
+}
+
+impl Grouped {
+    /// A groupable allocation of `size` bytes begins: its number in the
+    /// step (whatever becomes of it, so that numbers match the step
+    /// before's).
+    pub fn number(&self, size: u64) -> u32 {
+        let mut inner = lock(&self.inner);
+        let number = inner.made.len() as u32;
+        if inner.made.len() < MAX_MADE {
+            let made_at = inner.clock;
+            inner.made.push(Made {
+                size,
+                made_at,
+                freed_at: None,
+            });
+        }
+        inner.clock = inner.clock.saturating_add(1);
+        number
+    }
+
+    /// The allocation numbered `number` was handed out at `start`.
+    pub fn handed(&self, number: u32, start: usize) {
+        let mut inner = lock(&self.inner);
+        if (number as usize) < inner.made.len() {
+            inner.index_of.insert(start, number as usize);
+        }
+    }
+
+    /// A free of the block or member at `start` (any free: those not
+    /// recorded this step are not counted).
+    pub fn freed(&self, start: usize) {
+        let mut inner = lock(&self.inner);
+        inner.clock = inner.clock.saturating_add(1);
+        let clock = inner.clock;
+        if let Some(index) = inner.index_of.remove(&start) {
+            inner.made[index].freed_at = Some(clock);
+        }
+    }
+
+    /// The group the plan begins at allocation `number` of `size` bytes,
+    /// if it has one of at most `most` bytes.
+    pub fn planned(&self, number: u32, size: u64, most: u64) -> Option<Planned> {
+        let inner = lock(&self.inner);
+        let planned = inner.plan.get(&number)?;
+        (planned.first_size == size && planned.bytes <= most).then(|| planned.clone())
+    }
+
+    /// The group `planned` was made at `base`, on `stream` (key): its
+    /// first member is handed out there, and the rest are to come.
+    pub fn made(&self, base: usize, planned: Planned, stream: usize) {
+        let mut inner = lock(&self.inner);
+        inner.live.insert(
+            base,
+            Live {
+                bytes: planned.bytes,
+                members: 1,
+                stream,
+                others: Vec::new(),
+            },
+        );
+        inner.member_of.insert(base, base);
+        inner.filling = Some(Filling {
+            base,
+            rest: planned.rest.into(),
+        });
+    }
+
+    /// The place for allocation `number` of `size` bytes in the group
+    /// being filled, if it is the member to come there; an allocation past
+    /// a member that did not come ends the filling.
+    pub fn place(&self, number: u32, size: u64) -> Option<usize> {
+        let mut inner = lock(&self.inner);
+        let filling = inner.filling.as_mut()?;
+        while filling.rest.front().is_some_and(|slot| slot.number < number) {
+            filling.rest.pop_front();
+        }
+        let slot = match filling.rest.front() {
+            Some(slot) if slot.number == number && slot.size == size => *slot,
+            Some(slot) if slot.number == number => {
+                // Not the size the step before had here: the steps differ,
+                // and the group takes no more.
+                inner.filling = None;
+                return None;
+            }
+            Some(_) => return None,
+            None => {
+                inner.filling = None;
+                return None;
+            }
+        };
+        filling.rest.pop_front();
+        let base = filling.base;
+        let start = base + slot.offset as usize;
+        if filling.rest.is_empty() {
+            inner.filling = None;
+        }
+        inner.live.get_mut(&base)?.members += 1;
+        inner.member_of.insert(start, base);
+        Some(start)
+    }
+
+    /// Whether `start` is a live group's member.
+    pub fn is_member(&self, start: usize) -> bool {
+        lock(&self.inner).member_of.contains_key(&start)
+    }
+
+    /// The stream (key) the group holding member `start` was made on.
+    pub fn stream_of(&self, start: usize) -> Option<usize> {
+        let inner = lock(&self.inner);
+        let base = inner.member_of.get(&start)?;
+        inner.live.get(base).map(|live| live.stream)
+    }
+
+    /// Keeps `event` (recorded at a member's free on another stream than
+    /// its group's) for the group's own free, which must follow it.
+    pub fn freed_elsewhere(&self, start: usize, event: (usize, bool)) {
+        let mut inner = lock(&self.inner);
+        let Some(&base) = inner.member_of.get(&start) else {
+            return;
+        };
+        if let Some(live) = inner.live.get_mut(&base) {
+            live.others.push(event);
+        }
+    }
+
+    /// The member at `start` is freed; `None` if it is no member.
+    pub fn free_member(&self, start: usize) -> Option<Freed> {
+        let mut inner = lock(&self.inner);
+        let base = inner.member_of.remove(&start)?;
+        let live = inner.live.get_mut(&base)?;
+        live.members -= 1;
+        if live.members > 0 {
+            return Some(Freed::Kept);
+        }
+        let live = inner.live.remove(&base)?;
+        if inner.filling.as_ref().is_some_and(|f| f.base == base) {
+            inner.filling = None;
+        }
+        Some(Freed::Last {
+            base,
+            others: live.others,
+        })
+    }
+
+    /// Bytes of the live groups.
+    pub fn live_bytes(&self) -> u64 {
+        lock(&self.inner).live.values().map(|live| live.bytes).sum()
+    }
+
+    /// The step ended: its record gives the next step's plan by `rules`.
+    pub fn step(&self, rules: &Rules) {
+        let mut inner = lock(&self.inner);
+        let made = std::mem::take(&mut inner.made);
+        inner.index_of.clear();
+        inner.clock = 0;
+        inner.filling = None;
+        inner.plan = if made.len() < MAX_MADE {
+            plan(&made, rules)
+        } else {
+            HashMap::new()
+        };
+    }
+}
+
+/// The groups of a step's allocations `made`, by the number of each one's
+/// first member.
+fn plan(made: &[Made], rules: &Rules) -> HashMap<u32, Planned> {
+    let page = |size: u64| size.div_ceil(rules.page) * rules.page;
+    groups(made, rules)
+        .into_iter()
+        .map(|group| {
+            let first = group.members[0];
+            let mut offset = page(made[first].size);
+            let rest = group.members[1..]
+                .iter()
+                .map(|&member| {
+                    let size = made[member].size;
+                    let slot = Slot {
+                        number: member as u32,
+                        size,
+                        offset,
+                    };
+                    offset += page(size);
+                    slot
+                })
+                .collect();
+            let planned = Planned {
+                bytes: group.bytes,
+                first_size: made[first].size,
+                rest,
+            };
+            (first as u32, planned)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,144 @@
+use super::*;
+
+const MIB: u64 = 1 << 20;
+
+fn rules() -> Rules {
+    Rules {
+        least: 2 * MIB,
+        min_life: 4,
+        spread: 4,
+        cap: 256 * MIB,
+        page: 2 * MIB,
+    }
+}
+
+/// One step: three saved blocks (16, 8 and 3 MiB) made one after another,
+/// a temporary between them, and all freed late and together; the blocks'
+/// starts are `base + n`.
+fn a_step(grouped: &Grouped, base: usize) {
+    let sizes = [16 * MIB, 8 * MIB, 4 * MIB, 3 * MIB];
+    for (n, size) in sizes.into_iter().enumerate() {
+        let number = grouped.number(size);
+        assert_eq!(number, n as u32);
+        grouped.handed(number, base + n);
+        if n == 2 {
+            grouped.freed(base + n); // the temporary
+        }
+    }
+    for _ in 0..8 {
+        grouped.number(64 * MIB); // outlives the step: never grouped
+    }
+    for n in [0, 1, 3] {
+        grouped.freed(base + n);
+    }
+}
+
+#[test]
+fn a_step_plans_the_next_ones_group_at_its_first_members_number() {
+    let grouped = Grouped::default();
+    a_step(&grouped, 1000);
+    grouped.step(&rules());
+    let planned = grouped.planned(0, 16 * MIB, u64::MAX).expect("a group at 0");
+    assert_eq!(planned.bytes, 28 * MIB, "16 + 8 + 4 (3 MiB in whole pages)");
+    assert_eq!(
+        planned.rest,
+        vec![
+            Slot {
+                number: 1,
+                size: 8 * MIB,
+                offset: 16 * MIB
+            },
+            Slot {
+                number: 3,
+                size: 3 * MIB,
+                offset: 24 * MIB
+            },
+        ]
+    );
+    assert_eq!(grouped.planned(0, 8 * MIB, u64::MAX), None, "another size");
+    assert_eq!(grouped.planned(0, 16 * MIB, 16 * MIB), None, "over the most");
+    assert_eq!(grouped.planned(1, 8 * MIB, u64::MAX), None, "no group begins there");
+}
+
+#[test]
+fn members_take_their_places_and_the_last_free_gives_the_group_back() {
+    let grouped = Grouped::default();
+    a_step(&grouped, 1000);
+    grouped.step(&rules());
+    let base = 1 << 30;
+    let planned = grouped.planned(grouped.number(16 * MIB), 16 * MIB, u64::MAX).unwrap();
+    grouped.made(base, planned, 7);
+    assert_eq!(grouped.place(grouped.number(8 * MIB), 8 * MIB), Some(base + 16 * MIB as usize));
+    // The temporary is no member.
+    assert_eq!(grouped.place(grouped.number(4 * MIB), 4 * MIB), None);
+    let last = base + 24 * MIB as usize;
+    assert_eq!(grouped.place(grouped.number(3 * MIB), 3 * MIB), Some(last));
+    assert!(grouped.is_member(base) && grouped.is_member(last));
+    assert_eq!(grouped.stream_of(last), Some(7));
+    assert_eq!(grouped.live_bytes(), 28 * MIB);
+    grouped.freed_elsewhere(last, (42, true));
+    assert_eq!(grouped.free_member(last), Some(Freed::Kept));
+    assert_eq!(grouped.free_member(last), None, "freed already");
+    assert_eq!(grouped.free_member(base), Some(Freed::Kept));
+    assert_eq!(
+        grouped.free_member(base + 16 * MIB as usize),
+        Some(Freed::Last {
+            base,
+            others: vec![(42, true)]
+        })
+    );
+    assert_eq!(grouped.live_bytes(), 0);
+    assert!(!grouped.is_member(base));
+}
+
+#[test]
+fn a_step_that_differs_ends_the_filling_and_the_group_keeps_what_it_has() {
+    let grouped = Grouped::default();
+    a_step(&grouped, 1000);
+    grouped.step(&rules());
+    let base = 1 << 30;
+    let planned = grouped.planned(grouped.number(16 * MIB), 16 * MIB, u64::MAX).unwrap();
+    grouped.made(base, planned, 7);
+    // Allocation 1 comes at another size: not placed, and no later one is.
+    assert_eq!(grouped.place(grouped.number(6 * MIB), 6 * MIB), None);
+    grouped.number(4 * MIB);
+    assert_eq!(grouped.place(grouped.number(3 * MIB), 3 * MIB), None);
+    assert_eq!(
+        grouped.free_member(base),
+        Some(Freed::Last {
+            base,
+            others: vec![]
+        })
+    );
+}
+
+#[test]
+fn a_member_that_does_not_come_is_passed_over() {
+    let grouped = Grouped::default();
+    a_step(&grouped, 1000);
+    grouped.step(&rules());
+    let base = 1 << 30;
+    let planned = grouped.planned(grouped.number(16 * MIB), 16 * MIB, u64::MAX).unwrap();
+    grouped.made(base, planned, 7);
+    // Number 1 is not asked for a place (it went elsewhere); 3 still is.
+    grouped.number(8 * MIB);
+    grouped.number(4 * MIB);
+    assert_eq!(
+        grouped.place(grouped.number(3 * MIB), 3 * MIB),
+        Some(base + 24 * MIB as usize)
+    );
+}
+
+#[test]
+fn the_record_starts_again_at_each_step() {
+    let grouped = Grouped::default();
+    a_step(&grouped, 1000);
+    grouped.step(&rules());
+    // A step with no frees: nothing to group in the one after.
+    for _ in 0..4 {
+        grouped.number(16 * MIB);
+    }
+    grouped.step(&rules());
+    assert_eq!(grouped.planned(0, 16 * MIB, u64::MAX), None);
+    assert_eq!(grouped.number(16 * MIB), 0);
+}
