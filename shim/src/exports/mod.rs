@@ -106,7 +106,8 @@ pub extern "C" fn vramshare_step() {
             let state = crate::state::state();
             crate::cuda::host_costs::step_marked();
             let events = state.trace.as_ref().map(|trace| trace.recorded());
-            state.access.mark_step(events)
+            state.access.mark_step(events);
+            crate::policy::step_marked(state);
         },
         || None,
         || (),

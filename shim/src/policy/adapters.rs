@@ -16,6 +16,7 @@ use super::allocate::{allocate, Request};
 use super::moves::promote;
 use super::quota::device_quota;
 use super::stream_pools;
+use super::tier::grouped::Member;
 
 /// `cudaMalloc` and `cuMemAlloc_v2`.
 ///
@@ -231,6 +232,14 @@ pub unsafe fn free(
         return real_free(ptr);
     }
     let state = state();
+    // A group's member is freed with the group's last: that free frees the
+    // group's block.
+    let stream_handle = stream.map(|stream| stream as usize);
+    let ptr = match super::tier::grouped::free(state, api, ptr as usize, stream_handle) {
+        Member::No => ptr,
+        Member::Done => return cudaSuccess,
+        Member::Last(start) => start as *mut c_void,
+    };
     // A tier block freed in stream order is kept, its device bytes still
     // counted.
     let kept = stream.filter(|_| super::tier::kept::keeps(state, ptr as usize));

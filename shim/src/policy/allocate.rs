@@ -91,9 +91,33 @@ where
         })
     };
     let size = tiered.unwrap_or(size);
+    let kept_stream = stream.filter(|_| tiered.is_some());
+    // Where groups are made, a stream-ordered allocation of the tier's
+    // sizes takes its place in the group being filled, or begins a group:
+    // a block of the group's bytes.
+    let grouping = kept_stream.and_then(|stream| {
+        tier::grouped::begin(state, api, size, stream, tier_limit.unwrap_or(0))
+    });
+    if let Some(start) = grouping
+        .as_ref()
+        .and_then(|grouping| tier::grouped::place(state, grouping, size))
+    {
+        on_host(start as *mut c_void);
+        return cudaSuccess;
+    }
+    let size = (grouping.as_ref())
+        .and_then(|grouping| grouping.begins.as_ref())
+        .map_or(size, |planned| planned.bytes);
+    // Whatever hands the allocation out (not CUDA's own call, which
+    // allocates the size asked) hands out the block the group is made in.
+    let on_host = move |ptr: *mut c_void| {
+        if let Some(grouping) = grouping {
+            tier::grouped::handed(state, grouping, ptr as usize);
+        }
+        on_host(ptr);
+    };
     // A tier block of this size freed in stream order, kept on the device:
     // its bytes count there already.
-    let kept_stream = stream.filter(|_| tiered.is_some());
     if let Some(stream) = kept_stream {
         if let Some(ptr) = tier::kept::reuse(state, api, device, size, stream, Serve::OnDevice) {
             on_host(ptr);

@@ -25,6 +25,7 @@ pub use launches::{copy_call, launch, library_call};
 pub use moves::{demote_for, demote_to_quota, pool_room, promote, promote_leaving};
 pub use quota::mem_get_info;
 pub use tier::copier::forget_after_fork as forget_copiers_after_fork;
+pub use tier::grouped::step as step_marked;
 pub use tier::ipc_refused;
 pub use tier::uses::unknown_call;
 pub use vmm::{mem_create, mem_map, mem_release, mem_unmap};

@@ -36,12 +36,11 @@ pub struct Slot {
     pub offset: u64,
 }
 
-/// A live group: its bytes, its members handed out and not yet freed, the
-/// stream (key) it was made on, and the events recorded at its members'
-/// frees on other streams, for the group's own free to wait on.
+/// A live group: its members handed out and not yet freed, the stream
+/// (key) it was made on, and the events recorded at its members' frees on
+/// other streams, for the group's own free to wait on.
 #[derive(Debug)]
 struct Live {
-    bytes: u64,
     members: u32,
     stream: usize,
     others: Vec<(usize, bool)>,
@@ -145,7 +144,6 @@ impl Grouped {
         inner.live.insert(
             base,
             Live {
-                bytes: planned.bytes,
                 members: 1,
                 stream,
                 others: Vec::new(),
@@ -192,11 +190,6 @@ impl Grouped {
         Some(start)
     }
 
-    /// Whether `start` is a live group's member.
-    pub fn is_member(&self, start: usize) -> bool {
-        lock(&self.inner).member_of.contains_key(&start)
-    }
-
     /// The stream (key) the group holding member `start` was made on.
     pub fn stream_of(&self, start: usize) -> Option<usize> {
         let inner = lock(&self.inner);
@@ -233,11 +226,6 @@ impl Grouped {
             base,
             others: live.others,
         })
-    }
-
-    /// Bytes of the live groups.
-    pub fn live_bytes(&self) -> u64 {
-        lock(&self.inner).live.values().map(|live| live.bytes).sum()
     }
 
     /// The step ended: its record gives the next step's plan by `rules`.

@@ -246,6 +246,10 @@ pub struct Tier {
     pub grouped: super::grouped::Grouped,
     /// Allocations served from `kept`.
     pub reused: AtomicU64,
+    /// Groups made ([`super::grouped`]), and members placed in them after
+    /// each group's first.
+    pub groups_made: AtomicU64,
+    pub grouped_members: AtomicU64,
     /// Kept blocks whose device memory was lent to a block coming in before
     /// their frees were reached ([`crate::policy::tier::kept::lend`]): their
     /// ranges still map it, unmapped once the frees are reached.

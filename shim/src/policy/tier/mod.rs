@@ -29,6 +29,7 @@ pub mod backing;
 pub mod captured;
 pub mod copier;
 pub mod faults;
+pub mod grouped;
 pub mod kept;
 pub mod mover;
 mod moves;

@@ -1,0 +1,162 @@
+//! Groups of a step's allocations held in one tier block: where the job
+//! marks its steps, the stream-ordered allocations that the step before
+//! made one after another and freed together (a layer's saved tensors,
+//! [`crate::state::access::groups`]) are made as one block of their bytes
+//! together at the first of them, and the others take their places inside
+//! it, with no call of the driver's. The block moves as one (one copy
+//! each way, one handle's calls to make, map and give back), and is freed
+//! once its last member is.
+//!
+//! The block counts its whole bytes from its first member on: the ledger
+//! knows the block, not its members. A member freed on another stream than
+//! its group's records an event there, which the group's own free waits
+//! for, so that memory handed out again after the group's free follows
+//! every member's free. Where the step differs from the step before (an
+//! allocation of another size where a member was to come), the group takes
+//! no more members and the room left in it stays unused until it is freed.
+
+use vramshare_common::event::Api;
+
+use crate::state::access::groups::Rules;
+use crate::state::grouped::{Freed, Planned};
+use crate::state::State;
+
+use super::backing::PAGE;
+use super::kept::{per_thread, record, stream_key};
+use super::uses::Event;
+
+/// How a step's allocations are grouped: blocks of whole pages living at
+/// least 64 of the step's allocations and frees, freed within 32 of their
+/// group's first, groups of at most 256 MiB (counted on the LM's and
+/// ResNet-50's steps, five blocks a group on average: `bench/step-groups`).
+pub const RULES: Rules = Rules {
+    least: PAGE,
+    min_life: 64,
+    spread: 32,
+    cap: 256 << 20,
+    page: PAGE,
+};
+
+/// The most a group may hold of the tier's limit: an eighth, so that room
+/// for one group is no more than a block's moves can make.
+const LIMIT_SHARE: u64 = 8;
+
+/// A groupable allocation under way: its number in the step, the group it
+/// begins (if it does), and its stream's key.
+pub struct Allocation {
+    number: u32,
+    pub begins: Option<Planned>,
+    stream: usize,
+}
+
+/// Where groups are made: moves overlap the job's kernels and the job
+/// marks its steps ([`super::ahead::recording`]).
+fn on(state: &State) -> bool {
+    super::ahead::recording(state)
+}
+
+/// A stream-ordered allocation of the tier's `size` by `api` on `stream`
+/// begins, under the tier's `limit`: counted in the step's record, where
+/// groups are made.
+pub fn begin(state: &State, api: Api, size: u64, stream: usize, limit: u64) -> Option<Allocation> {
+    if !on(state) {
+        return None;
+    }
+    let grouped = &state.tier.grouped;
+    let number = grouped.number(size);
+    let begins = grouped.planned(number, size, limit / LIMIT_SHARE);
+    Some(Allocation {
+        number,
+        begins,
+        stream: stream_key(api, stream),
+    })
+}
+
+/// The allocation's place in the group being filled, if it is the member
+/// to come there.
+pub fn place(state: &State, allocation: &Allocation, size: u64) -> Option<usize> {
+    let grouped = &state.tier.grouped;
+    let start = grouped.place(allocation.number, size)?;
+    grouped.handed(allocation.number, start);
+    state.tier.grouped_members.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Some(start)
+}
+
+/// The allocation was handed out at `start`: a block of its own, or the
+/// block of the group it begins.
+pub fn handed(state: &State, allocation: Allocation, start: usize) {
+    let grouped = &state.tier.grouped;
+    grouped.handed(allocation.number, start);
+    if let Some(planned) = allocation.begins {
+        grouped.made(start, planned, allocation.stream);
+        state.tier.groups_made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The job began a step: the step that ended plans the next one's groups.
+pub fn step(state: &State) {
+    state.tier.grouped.step(&RULES);
+}
+
+/// What a free of a group's member leaves for the caller.
+pub enum Member {
+    /// Not a member: the free goes on as any other.
+    No,
+    /// Others of its group live on: the free is done.
+    Done,
+    /// The last of its group: the group's block at this start is freed
+    /// in its place, on the free's stream.
+    Last(usize),
+}
+
+/// A free of `ptr` by `api` (on `stream` if stream-ordered): noted in the
+/// step's record, and if `ptr` is a group's member, what it leaves.
+pub fn free(state: &State, api: Api, ptr: usize, stream: Option<usize>) -> Member {
+    if !state.tier.active.load(std::sync::atomic::Ordering::Relaxed) {
+        return Member::No;
+    }
+    let grouped = &state.tier.grouped;
+    grouped.freed(ptr);
+    let Some(group_stream) = grouped.stream_of(ptr) else {
+        return Member::No;
+    };
+    // The group's memory is handed out again only after its own free: on
+    // another stream, the member's free must come before that one.
+    match stream {
+        Some(stream) => {
+            let key = stream_key(api, stream);
+            if key == 0 || key != group_stream {
+                match record(state, api, stream) {
+                    Some(event) => grouped.freed_elsewhere(ptr, event),
+                    // No event: the device's work so far is waited for
+                    // here instead, so the group's free follows it.
+                    None => {
+                        if let Err(rc) = super::backing::drain(api) {
+                            debug!("waiting for the device at a grouped block's free: CUDA error {rc}");
+                        }
+                    }
+                }
+            }
+        }
+        // A free that is not stream-ordered waits for the device, as
+        // `cudaFree` does, at the group's own free: nothing to order.
+        None => {}
+    }
+    match grouped.free_member(ptr) {
+        None => Member::No,
+        Some(Freed::Kept) => Member::Done,
+        Some(Freed::Last { base, others }) => {
+            for (event, runtime) in others {
+                let event = Event(event, runtime);
+                match stream {
+                    Some(stream) => event.order(stream, per_thread(api)),
+                    None => {
+                        event.wait();
+                    }
+                }
+                super::kept::give_back_event(state, event.0, event.1);
+            }
+            Member::Last(base)
+        }
+    }
+}
