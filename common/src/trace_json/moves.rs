@@ -39,6 +39,13 @@ pub struct MovesJson {
     /// this was counted has none.
     #[serde(default)]
     pub pinned_beside_unused_bytes: u64,
+    /// Groups of a step's allocations made as one block each, and the
+    /// allocations placed in them after each group's first. A trace
+    /// written before groups were made has none.
+    #[serde(default)]
+    pub groups_made: u64,
+    #[serde(default)]
+    pub grouped_members: u64,
     /// Of `bytes_to_device`: blocks no work had touched since they were
     /// handed out, whose bytes were not yet the job's.
     pub fresh_bytes_to_device: u64,

@@ -95,9 +95,8 @@ where
     // Where groups are made, a stream-ordered allocation of the tier's
     // sizes takes its place in the group being filled, or begins a group:
     // a block of the group's bytes.
-    let grouping = kept_stream.and_then(|stream| {
-        tier::grouped::begin(state, api, size, stream, tier_limit.unwrap_or(0))
-    });
+    let grouping = kept_stream
+        .and_then(|stream| tier::grouped::begin(state, api, size, stream, tier_limit.unwrap_or(0)));
     if let Some(start) = grouping
         .as_ref()
         .and_then(|grouping| tier::grouped::place(state, grouping, size))

@@ -80,6 +80,9 @@ struct Inner {
     live: HashMap<usize, Live>,
     /// Each member handed out, by its start: its group's start.
     member_of: HashMap<usize, usize>,
+    /// The most bytes a group may hold, as the step's allocations last
+    /// said (0: none said yet).
+    most: u64,
 }
 
 /// The most allocations a step's record holds: past that, the step is not
@@ -92,11 +95,12 @@ pub struct Grouped {
 }
 
 impl Grouped {
-    /// A groupable allocation of `size` bytes begins: its number in the
-    /// step (whatever becomes of it, so that numbers match the step
-    /// before's).
-    pub fn number(&self, size: u64) -> u32 {
+    /// A groupable allocation of `size` bytes begins, where a group may
+    /// hold at most `most` bytes: its number in the step (whatever becomes
+    /// of it, so that numbers match the step before's).
+    pub fn number(&self, size: u64, most: u64) -> u32 {
         let mut inner = lock(&self.inner);
+        inner.most = most;
         let number = inner.made.len() as u32;
         if inner.made.len() < MAX_MADE {
             let made_at = inner.clock;
@@ -162,7 +166,11 @@ impl Grouped {
     pub fn place(&self, number: u32, size: u64) -> Option<usize> {
         let mut inner = lock(&self.inner);
         let filling = inner.filling.as_mut()?;
-        while filling.rest.front().is_some_and(|slot| slot.number < number) {
+        while filling
+            .rest
+            .front()
+            .is_some_and(|slot| slot.number < number)
+        {
             filling.rest.pop_front();
         }
         let slot = match filling.rest.front() {
@@ -228,9 +236,15 @@ impl Grouped {
         })
     }
 
-    /// The step ended: its record gives the next step's plan by `rules`.
+    /// The step ended: its record gives the next step's plan by `rules`,
+    /// its groups held to the most its allocations last said.
     pub fn step(&self, rules: &Rules) {
         let mut inner = lock(&self.inner);
+        let rules = Rules {
+            cap: rules.cap.min(inner.most),
+            ..*rules
+        };
+        let rules = &rules;
         let made = std::mem::take(&mut inner.made);
         inner.index_of.clear();
         inner.clock = 0;

@@ -253,6 +253,8 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
         pinned_bytes: tier.pinned.load(Relaxed),
         unpinned_bytes: tier.unpinned.load(Relaxed),
         pinned_beside_unused_bytes: tier.pinned_beside_unused.load(Relaxed),
+        groups_made: tier.groups_made.load(Relaxed),
+        grouped_members: tier.grouped_members.load(Relaxed),
         fresh_bytes_to_device: tier.moved_in_fresh.load(Relaxed),
         lent_bytes_to_device: tier.moved_in_lent.load(Relaxed),
         made_with_room_bytes: tier.room_at_birth.load(Relaxed),

@@ -63,8 +63,9 @@ pub fn begin(state: &State, api: Api, size: u64, stream: usize, limit: u64) -> O
         return None;
     }
     let grouped = &state.tier.grouped;
-    let number = grouped.number(size);
-    let begins = grouped.planned(number, size, limit / LIMIT_SHARE);
+    let most = limit / LIMIT_SHARE;
+    let number = grouped.number(size, most);
+    let begins = grouped.planned(number, size, most);
     Some(Allocation {
         number,
         begins,
@@ -78,7 +79,10 @@ pub fn place(state: &State, allocation: &Allocation, size: u64) -> Option<usize>
     let grouped = &state.tier.grouped;
     let start = grouped.place(allocation.number, size)?;
     grouped.handed(allocation.number, start);
-    state.tier.grouped_members.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    state
+        .tier
+        .grouped_members
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Some(start)
 }
 
@@ -89,7 +93,10 @@ pub fn handed(state: &State, allocation: Allocation, start: usize) {
     grouped.handed(allocation.number, start);
     if let Some(planned) = allocation.begins {
         grouped.made(start, planned, allocation.stream);
-        state.tier.groups_made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        state
+            .tier
+            .groups_made
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -132,7 +139,9 @@ pub fn free(state: &State, api: Api, ptr: usize, stream: Option<usize>) -> Membe
                     // here instead, so the group's free follows it.
                     None => {
                         if let Err(rc) = super::backing::drain(api) {
-                            debug!("waiting for the device at a grouped block's free: CUDA error {rc}");
+                            debug!(
+                                "waiting for the device at a grouped block's free: CUDA error {rc}"
+                            );
                         }
                     }
                 }

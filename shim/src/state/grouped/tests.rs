@@ -18,7 +18,7 @@ fn rules() -> Rules {
 fn a_step(grouped: &Grouped, base: usize) {
     let sizes = [16 * MIB, 8 * MIB, 4 * MIB, 3 * MIB];
     for (n, size) in sizes.into_iter().enumerate() {
-        let number = grouped.number(size);
+        let number = grouped.number(size, u64::MAX);
         assert_eq!(number, n as u32);
         grouped.handed(number, base + n);
         if n == 2 {
@@ -26,7 +26,7 @@ fn a_step(grouped: &Grouped, base: usize) {
         }
     }
     for _ in 0..8 {
-        grouped.number(64 * MIB); // outlives the step: never grouped
+        grouped.number(64 * MIB, u64::MAX); // outlives the step: never grouped
     }
     for n in [0, 1, 3] {
         grouped.freed(base + n);
@@ -38,7 +38,9 @@ fn a_step_plans_the_next_ones_group_at_its_first_members_number() {
     let grouped = Grouped::default();
     a_step(&grouped, 1000);
     grouped.step(&rules());
-    let planned = grouped.planned(0, 16 * MIB, u64::MAX).expect("a group at 0");
+    let planned = grouped
+        .planned(0, 16 * MIB, u64::MAX)
+        .expect("a group at 0");
     assert_eq!(planned.bytes, 28 * MIB, "16 + 8 + 4 (3 MiB in whole pages)");
     assert_eq!(
         planned.rest,
@@ -56,8 +58,16 @@ fn a_step_plans_the_next_ones_group_at_its_first_members_number() {
         ]
     );
     assert_eq!(grouped.planned(0, 8 * MIB, u64::MAX), None, "another size");
-    assert_eq!(grouped.planned(0, 16 * MIB, 16 * MIB), None, "over the most");
-    assert_eq!(grouped.planned(1, 8 * MIB, u64::MAX), None, "no group begins there");
+    assert_eq!(
+        grouped.planned(0, 16 * MIB, 16 * MIB),
+        None,
+        "over the most"
+    );
+    assert_eq!(
+        grouped.planned(1, 8 * MIB, u64::MAX),
+        None,
+        "no group begins there"
+    );
 }
 
 #[test]
@@ -66,16 +76,31 @@ fn members_take_their_places_and_the_last_free_gives_the_group_back() {
     a_step(&grouped, 1000);
     grouped.step(&rules());
     let base = 1 << 30;
-    let planned = grouped.planned(grouped.number(16 * MIB), 16 * MIB, u64::MAX).unwrap();
+    let planned = grouped
+        .planned(grouped.number(16 * MIB, u64::MAX), 16 * MIB, u64::MAX)
+        .unwrap();
     grouped.made(base, planned, 7);
-    assert_eq!(grouped.place(grouped.number(8 * MIB), 8 * MIB), Some(base + 16 * MIB as usize));
+    assert_eq!(
+        grouped.place(grouped.number(8 * MIB, u64::MAX), 8 * MIB),
+        Some(base + 16 * MIB as usize)
+    );
     // The temporary is no member.
-    assert_eq!(grouped.place(grouped.number(4 * MIB), 4 * MIB), None);
+    assert_eq!(
+        grouped.place(grouped.number(4 * MIB, u64::MAX), 4 * MIB),
+        None
+    );
     let last = base + 24 * MIB as usize;
-    assert_eq!(grouped.place(grouped.number(3 * MIB), 3 * MIB), Some(last));
+    assert_eq!(
+        grouped.place(grouped.number(3 * MIB, u64::MAX), 3 * MIB),
+        Some(last)
+    );
     assert_eq!(grouped.stream_of(base), Some(7));
     assert_eq!(grouped.stream_of(last), Some(7));
-    assert_eq!(grouped.stream_of(base + 1), None, "inside, but no member's start");
+    assert_eq!(
+        grouped.stream_of(base + 1),
+        None,
+        "inside, but no member's start"
+    );
     grouped.freed_elsewhere(last, (42, true));
     assert_eq!(grouped.free_member(last), Some(Freed::Kept));
     assert_eq!(grouped.free_member(last), None, "freed already");
@@ -96,12 +121,20 @@ fn a_step_that_differs_ends_the_filling_and_the_group_keeps_what_it_has() {
     a_step(&grouped, 1000);
     grouped.step(&rules());
     let base = 1 << 30;
-    let planned = grouped.planned(grouped.number(16 * MIB), 16 * MIB, u64::MAX).unwrap();
+    let planned = grouped
+        .planned(grouped.number(16 * MIB, u64::MAX), 16 * MIB, u64::MAX)
+        .unwrap();
     grouped.made(base, planned, 7);
     // Allocation 1 comes at another size: not placed, and no later one is.
-    assert_eq!(grouped.place(grouped.number(6 * MIB), 6 * MIB), None);
-    grouped.number(4 * MIB);
-    assert_eq!(grouped.place(grouped.number(3 * MIB), 3 * MIB), None);
+    assert_eq!(
+        grouped.place(grouped.number(6 * MIB, u64::MAX), 6 * MIB),
+        None
+    );
+    grouped.number(4 * MIB, u64::MAX);
+    assert_eq!(
+        grouped.place(grouped.number(3 * MIB, u64::MAX), 3 * MIB),
+        None
+    );
     assert_eq!(
         grouped.free_member(base),
         Some(Freed::Last {
@@ -117,13 +150,15 @@ fn a_member_that_does_not_come_is_passed_over() {
     a_step(&grouped, 1000);
     grouped.step(&rules());
     let base = 1 << 30;
-    let planned = grouped.planned(grouped.number(16 * MIB), 16 * MIB, u64::MAX).unwrap();
+    let planned = grouped
+        .planned(grouped.number(16 * MIB, u64::MAX), 16 * MIB, u64::MAX)
+        .unwrap();
     grouped.made(base, planned, 7);
     // Number 1 is not asked for a place (it went elsewhere); 3 still is.
-    grouped.number(8 * MIB);
-    grouped.number(4 * MIB);
+    grouped.number(8 * MIB, u64::MAX);
+    grouped.number(4 * MIB, u64::MAX);
     assert_eq!(
-        grouped.place(grouped.number(3 * MIB), 3 * MIB),
+        grouped.place(grouped.number(3 * MIB, u64::MAX), 3 * MIB),
         Some(base + 24 * MIB as usize)
     );
 }
@@ -135,9 +170,35 @@ fn the_record_starts_again_at_each_step() {
     grouped.step(&rules());
     // A step with no frees: nothing to group in the one after.
     for _ in 0..4 {
-        grouped.number(16 * MIB);
+        grouped.number(16 * MIB, u64::MAX);
     }
     grouped.step(&rules());
     assert_eq!(grouped.planned(0, 16 * MIB, u64::MAX), None);
-    assert_eq!(grouped.number(16 * MIB), 0);
+    assert_eq!(grouped.number(16 * MIB, u64::MAX), 0);
+}
+
+#[test]
+fn groups_are_held_to_the_most_the_steps_allocations_said() {
+    let grouped = Grouped::default();
+    // As `a_step`, where a group may hold at most 20 MiB: the 16 MiB block
+    // stays alone, and the 8 and 3 MiB blocks group.
+    for (n, size) in [16 * MIB, 8 * MIB, 4 * MIB, 3 * MIB]
+        .into_iter()
+        .enumerate()
+    {
+        grouped.handed(grouped.number(size, 20 * MIB), 1000 + n);
+        if n == 2 {
+            grouped.freed(1000 + n);
+        }
+    }
+    for _ in 0..8 {
+        grouped.number(64 * MIB, 20 * MIB);
+    }
+    for n in [0, 1, 3] {
+        grouped.freed(1000 + n);
+    }
+    grouped.step(&rules());
+    assert_eq!(grouped.planned(0, 16 * MIB, u64::MAX), None);
+    let planned = grouped.planned(1, 8 * MIB, u64::MAX).expect("a group at 1");
+    assert_eq!(planned.bytes, 12 * MIB);
 }
