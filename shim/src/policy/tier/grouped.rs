@@ -50,9 +50,11 @@ pub struct Allocation {
 }
 
 /// Where groups are made: moves overlap the job's kernels and the job
-/// marks its steps ([`super::ahead::recording`]).
+/// marks its steps, as where uses are recorded ([`super::ahead::recording`]),
+/// but counted from the first marked step's first allocation, which may
+/// come before the tier has any block.
 fn on(state: &State) -> bool {
-    super::ahead::recording(state)
+    super::uses::overlapping() && state.access.steps.marked()
 }
 
 /// A stream-ordered allocation of the tier's `size` by `api` on `stream`
