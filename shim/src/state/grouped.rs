@@ -5,8 +5,9 @@
 //!
 //! This keeps, under one lock: the step under way's record of its
 //! groupable allocations (stream-ordered ones of the tier's sizes: their
-//! order, sizes, and the allocation or free that made and freed each, as
-//! operations counted from the step's start); the plan the step before's
+//! order, sizes, and when each was made and freed, in operations counted
+//! from the step's start: the groupable allocations and every free the
+//! shim sees once the tier has blocks); the plan the step before's
 //! record gave (which allocation, by its number in the step, begins a
 //! group, and the group's members); the group being filled; and the live
 //! groups, with the allocations each holds. The policy
