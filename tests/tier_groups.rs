@@ -119,3 +119,93 @@ fn members_freed_on_another_stream_leave_every_block_its_bytes() {
     assert!(moves["groups_made"].as_u64().unwrap() >= 3, "{moves:#}");
     assert!(leaked_blocks(run.trace()).is_empty(), "{:#}", run.trace());
 }
+
+/// Three steps of [`step`] under `quota` (groups of four 2 MiB blocks from
+/// the second on under 64 MiB, of eight under 128 MiB, where nothing
+/// moves), then a fourth step's forward, every fill landed, then `more`.
+fn then(quota: &str, more: &[&str]) -> Run {
+    let step = step(1);
+    let mut steps = vec![format!("repeat:3:{}", step.len())];
+    steps.extend(step);
+    steps.push("step".into());
+    for (byte, name) in (0..BLOCKS).map(|i| (i + 1, format!("a{i}"))) {
+        steps.extend([
+            format!("async:{name}:2M:1"),
+            format!("fill:{name}:{byte}:1"),
+        ]);
+    }
+    steps.push("sync".into());
+    steps.extend(more.iter().map(|s| s.to_string()));
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let vars = moving_beside(quota, &[("FAKE_CUDA_STREAM_DELAY_US", "200")]);
+    let run = client(Runtime::Fake13, &vars, &steps);
+    run.assert_ok();
+    run
+}
+
+/// The lines of `run`'s output that begin `prefix`, the last `n`.
+fn last_lines<'a>(run: &'a Run, prefix: &str, n: usize) -> Vec<&'a str> {
+    let all: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .collect();
+    all[all.len() - n..].to_vec()
+}
+
+#[test]
+fn a_group_members_second_free_is_refused_and_leaves_the_others_their_bytes() {
+    // a0 is its group's first member: its start is the group's. Freed
+    // twice, the second free must not free the group under a1 to a3.
+    let run = then(
+        "64MiB",
+        &[
+            "freeasync:a0:1",
+            "freeasync:a0:1",
+            "async:x:8M:1",
+            "fill:x:7:1",
+            "sync",
+            "copyout:a1:1",
+            "sync",
+            "hostcount:2",
+        ],
+    );
+    let frees = last_lines(&run, "freeasync a0 ", 2);
+    assert_eq!(log_field(frees[0], "rc"), "0", "{frees:?}");
+    assert_ne!(log_field(frees[1], "rc"), "0", "{frees:?}");
+    let count = last_lines(&run, "hostcount", 1)[0];
+    assert_eq!(log_field(count, "differ"), "0", "{count}");
+    let x = hex(&log_field(last_lines(&run, "async x ", 1)[0], "ptr"));
+    let a0 = hex(&log_field(last_lines(&run, "async a0 ", 1)[0], "ptr"));
+    assert_ne!(x, a0, "the group was handed out again");
+}
+
+#[test]
+fn a_group_one_of_whose_members_a_graph_freed_is_never_handed_out_again() {
+    // a1 is freed while stream 1 is captured: the graph frees it whenever
+    // it runs. Its group's memory must not serve a later allocation, even
+    // once the others are freed outside the capture.
+    let mut more = vec!["capture:1", "freeasync:a1:1", "endcapture:1"];
+    let frees: Vec<String> = [0, 2, 3, 4, 5, 6, 7]
+        .iter()
+        .map(|i| format!("freeasync:a{i}:1"))
+        .collect();
+    more.extend(frees.iter().map(String::as_str));
+    more.push("sync");
+    // Enough allocations of the group's size (eight 2 MiB blocks, at most
+    // an eighth of 128 MiB, all on the device) to take every kept block of
+    // that size.
+    let xs: Vec<String> = (0..4).map(|i| format!("async:x{i}:16M:1")).collect();
+    more.extend(xs.iter().map(String::as_str));
+    let run = then("128MiB", &more);
+    let a0 = hex(&log_field(last_lines(&run, "async a0 ", 1)[0], "ptr"));
+    let a1 = hex(&log_field(last_lines(&run, "async a1 ", 1)[0], "ptr"));
+    assert_eq!(a1, a0 + 2 * MIB, "a1 in a0's group");
+    for line in last_lines(&run, "async x", 4) {
+        let x = hex(&log_field(line, "ptr"));
+        assert!(
+            !(a0..a0 + 16 * MIB).contains(&x),
+            "{line}: the group at {a0:#x} again"
+        );
+    }
+}

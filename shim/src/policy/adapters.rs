@@ -235,14 +235,27 @@ pub unsafe fn free(
     // A group's member is freed with the group's last: that free frees the
     // group's block.
     let stream_handle = stream.map(|stream| stream as usize);
-    let ptr = match super::tier::grouped::free(state, api, ptr as usize, stream_handle) {
-        Member::No => ptr,
+    let (ptr, held) = match super::tier::grouped::free(state, api, ptr as usize, stream_handle) {
+        Member::No => (ptr, false),
         Member::Done => return cudaSuccess,
-        Member::Last(start) => start as *mut c_void,
+        Member::Again => {
+            info!(
+                "{} of {ptr:p}, which was freed already: refused",
+                api.name()
+            );
+            return cudaErrorInvalidValue;
+        }
+        Member::Last(start) => (start as *mut c_void, false),
+        Member::LastHeld(start) => (start as *mut c_void, true),
     };
     // A tier block freed in stream order is kept, its device bytes still
-    // counted.
-    let kept = stream.filter(|_| super::tier::kept::keeps(state, ptr as usize));
+    // counted; so is a group's that a graph may use, whatever the free.
+    let tiered = super::tier::kept::keeps(state, ptr as usize);
+    let kept = if held && tiered {
+        Some(stream.unwrap_or(std::ptr::null_mut()))
+    } else {
+        stream.filter(|_| tiered)
+    };
     let block = loop {
         let taken = if kept.is_some() {
             state.ledger.take_holding(ptr as usize)
@@ -267,7 +280,7 @@ pub unsafe fn free(
         }
     };
     let rc = if let Some(stream) = kept {
-        super::tier::kept::keep(state, api, ptr as usize, &block, stream as usize)
+        super::tier::kept::keep(state, api, ptr as usize, &block, stream as usize, held)
     } else if block.tiered {
         super::tier::free(state, api, ptr as usize, &block)
     } else if block.managed && !matches!(api, Api::cudaFree | Api::cuMemFree_v2) {

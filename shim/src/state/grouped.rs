@@ -38,13 +38,25 @@ pub struct Slot {
 }
 
 /// A live group: its members handed out and not yet freed, the stream
-/// (key) it was made on, and the events recorded at its members' frees on
-/// other streams, for the group's own free to wait on.
+/// (key) it was made on, the events recorded at its members' frees (with
+/// the key of each one's stream), for the group's own free to wait on, and
+/// whether a member was freed while a stream was captured (the graph may
+/// use it whenever it runs: the group is never handed out again).
 #[derive(Debug)]
 struct Live {
     members: u32,
     stream: usize,
-    others: Vec<(usize, bool)>,
+    frees: Vec<MemberFree>,
+    held: bool,
+}
+
+/// An event recorded at a member's free: its handle, whether it is the
+/// runtime's, and the key of the stream it was recorded on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemberFree {
+    pub event: usize,
+    pub runtime: bool,
+    pub stream: usize,
 }
 
 /// The group being filled: its start, and the members still to come.
@@ -60,11 +72,16 @@ pub enum Freed {
     /// Others of its group live on: nothing more to do.
     Kept,
     /// It was the group's last: the group at `base` is freed, after the
-    /// events `others` (recorded at its members' frees on other streams).
+    /// events `frees` (recorded at its members' frees); `held` if a graph
+    /// may still use it.
     Last {
         base: usize,
-        others: Vec<(usize, bool)>,
+        frees: Vec<MemberFree>,
+        held: bool,
     },
+    /// The group's start, whose member was freed already while others of
+    /// its group live on: a second free of one allocation.
+    Again,
 }
 
 #[derive(Default)]
@@ -151,7 +168,8 @@ impl Grouped {
             Live {
                 members: 1,
                 stream,
-                others: Vec::new(),
+                frees: Vec::new(),
+                held: false,
             },
         );
         inner.member_of.insert(base, base);
@@ -161,11 +179,16 @@ impl Grouped {
         });
     }
 
-    /// The place for allocation `number` of `size` bytes in the group
-    /// being filled, if it is the member to come there; an allocation past
-    /// a member that did not come ends the filling.
-    pub fn place(&self, number: u32, size: u64) -> Option<usize> {
+    /// The place for allocation `number` of `size` bytes on `stream` (key)
+    /// in the group being filled, if it is the member to come there, on
+    /// the group's own stream (the group's memory may be a kept block whose
+    /// free only that stream is ordered after); an allocation past a member
+    /// that did not come, or in its place at another size or on another
+    /// stream, ends the filling.
+    pub fn place(&self, number: u32, size: u64, stream: usize) -> Option<usize> {
         let mut inner = lock(&self.inner);
+        let base = inner.filling.as_ref()?.base;
+        let same_stream = stream != 0 && inner.live.get(&base).is_some_and(|l| l.stream == stream);
         let filling = inner.filling.as_mut()?;
         while filling
             .rest
@@ -175,10 +198,10 @@ impl Grouped {
             filling.rest.pop_front();
         }
         let slot = match filling.rest.front() {
-            Some(slot) if slot.number == number && slot.size == size => *slot,
+            Some(slot) if slot.number == number && slot.size == size && same_stream => *slot,
             Some(slot) if slot.number == number => {
-                // Not the size the step before had here: the steps differ,
-                // and the group takes no more.
+                // Not the size or stream the step before had here: the
+                // steps differ, and the group takes no more.
                 inner.filling = None;
                 return None;
             }
@@ -199,31 +222,30 @@ impl Grouped {
         Some(start)
     }
 
-    /// The stream (key) the group holding member `start` was made on.
-    pub fn stream_of(&self, start: usize) -> Option<usize> {
+    /// Whether `start` is a live group's member, or its start (whose
+    /// member may be freed already).
+    pub fn holds(&self, start: usize) -> bool {
         let inner = lock(&self.inner);
-        let base = inner.member_of.get(&start)?;
-        inner.live.get(base).map(|live| live.stream)
+        inner.member_of.contains_key(&start) || inner.live.contains_key(&start)
     }
 
-    /// Keeps `event` (recorded at a member's free on another stream than
-    /// its group's) for the group's own free, which must follow it.
-    pub fn freed_elsewhere(&self, start: usize, event: (usize, bool)) {
+    /// The member at `start` is freed (`event`: recorded at its free, if
+    /// one was; `held`: while a stream was captured); `None` if it is no
+    /// member.
+    pub fn free_member(
+        &self,
+        start: usize,
+        event: Option<MemberFree>,
+        held: bool,
+    ) -> Option<Freed> {
         let mut inner = lock(&self.inner);
-        let Some(&base) = inner.member_of.get(&start) else {
-            return;
+        let Some(base) = inner.member_of.remove(&start) else {
+            return inner.live.contains_key(&start).then_some(Freed::Again);
         };
-        if let Some(live) = inner.live.get_mut(&base) {
-            live.others.push(event);
-        }
-    }
-
-    /// The member at `start` is freed; `None` if it is no member.
-    pub fn free_member(&self, start: usize) -> Option<Freed> {
-        let mut inner = lock(&self.inner);
-        let base = inner.member_of.remove(&start)?;
         let live = inner.live.get_mut(&base)?;
-        live.members -= 1;
+        live.frees.extend(event);
+        live.held |= held;
+        live.members = live.members.saturating_sub(1);
         if live.members > 0 {
             return Some(Freed::Kept);
         }
@@ -233,7 +255,8 @@ impl Grouped {
         }
         Some(Freed::Last {
             base,
-            others: live.others,
+            frees: live.frees,
+            held: live.held,
         })
     }
 

@@ -18,7 +18,7 @@
 use vramshare_common::event::Api;
 
 use crate::state::access::groups::Rules;
-use crate::state::grouped::{Freed, Planned};
+use crate::state::grouped::{Freed, MemberFree, Planned};
 use crate::state::State;
 
 use super::backing::PAGE;
@@ -79,7 +79,7 @@ pub fn begin(state: &State, api: Api, size: u64, stream: usize, limit: u64) -> O
 /// to come there.
 pub fn place(state: &State, allocation: &Allocation, size: u64) -> Option<usize> {
     let grouped = &state.tier.grouped;
-    let start = grouped.place(allocation.number, size)?;
+    let start = grouped.place(allocation.number, size, allocation.stream)?;
     grouped.handed(allocation.number, start);
     state
         .tier
@@ -113,9 +113,15 @@ pub enum Member {
     No,
     /// Others of its group live on: the free is done.
     Done,
+    /// A second free of a member whose group lives on: refused.
+    Again,
     /// The last of its group: the group's block at this start is freed
     /// in its place, on the free's stream.
     Last(usize),
+    /// As `Last`, where a member was freed while a stream was captured:
+    /// the graph may use the block whenever it runs, so it is kept as a
+    /// block freed in a capture is ([`super::captured`]).
+    LastHeld(usize),
 }
 
 /// A free of `ptr` by `api` (on `stream` if stream-ordered): noted in the
@@ -126,48 +132,69 @@ pub fn free(state: &State, api: Api, ptr: usize, stream: Option<usize>) -> Membe
     }
     let grouped = &state.tier.grouped;
     grouped.freed(ptr);
-    let Some(group_stream) = grouped.stream_of(ptr) else {
+    if !grouped.holds(ptr) {
         return Member::No;
+    }
+    // Each member's free is recorded on its stream, so that the group's own
+    // free, on whichever stream, follows all of them; a `cudaFree` waits
+    // for the device, as CUDA's does. Not while a stream is captured: the
+    // record would be the graph's, and the group is never handed out again.
+    let capturing = state.access.graphs.capturing_any();
+    let drain = || {
+        if let Err(rc) = super::backing::drain(api) {
+            debug!("waiting for the device at a grouped block's free: CUDA error {rc}");
+        }
     };
-    // The group's memory is handed out again only after its own free: on
-    // another stream, the member's free must come before that one.
-    match stream {
-        Some(stream) => {
-            let key = stream_key(api, stream);
-            if key == 0 || key != group_stream {
-                match record(state, api, stream) {
-                    Some(event) => grouped.freed_elsewhere(ptr, event),
-                    // No event: the device's work so far is waited for
-                    // here instead, so the group's free follows it.
-                    None => {
-                        if let Err(rc) = super::backing::drain(api) {
-                            debug!(
-                                "waiting for the device at a grouped block's free: CUDA error {rc}"
-                            );
+    let event = match stream {
+        _ if capturing => None,
+        Some(stream) => match record(state, api, stream) {
+            Some((event, runtime)) => Some(MemberFree {
+                event,
+                runtime,
+                stream: stream_key(api, stream),
+            }),
+            None => {
+                drain();
+                None
+            }
+        },
+        None => {
+            drain();
+            None
+        }
+    };
+    let give_back =
+        |free: MemberFree| super::kept::give_back_event(state, free.event, free.runtime);
+    match grouped.free_member(ptr, event, capturing) {
+        None => {
+            event.map(give_back);
+            Member::No
+        }
+        Some(Freed::Again) => {
+            event.map(give_back);
+            Member::Again
+        }
+        Some(Freed::Kept) => Member::Done,
+        Some(Freed::Last { base, frees, held }) => {
+            let key = stream.map(|stream| stream_key(api, stream));
+            for free in frees {
+                let ordered = key.is_some_and(|key| key != 0 && key == free.stream);
+                if !held && !ordered {
+                    let event = Event(free.event, free.runtime);
+                    match stream {
+                        Some(stream) => event.order(stream, per_thread(api)),
+                        None => {
+                            event.wait();
                         }
                     }
                 }
+                give_back(free);
             }
-        }
-        // A free that is not stream-ordered waits for the device, as
-        // `cudaFree` does, at the group's own free: nothing to order.
-        None => {}
-    }
-    match grouped.free_member(ptr) {
-        None => Member::No,
-        Some(Freed::Kept) => Member::Done,
-        Some(Freed::Last { base, others }) => {
-            for (event, runtime) in others {
-                let event = Event(event, runtime);
-                match stream {
-                    Some(stream) => event.order(stream, per_thread(api)),
-                    None => {
-                        event.wait();
-                    }
-                }
-                super::kept::give_back_event(state, event.0, event.1);
+            if held {
+                Member::LastHeld(base)
+            } else {
+                Member::Last(base)
             }
-            Member::Last(base)
         }
     }
 }

@@ -64,9 +64,17 @@ pub fn keeps(state: &State, ptr: usize) -> bool {
 /// reached, the block is given back as `cudaFree` does. While a stream is
 /// captured, the free belongs to the graph and happens only when the graph
 /// runs, if ever: the block stays mapped and counted, is never reused, and
-/// is given back once no graph can run ([`super::captured`]).
-pub fn keep(state: &State, api: Api, ptr: usize, block: &Block, stream: usize) -> cudaError_t {
-    if state.access.graphs.capturing_any() {
+/// is given back once no graph can run ([`super::captured`]); so is a
+/// group's block one of whose members was freed in a capture (`held`).
+pub fn keep(
+    state: &State,
+    api: Api,
+    ptr: usize,
+    block: &Block,
+    stream: usize,
+    held: bool,
+) -> cudaError_t {
+    if held || state.access.graphs.capturing_any() {
         if let Some((_, backing)) = state.tier.remove(ptr) {
             if block.placement == Placement::Host {
                 state.tier.left_host(backing.device, backing.size);

@@ -81,38 +81,78 @@ fn members_take_their_places_and_the_last_free_gives_the_group_back() {
         .unwrap();
     grouped.made(base, planned, 7);
     assert_eq!(
-        grouped.place(grouped.number(8 * MIB, u64::MAX), 8 * MIB),
+        grouped.place(grouped.number(8 * MIB, u64::MAX), 8 * MIB, 7),
         Some(base + 16 * MIB as usize)
     );
     // The temporary is no member.
     assert_eq!(
-        grouped.place(grouped.number(4 * MIB, u64::MAX), 4 * MIB),
+        grouped.place(grouped.number(4 * MIB, u64::MAX), 4 * MIB, 7),
         None
     );
     let last = base + 24 * MIB as usize;
     assert_eq!(
-        grouped.place(grouped.number(3 * MIB, u64::MAX), 3 * MIB),
+        grouped.place(grouped.number(3 * MIB, u64::MAX), 3 * MIB, 7),
         Some(last)
     );
-    assert_eq!(grouped.stream_of(base), Some(7));
-    assert_eq!(grouped.stream_of(last), Some(7));
+    assert!(grouped.holds(base) && grouped.holds(last));
+    assert!(!grouped.holds(base + 1), "inside, but no member's start");
+    let on_two = MemberFree {
+        event: 42,
+        runtime: true,
+        stream: 2,
+    };
     assert_eq!(
-        grouped.stream_of(base + 1),
-        None,
-        "inside, but no member's start"
+        grouped.free_member(last, Some(on_two), false),
+        Some(Freed::Kept)
     );
-    grouped.freed_elsewhere(last, (42, true));
-    assert_eq!(grouped.free_member(last), Some(Freed::Kept));
-    assert_eq!(grouped.free_member(last), None, "freed already");
-    assert_eq!(grouped.free_member(base), Some(Freed::Kept));
     assert_eq!(
-        grouped.free_member(base + 16 * MIB as usize),
+        grouped.free_member(last, None, false),
+        None,
+        "no member now"
+    );
+    assert_eq!(grouped.free_member(base, None, false), Some(Freed::Kept));
+    // The group's start freed again while the group lives: refused.
+    assert_eq!(grouped.free_member(base, None, false), Some(Freed::Again));
+    assert_eq!(
+        grouped.free_member(base + 16 * MIB as usize, None, false),
         Some(Freed::Last {
             base,
-            others: vec![(42, true)]
+            frees: vec![on_two],
+            held: false
         })
     );
-    assert_eq!(grouped.stream_of(base), None, "the group is gone");
+    assert!(!grouped.holds(base), "the group is gone");
+}
+
+#[test]
+fn a_member_on_another_stream_ends_the_filling_and_one_freed_in_a_capture_holds_the_group() {
+    let grouped = Grouped::default();
+    a_step(&grouped, 1000);
+    grouped.step(&rules());
+    let base = 1 << 30;
+    let planned = grouped
+        .planned(grouped.number(16 * MIB, u64::MAX), 16 * MIB, u64::MAX)
+        .unwrap();
+    grouped.made(base, planned, 7);
+    assert_eq!(
+        grouped.place(grouped.number(8 * MIB, u64::MAX), 8 * MIB, 3),
+        None,
+        "another stream"
+    );
+    grouped.number(4 * MIB, u64::MAX);
+    assert_eq!(
+        grouped.place(grouped.number(3 * MIB, u64::MAX), 3 * MIB, 7),
+        None,
+        "the filling ended"
+    );
+    assert_eq!(
+        grouped.free_member(base, None, true),
+        Some(Freed::Last {
+            base,
+            frees: vec![],
+            held: true
+        })
+    );
 }
 
 #[test]
@@ -127,19 +167,20 @@ fn a_step_that_differs_ends_the_filling_and_the_group_keeps_what_it_has() {
     grouped.made(base, planned, 7);
     // Allocation 1 comes at another size: not placed, and no later one is.
     assert_eq!(
-        grouped.place(grouped.number(6 * MIB, u64::MAX), 6 * MIB),
+        grouped.place(grouped.number(6 * MIB, u64::MAX), 6 * MIB, 7),
         None
     );
     grouped.number(4 * MIB, u64::MAX);
     assert_eq!(
-        grouped.place(grouped.number(3 * MIB, u64::MAX), 3 * MIB),
+        grouped.place(grouped.number(3 * MIB, u64::MAX), 3 * MIB, 7),
         None
     );
     assert_eq!(
-        grouped.free_member(base),
+        grouped.free_member(base, None, false),
         Some(Freed::Last {
             base,
-            others: vec![]
+            frees: vec![],
+            held: false
         })
     );
 }
@@ -158,7 +199,7 @@ fn a_member_that_does_not_come_is_passed_over() {
     grouped.number(8 * MIB, u64::MAX);
     grouped.number(4 * MIB, u64::MAX);
     assert_eq!(
-        grouped.place(grouped.number(3 * MIB, u64::MAX), 3 * MIB),
+        grouped.place(grouped.number(3 * MIB, u64::MAX), 3 * MIB, 7),
         Some(base + 24 * MIB as usize)
     );
 }
