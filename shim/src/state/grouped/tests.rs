@@ -33,6 +33,20 @@ fn a_step(grouped: &Grouped, base: usize) {
     }
 }
 
+/// After [`a_step`], the next step's group made at `1 << 30` on stream 7
+/// by its first member (16 MiB): the group and its start.
+fn a_group_made() -> (Grouped, usize) {
+    let grouped = Grouped::default();
+    a_step(&grouped, 1000);
+    grouped.step(&rules());
+    let base = 1 << 30;
+    let planned = grouped
+        .planned(grouped.number(16 * MIB, u64::MAX), 16 * MIB, u64::MAX)
+        .unwrap();
+    grouped.made(base, planned, 7);
+    (grouped, base)
+}
+
 #[test]
 fn a_step_plans_the_next_ones_group_at_its_first_members_number() {
     let grouped = Grouped::default();
@@ -72,14 +86,7 @@ fn a_step_plans_the_next_ones_group_at_its_first_members_number() {
 
 #[test]
 fn members_take_their_places_and_the_last_free_gives_the_group_back() {
-    let grouped = Grouped::default();
-    a_step(&grouped, 1000);
-    grouped.step(&rules());
-    let base = 1 << 30;
-    let planned = grouped
-        .planned(grouped.number(16 * MIB, u64::MAX), 16 * MIB, u64::MAX)
-        .unwrap();
-    grouped.made(base, planned, 7);
+    let (grouped, base) = a_group_made();
     assert_eq!(
         grouped.place(grouped.number(8 * MIB, u64::MAX), 8 * MIB, 7),
         Some(base + 16 * MIB as usize)
@@ -126,14 +133,7 @@ fn members_take_their_places_and_the_last_free_gives_the_group_back() {
 
 #[test]
 fn a_member_on_another_stream_ends_the_filling_and_one_freed_in_a_capture_holds_the_group() {
-    let grouped = Grouped::default();
-    a_step(&grouped, 1000);
-    grouped.step(&rules());
-    let base = 1 << 30;
-    let planned = grouped
-        .planned(grouped.number(16 * MIB, u64::MAX), 16 * MIB, u64::MAX)
-        .unwrap();
-    grouped.made(base, planned, 7);
+    let (grouped, base) = a_group_made();
     assert_eq!(
         grouped.place(grouped.number(8 * MIB, u64::MAX), 8 * MIB, 3),
         None,
@@ -157,14 +157,7 @@ fn a_member_on_another_stream_ends_the_filling_and_one_freed_in_a_capture_holds_
 
 #[test]
 fn a_step_that_differs_ends_the_filling_and_the_group_keeps_what_it_has() {
-    let grouped = Grouped::default();
-    a_step(&grouped, 1000);
-    grouped.step(&rules());
-    let base = 1 << 30;
-    let planned = grouped
-        .planned(grouped.number(16 * MIB, u64::MAX), 16 * MIB, u64::MAX)
-        .unwrap();
-    grouped.made(base, planned, 7);
+    let (grouped, base) = a_group_made();
     // Allocation 1 comes at another size: not placed, and no later one is.
     assert_eq!(
         grouped.place(grouped.number(6 * MIB, u64::MAX), 6 * MIB, 7),
@@ -187,14 +180,7 @@ fn a_step_that_differs_ends_the_filling_and_the_group_keeps_what_it_has() {
 
 #[test]
 fn a_member_that_does_not_come_is_passed_over() {
-    let grouped = Grouped::default();
-    a_step(&grouped, 1000);
-    grouped.step(&rules());
-    let base = 1 << 30;
-    let planned = grouped
-        .planned(grouped.number(16 * MIB, u64::MAX), 16 * MIB, u64::MAX)
-        .unwrap();
-    grouped.made(base, planned, 7);
+    let (grouped, base) = a_group_made();
     // Number 1 is not asked for a place (it went elsewhere); 3 still is.
     grouped.number(8 * MIB, u64::MAX);
     grouped.number(4 * MIB, u64::MAX);
