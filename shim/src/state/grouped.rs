@@ -103,6 +103,14 @@ struct Inner {
     most: u64,
 }
 
+impl Inner {
+    /// Whether `start` is a live group's member, or its start (whose
+    /// member may be freed already).
+    fn holds(&self, start: usize) -> bool {
+        self.member_of.contains_key(&start) || self.live.contains_key(&start)
+    }
+}
+
 /// The most allocations a step's record holds: past that, the step is not
 /// grouped (a step of more is not a training loop's).
 const MAX_MADE: usize = 1 << 16;
@@ -141,14 +149,16 @@ impl Grouped {
     }
 
     /// A free of the block or member at `start` (any free: those not
-    /// recorded this step are not counted).
-    pub fn freed(&self, start: usize) {
+    /// recorded this step are not counted); whether `start` is a live
+    /// group's ([`Inner::holds`]), in the same hold of the lock.
+    pub fn freed(&self, start: usize) -> bool {
         let mut inner = lock(&self.inner);
         inner.clock = inner.clock.saturating_add(1);
         let clock = inner.clock;
         if let Some(index) = inner.index_of.remove(&start) {
             inner.made[index].freed_at = Some(clock);
         }
+        inner.holds(start)
     }
 
     /// The group the plan begins at allocation `number` of `size` bytes,
@@ -222,11 +232,10 @@ impl Grouped {
         Some(start)
     }
 
-    /// Whether `start` is a live group's member, or its start (whose
-    /// member may be freed already).
+    /// [`Inner::holds`].
+    #[cfg(test)]
     pub fn holds(&self, start: usize) -> bool {
-        let inner = lock(&self.inner);
-        inner.member_of.contains_key(&start) || inner.live.contains_key(&start)
+        lock(&self.inner).holds(start)
     }
 
     /// The member at `start` is freed (`event`: recorded at its free, if
@@ -284,12 +293,11 @@ impl Grouped {
 /// The groups of a step's allocations `made`, by the number of each one's
 /// first member.
 fn plan(made: &[Made], rules: &Rules) -> HashMap<u32, Planned> {
-    let page = |size: u64| size.div_ceil(rules.page) * rules.page;
     groups(made, rules)
         .into_iter()
         .map(|group| {
             let first = group.members[0];
-            let mut offset = page(made[first].size);
+            let mut offset = rules.pages(made[first].size);
             let rest = group.members[1..]
                 .iter()
                 .map(|&member| {
@@ -299,7 +307,7 @@ fn plan(made: &[Made], rules: &Rules) -> HashMap<u32, Planned> {
                         size,
                         offset,
                     };
-                    offset += page(size);
+                    offset += rules.pages(size);
                     slot
                 })
                 .collect();

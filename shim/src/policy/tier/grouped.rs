@@ -8,10 +8,10 @@
 //! once its last member is.
 //!
 //! The block counts its whole bytes from its first member on: the ledger
-//! knows the block, not its members. A member freed on another stream than
-//! its group's records an event there, which the group's own free waits
-//! for, so that memory handed out again after the group's free follows
-//! every member's free. Where the step differs from the step before (an
+//! knows the block, not its members. Each member's free records an event
+//! on its stream, which the group's own free waits for where it is on
+//! another stream, so that memory handed out again after the group's free
+//! follows every member's free. Where the step differs from the step before (an
 //! allocation of another size where a member was to come), the group takes
 //! no more members and the room left in it stays unused until it is freed.
 
@@ -131,8 +131,7 @@ pub fn free(state: &State, api: Api, ptr: usize, stream: Option<usize>) -> Membe
         return Member::No;
     }
     let grouped = &state.tier.grouped;
-    grouped.freed(ptr);
-    if !grouped.holds(ptr) {
+    if !grouped.freed(ptr) {
         return Member::No;
     }
     // Each member's free is recorded on its stream, so that the group's own

@@ -52,7 +52,8 @@ pub struct Group {
 }
 
 impl Rules {
-    fn pages(&self, size: u64) -> u64 {
+    /// `size` in whole pages.
+    pub fn pages(&self, size: u64) -> u64 {
         size.div_ceil(self.page).saturating_mul(self.page)
     }
 
