@@ -131,10 +131,6 @@ pub struct MovesJson {
     /// block the step before never named.
     pub ahead_moves: u64,
     pub ahead_bytes: u64,
-    /// Bytes of kept blocks given back past the step's peak to make room for
-    /// blocks coming ahead. Absent in a trace from before they were.
-    #[serde(default)]
-    pub ahead_kept_room_bytes: u64,
     pub replay_matched: u64,
     pub replay_missed: u64,
     pub replay_unseen: u64,

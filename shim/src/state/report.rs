@@ -278,7 +278,6 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
         free_wait_seconds: tier.free_wait_ns.load(Relaxed) as f64 / 1e9,
         ahead_moves: tier.ahead_moves.load(Relaxed),
         ahead_bytes: tier.ahead_bytes.load(Relaxed),
-        ahead_kept_room_bytes: tier.ahead_kept_room.load(Relaxed),
         replay_matched: matched,
         replay_missed: missed,
         replay_unseen: unseen,

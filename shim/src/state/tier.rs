@@ -198,9 +198,6 @@ pub struct Tier {
     /// `moves_in` and `moved_in`.
     pub ahead_moves: AtomicU64,
     pub ahead_bytes: AtomicU64,
-    /// Of the room blocks ahead took: bytes of kept blocks given back for
-    /// them past the step's peak.
-    pub ahead_kept_room: AtomicU64,
     /// Why blocks did or did not come ahead: the looks at the uses to come
     /// made after uses, while blocks were in host memory (once the gate
     /// closed for them: a look given up before, as while a graph is being

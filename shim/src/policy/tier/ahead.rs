@@ -15,11 +15,6 @@
 //! free ([`super::room::lender`]): in a backward pass the freed activations'
 //! kept blocks fill the quota, their frees queued behind the job's
 //! launches, while the blocks it will need wait in host memory.
-//! Past the step's peak, where neither is there, kept blocks whose frees
-//! have been reached give their room back for them ([`room_from_kept`]):
-//! there the freed activations' kept blocks, of other sizes than the
-//! blocks to come, would otherwise hold the quota until the next step's
-//! allocations took them.
 //! Pushing blocks out for them was measured to cost more than it saved:
 //! those blocks had to be pinned and copied out in the same chain as the
 //! moves they made room for.
@@ -97,9 +92,6 @@ pub(super) fn bring(state: &'static State, api: Api) {
     tier.ahead_looks.fetch_add(1, Relaxed);
     let mut staged: Vec<Staged> = Vec::new();
     let mut spare = room::spare_beyond_budget(state, device, bound);
-    // Past the peak the kept blocks give way to blocks coming back; before
-    // it they are the room the step's next allocations take.
-    let past_peak = matches!(replay.out_needed_peak(), Peak::Passed);
     let mut looked = last + 1;
     let mut found = false;
     for (distance, start) in upcoming {
@@ -127,12 +119,6 @@ pub(super) fn bring(state: &'static State, api: Api) {
             moves::stage_in(state, start, block, true)
         } else if let Some(lender) = room::lender(state, device, block.size, quota) {
             moves::stage_in_lent(state, start, block, lender, Direction::AheadAfterFree)
-        } else if past_peak
-            && room_from_kept(state, device, block.size, &mut spare)
-            && state.ledger.try_reserve(device, block.size, quota)
-        {
-            spare -= block.size;
-            moves::stage_in(state, start, block, true)
         } else {
             // No room to spare: looked at again after a later use, once
             // room has been made for a block a use names.
@@ -156,18 +142,6 @@ pub(super) fn bring(state: &'static State, api: Api) {
     if came {
         state.tier.fetches.fetch_add(1, Relaxed);
     }
-}
-
-/// Gives back kept blocks on `device` whose frees have been reached, the
-/// oldest first, until the room to spare (`spare`, which grows by what they
-/// held) takes a block of `size`; whether it does.
-fn room_from_kept(state: &State, device: Device, size: u64, spare: &mut u64) -> bool {
-    let given = moves::timed(&state.tier.give_back_ahead_ns, || {
-        super::kept::give_back_while(state, device, false, |given| *spare + given < size)
-    });
-    state.tier.ahead_kept_room.fetch_add(given, Relaxed);
-    *spare += given;
-    size <= *spare
 }
 
 /// How often, in uses, blocks are looked for to go out before the peak:
