@@ -9,5 +9,8 @@ command_of() {
         lm-marked) echo "access/lm.py --steps $steps --strict --mark" ;;
         dense) echo "bench/dense.py --steps $steps" ;;
         inference) echo "bench/inference.py --steps $steps" ;;
+        # A sparse step takes a few milliseconds: fifty times the steps, so
+        # that its median is taken over as long a run as the others'.
+        sparse) echo "bench/sparse.py --steps $((steps * 50))" ;;
     esac
 }
