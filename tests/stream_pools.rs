@@ -225,3 +225,26 @@ fn a_small_allocation_goes_to_host_memory_when_its_pool_may_grow_beside_unused_r
     assert_device_held_at_most(&run, 32);
     assert_eq!(placements_of_size(&run, 4096), ["host"]);
 }
+
+#[test]
+fn a_large_pool_allocation_whose_growth_finds_no_room_goes_to_host_memory() {
+    // Moves off, 60 MiB, a pool that grows by 32 MiB chunks (as CUDA's was
+    // seen to): 20 MiB grow it to 32, a growth of 12 past the allocation.
+    // Then 24 MiB fit under the quota at their size (32 + 24), but the pool
+    // would grow by a chunk to 64 MiB and nothing can make room for it: the
+    // 24 MiB go to host memory, and the device never holds more than its
+    // quota.
+    let run = client(
+        Runtime::Fake13,
+        &[
+            ("VRAMSHARE_QUOTA", "60MiB"),
+            ("VRAMSHARE_MOVES", "off"),
+            ("FAKE_CUDA_DEVICES", "1"),
+            ("FAKE_CUDA_POOL_CHUNK_MIB", "32"),
+        ],
+        &["async:a:20M", "async:b:24M", "freeasync:b", "freeasync:a"],
+    );
+    run.assert_ok();
+    assert_device_held_at_most(&run, 60);
+    assert_eq!(placements_of_size(&run, 24 * MIB), ["host"]);
+}

@@ -50,10 +50,15 @@ static size_t move_delay_ms;
  * chunk unless a whole chunk's worth lies unused, and a trim keeps every
  * chunk a live allocation sits in. */
 static int pool_pieces;
+/* FAKE_CUDA_POOL_CHUNK_MIB: the chunk a pool grows and trims by (default
+ * 2); CUDA was seen to grow a pool by 32 MiB past its live allocations. */
+static size_t pool_chunk = (size_t)2 << 20;
 __attribute__((constructor)) static void read_settings(void) {
     capacity_bytes = env_size("FAKE_CUDA_CAPACITY", capacity_bytes);
     move_delay_ms = env_size("FAKE_CUDA_MOVE_DELAY_MS", 0);
     pool_pieces = env_size("FAKE_CUDA_POOL_PIECES", 0) != 0;
+    pool_chunk = env_size("FAKE_CUDA_POOL_CHUNK_MIB", 2) << 20;
+    if (!pool_chunk) pool_chunk = (size_t)2 << 20;
     devices = (int)env_size("FAKE_CUDA_DEVICES", devices);
     no_device_flag = env_size("FAKE_CUDA_NO_DEVICE", 0) != 0;
 }
@@ -135,10 +140,11 @@ static int fake_free(void *p) {
 
 /* Stream-ordered pools, one per device (handle: device + 1), as CUDA's
  * default pools behave with a high release threshold: the reserve grows in
- * 2 MiB chunks as allocations need it, stays reserved after frees, and is
+ * chunks (2 MiB, or FAKE_CUDA_POOL_CHUNK_MIB) as allocations need it, stays
+ * reserved after frees, and is
  * given back only by a trim, chunk by chunk. The reserve is what the device
  * holds. */
-#define POOL_CHUNK ((size_t)2 << 20)
+#define POOL_CHUNK pool_chunk
 static size_t pool_reserved[MAX_DEVICES], pool_used[MAX_DEVICES];
 /* The high-water marks CUDA keeps of both, reset by writing 0. */
 static size_t pool_reserved_high[MAX_DEVICES], pool_used_high[MAX_DEVICES];

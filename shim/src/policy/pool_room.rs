@@ -37,24 +37,23 @@ pub fn learn_growth(bytes: u64) -> u64 {
     LARGEST_GROWTH.fetch_max(bytes, Relaxed)
 }
 
-/// Before an allocation of `size` bytes (counted already at its size) from
-/// a pool on `device` that CUDA serves: takes a ticket, and holds room for
+/// Before an allocation (counted already at its size) from a pool on
+/// `device` that CUDA serves: takes a ticket, and holds room for
 /// its growth under `limit`. Where the room is short, it is made as room
 /// for a new block is: the tier's kept blocks whose frees are reached give
 /// theirs, else (where moves overlap the job's kernels) the tier's blocks
 /// least needed move to host memory.
 ///
 /// Whether the allocation may go to CUDA's pool: not where no room for a
-/// growth could be made and `size` is under 2 MiB (which CUDA serves from
-/// chunks it shares): the allocation then goes where one over the quota
+/// growth could be made: the allocation then goes where one over the quota
 /// goes (host memory), not into a growth the quota has no room for. Not
 /// even where the pool's reserve looks large enough: CUDA was seen to grow
-/// a pool by a chunk for such allocations beside unused reserve (the same
-/// pieces and other streams' frees). A larger allocation takes a chunk of
-/// about its own size, counted already, and goes on with its ticket. Each
-/// ticket taken is handed back by the allocation's recount, or by
-/// [`ticket_back`] where CUDA refused the allocation.
-pub fn take_ticket(state: &'static State, api: Api, device: Device, size: u64, limit: u64) -> bool {
+/// a pool by a chunk for small allocations beside unused reserve (the same
+/// pieces and other streams' frees), and by 32 MiB past a large one's
+/// bytes, which took a job with moves off 12.4 MiB over its quota on an
+/// H100. Each ticket taken is handed back by the allocation's recount, or
+/// by [`ticket_back`] where CUDA refused the allocation.
+pub fn take_ticket(state: &'static State, api: Api, device: Device, limit: u64) -> bool {
     let need = {
         let mut room = lock(&state.pool_rooms[device.index()]);
         room.out += 1;
@@ -73,9 +72,6 @@ pub fn take_ticket(state: &'static State, api: Api, device: Device, size: u64, l
     let mut room = lock(&state.pool_rooms[device.index()]);
     if made {
         room.held += need;
-        return true;
-    }
-    if size >= LEAST_GROWTH {
         return true;
     }
     room.out = room.out.saturating_sub(1);
