@@ -194,7 +194,7 @@ where
     let bounded = quota.is_some() || super::moves::pool_room(state, device) != u64::MAX;
     let mut ticketed = false;
     if pool.is_some() && fits && bounded {
-        ticketed = super::pool_room::take_ticket(state, api, device, limit);
+        ticketed = super::pool_room::take_ticket(state, api, device, size, limit);
         if !ticketed {
             state.ledger.unreserve(device, size);
             fits = false;

@@ -37,8 +37,8 @@ pub fn learn_growth(bytes: u64) -> u64 {
     LARGEST_GROWTH.fetch_max(bytes, Relaxed)
 }
 
-/// Before an allocation (counted already at its size) from a pool on
-/// `device` that CUDA serves: takes a ticket, and holds room for
+/// Before an allocation of `size` bytes (counted already at its size) from
+/// a pool on `device` that CUDA serves: takes a ticket, and holds room for
 /// its growth under `limit`. Where the room is short, it is made as room
 /// for a new block is: the tier's kept blocks whose frees are reached give
 /// theirs, else (where moves overlap the job's kernels) the tier's blocks
@@ -51,9 +51,12 @@ pub fn learn_growth(bytes: u64) -> u64 {
 /// a pool by a chunk for small allocations beside unused reserve (the same
 /// pieces and other streams' frees), and by 32 MiB past a large one's
 /// bytes, which took a job with moves off 12.4 MiB over its quota on an
-/// H100. Each ticket taken is handed back by the allocation's recount, or
-/// by [`ticket_back`] where CUDA refused the allocation.
-pub fn take_ticket(state: &'static State, api: Api, device: Device, limit: u64) -> bool {
+/// H100. Only an allocation of 2 MiB or more made before any growth was
+/// seen goes on without the room: until CUDA has grown a pool past its
+/// allocations, a large one is taken to take chunks of its own size,
+/// counted already. Each ticket taken is handed back by the allocation's
+/// recount, or by [`ticket_back`] where CUDA refused the allocation.
+pub fn take_ticket(state: &'static State, api: Api, device: Device, size: u64, limit: u64) -> bool {
     let need = {
         let mut room = lock(&state.pool_rooms[device.index()]);
         room.out += 1;
@@ -72,6 +75,9 @@ pub fn take_ticket(state: &'static State, api: Api, device: Device, limit: u64) 
     let mut room = lock(&state.pool_rooms[device.index()]);
     if made {
         room.held += need;
+        return true;
+    }
+    if size >= LEAST_GROWTH && LARGEST_GROWTH.load(Relaxed) == 0 {
         return true;
     }
     room.out = room.out.saturating_sub(1);
