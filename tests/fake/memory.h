@@ -141,9 +141,8 @@ static int fake_free(void *p) {
 /* Stream-ordered pools, one per device (handle: device + 1), as CUDA's
  * default pools behave with a high release threshold: the reserve grows in
  * chunks (2 MiB, or FAKE_CUDA_POOL_CHUNK_MIB) as allocations need it, stays
- * reserved after frees, and is
- * given back only by a trim, chunk by chunk. The reserve is what the device
- * holds. */
+ * reserved after frees, and is given back only by a trim, chunk by chunk.
+ * The reserve is what the device holds. */
 #define POOL_CHUNK pool_chunk
 static size_t pool_reserved[MAX_DEVICES], pool_used[MAX_DEVICES];
 /* The high-water marks CUDA keeps of both, reset by writing 0. */
