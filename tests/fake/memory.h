@@ -143,7 +143,6 @@ static int fake_free(void *p) {
  * chunks (2 MiB, or FAKE_CUDA_POOL_CHUNK_MIB) as allocations need it, stays
  * reserved after frees, and is given back only by a trim, chunk by chunk.
  * The reserve is what the device holds. */
-#define POOL_CHUNK pool_chunk
 static size_t pool_reserved[MAX_DEVICES], pool_used[MAX_DEVICES];
 /* The high-water marks CUDA keeps of both, reset by writing 0. */
 static size_t pool_reserved_high[MAX_DEVICES], pool_used_high[MAX_DEVICES];
@@ -156,14 +155,14 @@ static int pool_alloc(void **out, size_t size) {
     struct block *b = find(*out);
     b->pooled = 1;
     used[dev] -= size; /* counted through the pool's reserve instead */
-    if (pool_pieces && pool_reserved[dev] - pool_used[dev] < POOL_CHUNK) {
-        pool_reserved[dev] += POOL_CHUNK;
-        used[dev] += POOL_CHUNK;
+    if (pool_pieces && pool_reserved[dev] - pool_used[dev] < pool_chunk) {
+        pool_reserved[dev] += pool_chunk;
+        used[dev] += pool_chunk;
     }
     pool_used[dev] += size;
     while (pool_reserved[dev] < pool_used[dev]) {
-        pool_reserved[dev] += POOL_CHUNK;
-        used[dev] += POOL_CHUNK;
+        pool_reserved[dev] += pool_chunk;
+        used[dev] += pool_chunk;
     }
     if (pool_used[dev] > pool_used_high[dev]) pool_used_high[dev] = pool_used[dev];
     if (pool_reserved[dev] > pool_reserved_high[dev]) pool_reserved_high[dev] = pool_reserved[dev];
@@ -193,7 +192,7 @@ static int pool_of_device(void **pool, int device) {
 }
 
 /* `bytes` rounded up to whole chunks. */
-static size_t whole_chunks(size_t bytes) { return (bytes + POOL_CHUNK - 1) / POOL_CHUNK * POOL_CHUNK; }
+static size_t whole_chunks(size_t bytes) { return (bytes + pool_chunk - 1) / pool_chunk * pool_chunk; }
 
 /* cudaMemPoolTrimTo, cuMemPoolTrimTo (`name`, for the log). */
 static int pool_trim(const char *name, void *pool, size_t keep) {
