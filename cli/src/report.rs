@@ -289,12 +289,20 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
         String::new()
     };
     format!(
-        "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place; {:.2} s copying and remapping ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making memory), {:.2} s waiting for the device first{} in {} rounds of moves; {} of new host memory pinned in {:.2} s{}, {} given back while live blocks remained{}{ahead}\n",
+        "  moves: {} onto the device ({}), {} to the host ({}); {} uses left in place{}; {:.2} s copying and remapping ({:.2} s waiting for copies, {:.2} s remapping, {:.2} s making memory), {:.2} s waiting for the device first{} in {} rounds of moves; {} of new host memory pinned in {:.2} s{}, {} given back while live blocks remained{}{ahead}\n",
         moves.to_device,
         human_bytes(moves.bytes_to_device),
         moves.to_host,
         human_bytes(moves.bytes_to_host),
         moves.left_in_place,
+        if moves.read_once_in_place > 0 {
+            format!(
+                ", {} more read in place (their block had served one use a trip)",
+                moves.read_once_in_place
+            )
+        } else {
+            String::new()
+        },
         moves.seconds,
         moves.copy_seconds,
         moves.remap_seconds,

@@ -15,6 +15,11 @@ pub struct MovesJson {
     /// Times a move found the block had come in already this step and
     /// left it in host memory, read in place.
     pub left_in_place: u64,
+    /// Uses that read a block in place, not brought in, because it had
+    /// served one use on the device before it went out (and this use reads
+    /// it about once). A trace written before this was counted has none.
+    #[serde(default)]
+    pub read_once_in_place: u64,
     /// Time spent copying and remapping, while the job's launches were
     /// held back and the device had nothing else to do.
     pub seconds: f64,

@@ -20,6 +20,7 @@ use crate::state::access::{Launch, Named, Naming};
 use crate::state::{state, Attribution, State};
 
 use super::tier;
+use super::tier::Reads;
 
 /// What a launch names its function by, which says how to ask CUDA for the
 /// function's parameters.
@@ -129,7 +130,7 @@ pub unsafe fn launch(
         }),
     };
     state.count_launch(api, how);
-    tier::fetch(state, api, names.blocks());
+    tier::fetch(state, api, names.blocks(), Reads::Once);
     let _inside = tier::enter(state);
     if let Library::Inside(None) = library {
         // A library call's first kernel: on the stream its call was
@@ -387,13 +388,14 @@ fn ask(info: impl Fn(usize, *mut usize, *mut usize) -> c_int) -> Option<Box<[Par
 }
 
 /// A library call through `api` with these operand pointers (and stream,
-/// when the call names one): made by `real` as if from outside the shim, so
-/// that its own launches are handled as the job's; then its operands give
-/// the blocks it used.
+/// when the call names one), which `reads` them so: made by `real` as if
+/// from outside the shim, so that its own launches are handled as the
+/// job's; then its operands give the blocks it used.
 pub fn library_call(
     api: Api,
     operands: &[*const c_void],
     stream: Option<usize>,
+    reads: Reads,
     real: impl FnOnce() -> c_int,
 ) -> c_int {
     let outer = IN_LIBRARY.try_with(|inside| inside.get()).ok();
@@ -403,7 +405,7 @@ pub fn library_call(
         return real::outside_hook(real);
     };
     let state = state();
-    fetch_operands(state, api, operands);
+    fetch_operands(state, api, operands, reads);
     let inside = tier::enter(state);
     let words: Vec<u64> = operands.iter().map(|operand| *operand as u64).collect();
     let touched = tier::uses::touched(state, &words, false);
@@ -437,7 +439,7 @@ pub fn library_call(
 
 /// Before a library call: its operands in host memory come onto the
 /// device, as a launch's do (the call's use is made after it returns).
-fn fetch_operands(state: &'static State, api: Api, operands: &[*const c_void]) {
+fn fetch_operands(state: &'static State, api: Api, operands: &[*const c_void], reads: Reads) {
     // Where uses are recorded, every use counts, moves or not.
     let idle = state
         .tier
@@ -453,7 +455,7 @@ fn fetch_operands(state: &'static State, api: Api, operands: &[*const c_void]) {
             .for_each(|operand| naming.word(*operand as u64))
     };
     let named = state.access.blocks_named(&state.ledger, read);
-    tier::fetch(state, api, &named);
+    tier::fetch(state, api, &named, reads);
 }
 
 /// A use by `api` (a library call, a copy) on `stream` of the blocks its
@@ -494,7 +496,7 @@ pub fn copy_call(api: Api, operands: &[u64], stream: usize, real: impl FnOnce() 
     let mut names = Named::default();
     let words = operands.iter().copied();
     name_operands(state, (api, Launch::Copy), words, stream, &mut names);
-    tier::fetch(state, api, names.blocks());
+    tier::fetch(state, api, names.blocks(), Reads::Once);
     let _inside = tier::enter(state);
     let touched = tier::uses::touched(state, operands, false);
     tier::uses::order(state, api, &touched, Some(stream));

@@ -244,6 +244,7 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
         bytes_to_device: tier.moved_in.load(Relaxed),
         bytes_to_host: tier.moved_out.load(Relaxed),
         left_in_place: tier.left_in_place.load(Relaxed),
+        read_once_in_place: tier.read_once_in_place.load(Relaxed),
         seconds: tier.move_ns.load(Relaxed) as f64 / 1e9,
         drain_seconds: tier.drain_ns.load(Relaxed) as f64 / 1e9,
         copy_seconds: tier.copy_ns.load(Relaxed) as f64 / 1e9,

@@ -54,6 +54,13 @@ pub struct Backing {
     /// Work has named the block since it was handed out, so its uses are
     /// known: it may move out beside the job's kernels.
     pub known: bool,
+    /// The uses that named it since it last came onto the device or was
+    /// handed out, weighed by how they read it
+    /// ([`crate::policy::tier::once`]).
+    pub uses_on_device: u8,
+    /// It went out having served at most one use that read it once: work
+    /// that reads it once reads it in place.
+    pub once: bool,
 }
 
 /// A tier block that a stream-ordered free gave back, kept whole (range,
@@ -110,6 +117,9 @@ pub struct Tier {
     pub moved_in: AtomicU64,
     pub moved_out: AtomicU64,
     pub left_in_place: AtomicU64,
+    /// Uses that read a block in place as one that served one use a trip
+    /// ([`crate::policy::tier::once`]).
+    pub read_once_in_place: AtomicU64,
     pub move_ns: AtomicU64,
     /// Time the moves waited for the device to finish the job's work.
     pub drain_ns: AtomicU64,
@@ -518,6 +528,8 @@ impl Backing {
             used_on: 0,
             used_runtime: false,
             known: false,
+            uses_on_device: 0,
+            once: false,
         }
     }
 }

@@ -9,6 +9,7 @@ use cudart_sys::*;
 use vramshare_common::event::Api;
 
 use crate::cuda::real;
+use crate::policy::tier::Reads;
 use crate::policy::{blas_workspaces, library_streams, variant_packs};
 use crate::state::state;
 
@@ -17,19 +18,22 @@ fn handle_stream(handle: LibraryHandle) -> Option<usize> {
     library_streams::of(state(), handle)
 }
 
-/// A cuBLAS product on `handle` (`operands`: its matrices and scalars),
-/// made by `real`: named with the workspace set on the handle, which its
-/// kernels may use, and ordered on the handle's stream.
+/// A cuBLAS product of an `m` × k matrix by a k × `n` one on `handle`
+/// (`operands`: its matrices and scalars), made by `real`: named with the
+/// workspace set on the handle, which its kernels may use, and ordered on
+/// the handle's stream.
 fn cublas_product(
     api: Api,
     handle: LibraryHandle,
+    (m, n): (c_int, c_int),
     operands: [*const c_void; 5],
     real: impl FnOnce() -> c_int,
 ) -> cudaError_t {
     let workspace = blas_workspaces::of(state(), handle);
     let [a, b, c, alpha, beta] = operands;
     let operands = [a, b, c, alpha, beta, workspace];
-    super::super::library_call(api, &operands, handle_stream(handle), real)
+    let reads = Reads::of_product(m, n);
+    super::super::library_call(api, &operands, handle_stream(handle), reads, real)
 }
 
 pub unsafe fn cublasLtMatmul(
@@ -63,6 +67,7 @@ pub unsafe fn cublasLtMatmul(
         Api::cublasLtMatmul,
         &operands,
         Some(stream as usize),
+        Reads::Many,
         || {
             // SAFETY: the caller's arguments, as cuBLASLt would receive them.
             unsafe {
@@ -111,7 +116,7 @@ pub unsafe fn cublasGemmEx(
     algo: c_int,
 ) -> cudaError_t {
     let operands = [a, b, c as *const c_void, alpha, beta];
-    cublas_product(Api::cublasGemmEx, handle, operands, || {
+    cublas_product(Api::cublasGemmEx, handle, (m, n), operands, || {
         // SAFETY: the caller's arguments, as cuBLAS would receive them.
         unsafe {
             real::cublasGemmEx(
@@ -148,15 +153,21 @@ pub unsafe fn cublasGemmStridedBatchedEx(
     algo: c_int,
 ) -> cudaError_t {
     let operands = [a, b, c as *const c_void, alpha, beta];
-    cublas_product(Api::cublasGemmStridedBatchedEx, handle, operands, || {
-        // SAFETY: the caller's arguments, as cuBLAS would receive them.
-        unsafe {
-            real::cublasGemmStridedBatchedEx(
-                handle, transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type, ldb,
-                stride_b, beta, c, c_type, ldc, stride_c, batch, compute, algo,
-            )
-        }
-    })
+    cublas_product(
+        Api::cublasGemmStridedBatchedEx,
+        handle,
+        (m, n),
+        operands,
+        || {
+            // SAFETY: the caller's arguments, as cuBLAS would receive them.
+            unsafe {
+                real::cublasGemmStridedBatchedEx(
+                    handle, transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type,
+                    ldb, stride_b, beta, c, c_type, ldc, stride_c, batch, compute, algo,
+                )
+            }
+        },
+    )
 }
 
 pub unsafe fn cublasSgemm_v2(
@@ -176,7 +187,7 @@ pub unsafe fn cublasSgemm_v2(
     ldc: c_int,
 ) -> cudaError_t {
     let operands = [a, b, c as *const f32, alpha, beta].map(|p| p as *const c_void);
-    cublas_product(Api::cublasSgemm_v2, handle, operands, || {
+    cublas_product(Api::cublasSgemm_v2, handle, (m, n), operands, || {
         // SAFETY: the caller's arguments, as cuBLAS would receive them.
         unsafe {
             real::cublasSgemm_v2(
@@ -207,15 +218,21 @@ pub unsafe fn cublasSgemmStridedBatched(
     batch: c_int,
 ) -> cudaError_t {
     let operands = [a, b, c as *const f32, alpha, beta].map(|p| p as *const c_void);
-    cublas_product(Api::cublasSgemmStridedBatched, handle, operands, || {
-        // SAFETY: the caller's arguments, as cuBLAS would receive them.
-        unsafe {
-            real::cublasSgemmStridedBatched(
-                handle, transa, transb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta,
-                c, ldc, stride_c, batch,
-            )
-        }
-    })
+    cublas_product(
+        Api::cublasSgemmStridedBatched,
+        handle,
+        (m, n),
+        operands,
+        || {
+            // SAFETY: the caller's arguments, as cuBLAS would receive them.
+            unsafe {
+                real::cublasSgemmStridedBatched(
+                    handle, transa, transb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b,
+                    beta, c, ldc, stride_c, batch,
+                )
+            }
+        },
+    )
 }
 
 pub unsafe fn cublasSetWorkspace_v2(
@@ -268,6 +285,7 @@ pub unsafe fn cudnnBackendExecute(
         Api::cudnnBackendExecute,
         &operands,
         handle_stream(handle),
+        Reads::Many,
         || {
             // SAFETY: the caller's arguments, as cuDNN would receive them.
             unsafe { real::cudnnBackendExecute(handle, plan, pack) }
@@ -329,7 +347,7 @@ pub unsafe fn cudnnBatchNormalizationForwardTrainingEx(
         reserve as _,
     ];
     let api = Api::cudnnBatchNormalizationForwardTrainingEx;
-    super::super::library_call(api, &operands, handle_stream(handle), || {
+    super::super::library_call(api, &operands, handle_stream(handle), Reads::Many, || {
         // SAFETY: the caller's arguments, as cuDNN would receive them.
         unsafe {
             real::cudnnBatchNormalizationForwardTrainingEx(
@@ -411,7 +429,7 @@ pub unsafe fn cudnnBatchNormalizationBackwardEx(
         reserve as _,
     ];
     let api = Api::cudnnBatchNormalizationBackwardEx;
-    super::super::library_call(api, &operands, handle_stream(handle), || {
+    super::super::library_call(api, &operands, handle_stream(handle), Reads::Many, || {
         // SAFETY: the caller's arguments, as cuDNN would receive them.
         unsafe {
             real::cudnnBatchNormalizationBackwardEx(
@@ -468,7 +486,7 @@ pub unsafe fn cudnnBatchNormalizationForwardInference(
 ) -> cudaError_t {
     let operands = [x, y as _, scale, bias, mean, var];
     let api = Api::cudnnBatchNormalizationForwardInference;
-    super::super::library_call(api, &operands, handle_stream(handle), || {
+    super::super::library_call(api, &operands, handle_stream(handle), Reads::Many, || {
         // SAFETY: the caller's arguments, as cuDNN would receive them.
         unsafe {
             real::cudnnBatchNormalizationForwardInference(

@@ -33,6 +33,7 @@ pub mod grouped;
 pub mod kept;
 pub mod mover;
 mod moves;
+pub mod once;
 mod room;
 mod spare;
 pub mod uses;
@@ -55,6 +56,7 @@ use super::allocate::record_allocation;
 use super::quota::device_quota;
 use backing::PAGE;
 use moves::Staged;
+pub use once::Reads;
 pub use room::evict_while;
 
 /// The size a tier block of `size` bytes takes: whole large pages, if the
@@ -177,6 +179,8 @@ fn make(
         used_on: 0,
         used_runtime: false,
         known: false,
+        uses_on_device: 0,
+        once: false,
     };
     state.tier.insert(ptr as usize, backing);
     state.tier.active.store(true, SeqCst);
@@ -313,7 +317,7 @@ pub fn enter(state: &State) -> Option<Inside<'_>> {
 /// the live blocks required the most out of the device) go out, and the
 /// blocks of the uses to come are brought ahead
 /// ([`ahead`]).
-pub fn fetch(state: &'static State, api: Api, named: &[usize]) {
+pub fn fetch(state: &'static State, api: Api, named: &[usize], reads: Reads) {
     if let Some(trace) = &state.trace {
         if state.access.use_log.on() {
             state.access.use_log.used(trace.recorded(), named);
@@ -325,7 +329,10 @@ pub fn fetch(state: &'static State, api: Api, named: &[usize]) {
         if recording {
             state.access.replay.record(named);
         }
-        fetch_named(state, api, named);
+        fetch_named(state, api, named, reads);
+        if state.tier.active.load(Relaxed) {
+            once::count(state, named, reads);
+        }
     });
     if recording {
         host_costs::timed(&costs.ahead_ns, || ahead::bring(state, api));
@@ -333,7 +340,7 @@ pub fn fetch(state: &'static State, api: Api, named: &[usize]) {
 }
 
 /// [`fetch`]'s moves for the use itself.
-fn fetch_named(state: &'static State, api: Api, named: &[usize]) {
+fn fetch_named(state: &'static State, api: Api, named: &[usize], reads: Reads) {
     // A named block the mover thread was to move out stays.
     mover::claim(state, named);
     kept::settle_lending(state);
@@ -368,7 +375,7 @@ fn fetch_named(state: &'static State, api: Api, named: &[usize]) {
                 && !b.moving
                 && b.placement == Placement::Host
                 && b.device == current
-                && !held_back(state, *ptr, step)
+                && !held_back(state, *ptr, step, reads)
                 && could_fit(state, b, device_quota(state, b.device, backend), named)
         })
     };
@@ -557,16 +564,20 @@ impl Drop for Timed<'_> {
 /// before a move is tried again.
 const RETRY_AFTER_NS: u64 = 20_000_000;
 
-/// Whether the tier block at `ptr` stays in host memory for this use: it
-/// came onto the device in `step` (plus one; 0 matches none) already, a
-/// use then counted as left in place, or a move of it failed less than
-/// [`RETRY_AFTER_NS`] ago.
-fn held_back(state: &State, ptr: usize, step: u64) -> bool {
+/// Whether the tier block at `ptr` stays in host memory for this use,
+/// which `reads` it so: it came onto the device in `step` (plus one; 0
+/// matches none) already, a use then counted as left in place; it served
+/// one use a trip and this one reads it once ([`once::stays`]); or a move
+/// of it failed less than [`RETRY_AFTER_NS`] ago.
+fn held_back(state: &State, ptr: usize, step: u64, reads: Reads) -> bool {
     let Some(backing) = state.tier.blocks.get(&ptr).map(|b| *b) else {
         return false;
     };
     if step != 0 && backing.fetched_in == step {
         state.tier.left_in_place.fetch_add(1, Relaxed);
+        return true;
+    }
+    if once::stays(state, &backing, reads) {
         return true;
     }
     let failed = backing.failed_ns;

@@ -414,6 +414,7 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
                 if let Some(mut entry) = tier.blocks.get_mut(&ptr) {
                     entry.on_device = to;
                     entry.fetched_in = state.access.steps.current() + 1;
+                    super::once::came_in(&mut entry);
                 }
                 count_move(state, device, direction, size);
                 if direction.after_free() {
@@ -450,6 +451,7 @@ fn finish_one(state: &State, staged: Staged, copied: backing::Result<()>) -> boo
                     if let Some(mut entry) = tier.blocks.get_mut(&ptr) {
                         entry.on_device = 0;
                         entry.in_host = to;
+                        super::once::went_out(&mut entry);
                     }
                     count_move(state, device, Direction::ToHost, size);
                     super::faults::moved(state, ptr, size, false);

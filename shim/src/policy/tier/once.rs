@@ -1,0 +1,119 @@
+//! Blocks read in place where bringing them in would cost more: a block
+//! that served at most one use on the device before it went out again
+//! (a weight a token's product reads once, an activation written and read
+//! once) is read in place over the link by the next work that reads each
+//! byte about once. A move carries such a block's bytes twice, in and then
+//! out again, with a remap each way; a read in place carries them once.
+//!
+//! Work that reads its operands many times over (a product whose sides are
+//! both wide, cuDNN's calls) still brings the block in, and its uses count
+//! twice, so that the block stays until it goes out as any other.
+
+use std::ffi::c_int;
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::state::tier::Backing;
+use crate::state::State;
+
+/// How the work about to run reads the blocks it names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reads {
+    /// Each byte about once: a kernel launched outside a library call, a
+    /// copy or a memset, a product with a side of at most [`THIN`].
+    Once,
+    /// Many times over: a product with both sides wider, cuBLASLt's
+    /// products (whose shapes are in layouts the shim does not read),
+    /// cuDNN's calls.
+    Many,
+}
+
+/// The widest side of a product whose wide operand is read about once:
+/// its kernels tile the thin side in one or two tiles. A decoding step's
+/// products (a few tokens against a weight) are this thin.
+pub const THIN: c_int = 64;
+
+impl Reads {
+    /// How a product of an `m` × k matrix by a k × `n` one reads them.
+    pub fn of_product(m: c_int, n: c_int) -> Reads {
+        if m.min(n) <= THIN {
+            Reads::Once
+        } else {
+            Reads::Many
+        }
+    }
+
+    fn weight(self) -> u8 {
+        match self {
+            Reads::Once => 1,
+            Reads::Many => 2,
+        }
+    }
+}
+
+/// After the moves for a use: counts it for each of the tier's blocks in
+/// `named` that is on the device.
+pub fn count(state: &State, named: &[usize], reads: Reads) {
+    for ptr in named {
+        if let Some(mut backing) = state.tier.blocks.get_mut(ptr) {
+            if backing.on_device != 0 {
+                backing.uses_on_device = backing.uses_on_device.saturating_add(reads.weight());
+            }
+        }
+    }
+}
+
+/// Whether work that `reads` the block this way reads it in place: it
+/// went out having served one use that read it once. Counted.
+pub fn stays(state: &State, backing: &Backing, reads: Reads) -> bool {
+    let stays = reads == Reads::Once && backing.once;
+    if stays {
+        state.tier.read_once_in_place.fetch_add(1, Relaxed);
+    }
+    stays
+}
+
+/// As a block comes onto the device: its uses there are counted afresh.
+pub fn came_in(backing: &mut Backing) {
+    backing.uses_on_device = 0;
+}
+
+/// As a block goes to host memory: whether it served one use that read
+/// it once since it came onto the device or was handed out.
+pub fn went_out(backing: &mut Backing) {
+    backing.once = backing.uses_on_device <= Reads::Once.weight();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_product_with_a_thin_side_reads_once_and_a_wide_one_many_times() {
+        assert_eq!(Reads::of_product(4096, 16), Reads::Once, "a decoding step");
+        assert_eq!(Reads::of_product(64, 8192), Reads::Once);
+        assert_eq!(Reads::of_product(65, 8192), Reads::Many);
+        assert_eq!(Reads::of_product(2048, 4096), Reads::Many, "a prompt");
+    }
+
+    #[test]
+    fn a_block_that_served_one_use_that_read_it_once_goes_out_as_once() {
+        let mut block = Backing::unplaced(2 << 20);
+        block.uses_on_device = Reads::Once.weight();
+        went_out(&mut block);
+        assert!(block.once);
+        came_in(&mut block);
+        block.uses_on_device += Reads::Many.weight();
+        went_out(&mut block);
+        assert!(
+            !block.once,
+            "a use that reads it many times keeps it coming"
+        );
+        came_in(&mut block);
+        block.uses_on_device += 2 * Reads::Once.weight();
+        went_out(&mut block);
+        assert!(!block.once, "two uses");
+        came_in(&mut block);
+        went_out(&mut block);
+        assert!(block.once, "no use at all since it came");
+    }
+}

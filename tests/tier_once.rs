@@ -1,0 +1,83 @@
+//! Blocks that served one use a trip, read in place (moves beside the
+//! kernels, on the fake runtime): a block that went out having served one
+//! use is read where it is by work that reads each byte about once (a
+//! copy, a product with a thin side), and still brought in by a product
+//! whose sides are both wide; one that served more comes in as before.
+
+mod common;
+
+use common::*;
+
+/// a, b and c of 4 MiB under 8 MiB: a is written once (`a_uses` times),
+/// b once, then c's fill makes room by sending a out (the block named
+/// longest ago); then `steps` run, with the stream's work 20 ms late.
+fn after_a_goes_out(a_uses: usize, steps: &[&str]) -> Run {
+    let mut all = vec!["malloc:a:4M", "malloc:b:4M", "malloc:c:4M"];
+    all.extend(std::iter::repeat_n("fill:a:1:1", a_uses));
+    all.extend(["fill:b:2:1", "fill:c:3:1", "sync"]);
+    all.extend_from_slice(steps);
+    let vars = moving_beside("8MiB", &[("FAKE_CUDA_STREAM_DELAY_US", "20000")]);
+    let run = client(Runtime::Fake13, &vars, &all);
+    run.assert_ok();
+    run
+}
+
+fn moves(run: &Run) -> &serde_json::Value {
+    &run.trace()["processes"][0]["moves"]
+}
+
+/// The tier's moves of the block at `ptr`, in order ("promote", "demote").
+fn moves_of(run: &Run, ptr: u64) -> Vec<String> {
+    tier_moves(run)
+        .into_iter()
+        .filter(|(_, at)| *at == ptr)
+        .map(|(op, _)| op)
+        .collect()
+}
+
+#[test]
+fn a_block_that_served_one_use_is_read_in_place_by_a_copy_and_a_thin_product() {
+    let run = after_a_goes_out(
+        1,
+        &[
+            "copyout:a:1",
+            "sync",
+            "hostbytes",
+            "gemm:a:b:c:4096:16:1",
+            "sync",
+        ],
+    );
+    let a = hex(&run.field("malloc a", "ptr"));
+    assert_eq!(moves_of(&run, a), ["demote"], "a never came back in");
+    // The copy read a's bytes where they are.
+    let line = run.line("hostbytes");
+    assert_eq!(
+        (log_field(line, "first"), log_field(line, "last")),
+        ("1".into(), "1".into())
+    );
+    assert_eq!(run.rc("gemm"), 0);
+    let moves = moves(&run);
+    assert_eq!(moves["read_once_in_place"], 2, "{moves:#}");
+}
+
+#[test]
+fn a_block_that_served_one_use_comes_in_for_a_wide_product_and_stays_for_the_next_copy() {
+    // The product names a and b only (it writes b), so that both fit.
+    let run = after_a_goes_out(
+        1,
+        &["gemm:a:b:b:2048:2048:1", "copyout:a:1", "sync", "hostbytes"],
+    );
+    let a = hex(&run.field("malloc a", "ptr"));
+    assert_eq!(moves_of(&run, a), ["demote", "promote"]);
+    assert_eq!(log_field(run.line("hostbytes"), "first"), "1");
+    assert_eq!(moves(&run)["read_once_in_place"], 0);
+}
+
+#[test]
+fn a_block_that_served_two_uses_comes_in_for_a_copy() {
+    let run = after_a_goes_out(2, &["copyout:a:1", "sync", "hostbytes"]);
+    let a = hex(&run.field("malloc a", "ptr"));
+    assert_eq!(moves_of(&run, a), ["demote", "promote"]);
+    assert_eq!(log_field(run.line("hostbytes"), "first"), "1");
+    assert_eq!(moves(&run)["read_once_in_place"], 0);
+}
