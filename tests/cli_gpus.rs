@@ -88,15 +88,20 @@ fn ps_shows_which_gpu_each_device_of_a_process_is_by_its_bus_id() {
 #[test]
 fn ps_shows_the_bytes_moved_a_second_and_the_share_of_uses_found_on_the_device() {
     let dir = tempfile::tempdir().unwrap();
-    // Three blocks of which two fit, used in turn: a use of the one in host
-    // memory brings it onto the device and sends another out.
+    // Three blocks of which two fit, used in turn, twice each: a use of the
+    // one in host memory brings it onto the device and sends another out.
+    // (A block used once a trip would be read in place from its second
+    // trip on.)
     let steps = [
         "malloc:a:6M",
         "malloc:b:6M",
         "malloc:c:6M",
-        "repeat:3:3",
+        "repeat:3:6",
+        "fill:a:1:0",
         "fill:a:1:0",
         "fill:b:2:0",
+        "fill:b:2:0",
+        "fill:c:3:0",
         "fill:c:3:0",
         "sync",
         "sleep:20000",
