@@ -109,19 +109,27 @@ fn a_block_in_host_memory_is_on_the_device_before_the_kernel_that_names_it_with_
 
 /// A step that uses a, b, a, c, b: at c, the least recently used block is
 /// b, but b is used next; a is not used again until the next step. Marked
-/// by the job, so that the step before predicts the next uses.
-const STEP: [&str; 6] = [
+/// by the job, so that the step before predicts the next uses. Each use is
+/// two launches, so that every block serves two each time it comes in (a
+/// block that served one is read in place at its next use instead, as
+/// `tier_once` tests).
+const STEP: [&str; 11] = [
     "step",
     "fill:a:1:0",
+    "fill:a:1:0",
+    "fill:b:2:0",
     "fill:b:2:0",
     "fill:a:3:0",
+    "fill:a:3:0",
     "fill:c:4:0",
+    "fill:c:4:0",
+    "fill:b:5:0",
     "fill:b:5:0",
 ];
 
 #[test]
 fn eviction_moves_out_the_block_whose_next_use_is_furthest() {
-    let mut steps = vec!["malloc:a:4M", "malloc:b:4M", "malloc:c:4M", "repeat:4:6"];
+    let mut steps = vec!["malloc:a:4M", "malloc:b:4M", "malloc:c:4M", "repeat:4:11"];
     steps.extend(STEP);
     steps.extend(["peekvia:a:0", "peekvia:b:0", "peekvia:c:0"]);
     let run = client(Runtime::Fake13, &moving("8MiB", &[]), &steps);
@@ -143,7 +151,7 @@ fn eviction_moves_out_the_block_whose_next_use_is_furthest() {
 
 #[test]
 fn without_marked_steps_eviction_moves_out_the_least_recently_used_block() {
-    let mut steps = vec!["malloc:a:4M", "malloc:b:4M", "malloc:c:4M", "repeat:4:5"];
+    let mut steps = vec!["malloc:a:4M", "malloc:b:4M", "malloc:c:4M", "repeat:4:10"];
     steps.extend(&STEP[1..]);
     let run = client(Runtime::Fake13, &moving("8MiB", &[]), &steps);
     run.assert_ok();
@@ -161,7 +169,12 @@ fn device_bytes_never_exceed_the_quota_over_thousands_of_moves() {
     let work = tempfile::tempdir().unwrap();
     let shm = work.path().join("shm");
     let trace = work.path().join("trace.json");
-    let mut steps = vec!["malloc:a:2M", "malloc:b:2M", "malloc:c:2M", "repeat:1000:6"];
+    let mut steps = vec![
+        "malloc:a:2M",
+        "malloc:b:2M",
+        "malloc:c:2M",
+        "repeat:1000:11",
+    ];
     steps.extend(STEP);
     let vars = moving("4MiB", &[("VRAMSHARE_TRACE", trace.to_str().unwrap())]);
     let Sampled { samples, highest } = run_sampled(client_command(&shm, &vars, &steps), &shm);
@@ -332,16 +345,22 @@ fn where_the_job_marks_its_steps_a_block_comes_once_a_step_and_elsewhere_wheneve
     // twice a step in turn: least recently used, each use finds its block
     // moved out. A kernel launched once a round marks where rounds begin,
     // so that steps are found in the launch sequence where they are not
-    // marked.
+    // marked. Each use is two launches (one that served a single launch
+    // would be read in place as such, whether steps are marked or not).
     let run = |marked: bool| {
         let mut steps = vec!["malloc:a:4M", "malloc:b:4M", "malloc:c:4M"];
         let uses = [
             "opaque:rt:a",
             "fill:a:1:1",
             "fill:b:2:1",
+            "fill:b:2:1",
+            "kernel:rt:c:-:-",
             "kernel:rt:c:-:-",
             "kernel:rt:a:-:-",
+            "kernel:rt:a:-:-",
             "fill:b:2:1",
+            "fill:b:2:1",
+            "kernel:rt:c:-:-",
             "kernel:rt:c:-:-",
         ];
         let body: Vec<&str> = if marked { vec!["step"] } else { vec![] }
@@ -383,9 +402,12 @@ fn where_the_job_marks_its_steps_a_block_comes_once_a_step_and_elsewhere_wheneve
 
 #[test]
 fn freeing_blocks_that_moved_gives_back_every_mapping_and_handle_once() {
-    // c starts in host memory; the uses move each block in and out.
-    let mut steps = vec!["malloc:a:4M", "malloc:b:4M", "malloc:c:4M", "repeat:3:3"];
-    steps.extend(["fill:a:1:0", "fill:c:3:0", "fill:b:2:0"]);
+    // c starts in host memory; the uses (two a block each time, so that
+    // none is read in place as one that served a single use) move each
+    // block in and out.
+    let mut steps = vec!["malloc:a:4M", "malloc:b:4M", "malloc:c:4M", "repeat:3:6"];
+    steps.extend(["fill:a:1:0", "fill:a:1:0", "fill:c:3:0", "fill:c:3:0"]);
+    steps.extend(["fill:b:2:0", "fill:b:2:0"]);
     steps.extend(["sync", "free:a", "free:b", "free:c"]);
     let run = client(Runtime::Fake13, &moving("8MiB", &[]), &steps);
     run.assert_ok();
@@ -522,8 +544,11 @@ fn a_process_that_sees_two_gpus_keeps_its_blocks_where_they_are_made() {
 fn the_trace_samples_the_moves_counters_over_time_ending_at_their_totals() {
     // Three blocks of 4 MiB, two of which fit: each round moves blocks in
     // and out, and the pause lets the shim's thread sample between rounds.
-    let mut steps = vec!["malloc:a:4M", "malloc:b:4M", "malloc:c:4M", "repeat:6:4"];
-    steps.extend(["fill:a:1:0", "fill:b:2:0", "fill:c:3:0", "sleep:120"]);
+    // (Each block is used twice a round: one that served a single use would
+    // be read in place from its second round on.)
+    let mut steps = vec!["malloc:a:4M", "malloc:b:4M", "malloc:c:4M", "repeat:6:7"];
+    steps.extend(["fill:a:1:0", "fill:a:1:0", "fill:b:2:0", "fill:b:2:0"]);
+    steps.extend(["fill:c:3:0", "fill:c:3:0", "sleep:120"]);
     let run = client(Runtime::Fake13, &moving("8MiB", &[]), &steps);
     run.assert_ok();
     let moves = &run.trace()["processes"][0]["moves"];

@@ -8,13 +8,20 @@ mod common;
 
 use common::*;
 
-/// a, b and c of 4 MiB under 8 MiB: a is written once (`a_uses` times),
-/// b once, then c's fill makes room by sending a out (the block named
-/// longest ago); then `steps` run, with the stream's work 20 ms late.
+/// a, b and c of 4 MiB under 8 MiB, used in turn twice over (a `a_uses`
+/// times a turn, b and c twice), so that each use of a block in host
+/// memory sends out the one named longest ago: a goes out at c's first
+/// turn (its first trip, begun on the device, says nothing of its uses),
+/// comes in again at its second, and goes out again at c's second, having
+/// served `a_uses` uses that trip. Then `steps` run, with the stream's work
+/// 20 ms late.
 fn after_a_goes_out(a_uses: usize, steps: &[&str]) -> Run {
     let mut all = vec!["malloc:a:4M", "malloc:b:4M", "malloc:c:4M"];
-    all.extend(std::iter::repeat_n("fill:a:1:1", a_uses));
-    all.extend(["fill:b:2:1", "fill:c:3:1", "sync"]);
+    for _ in 0..2 {
+        all.extend(std::iter::repeat_n("fill:a:1:1", a_uses));
+        all.extend(["fill:b:2:1", "fill:b:2:1", "fill:c:3:1", "fill:c:3:1"]);
+    }
+    all.push("sync");
     all.extend_from_slice(steps);
     let vars = moving_beside("8MiB", &[("FAKE_CUDA_STREAM_DELAY_US", "20000")]);
     let run = client(Runtime::Fake13, &vars, &all);
@@ -48,7 +55,11 @@ fn a_block_that_served_one_use_is_read_in_place_by_a_copy_and_a_thin_product() {
         ],
     );
     let a = hex(&run.field("malloc a", "ptr"));
-    assert_eq!(moves_of(&run, a), ["demote"], "a never came back in");
+    assert_eq!(
+        moves_of(&run, a),
+        ["demote", "promote", "demote"],
+        "a did not come back in after its second trip"
+    );
     // The copy read a's bytes where they are.
     let line = run.line("hostbytes");
     assert_eq!(
@@ -68,7 +79,10 @@ fn a_block_that_served_one_use_comes_in_for_a_wide_product_and_stays_for_the_nex
         &["gemm:a:b:b:2048:2048:1", "copyout:a:1", "sync", "hostbytes"],
     );
     let a = hex(&run.field("malloc a", "ptr"));
-    assert_eq!(moves_of(&run, a), ["demote", "promote"]);
+    assert_eq!(
+        moves_of(&run, a),
+        ["demote", "promote", "demote", "promote"]
+    );
     assert_eq!(log_field(run.line("hostbytes"), "first"), "1");
     assert_eq!(moves(&run)["read_once_in_place"], 0);
 }
@@ -77,7 +91,10 @@ fn a_block_that_served_one_use_comes_in_for_a_wide_product_and_stays_for_the_nex
 fn a_block_that_served_two_uses_comes_in_for_a_copy() {
     let run = after_a_goes_out(2, &["copyout:a:1", "sync", "hostbytes"]);
     let a = hex(&run.field("malloc a", "ptr"));
-    assert_eq!(moves_of(&run, a), ["demote", "promote"]);
+    assert_eq!(
+        moves_of(&run, a),
+        ["demote", "promote", "demote", "promote"]
+    );
     assert_eq!(log_field(run.line("hostbytes"), "first"), "1");
     assert_eq!(moves(&run)["read_once_in_place"], 0);
 }

@@ -54,9 +54,9 @@ pub struct Backing {
     /// Work has named the block since it was handed out, so its uses are
     /// known: it may move out beside the job's kernels.
     pub known: bool,
-    /// The uses that named it since it last came onto the device or was
-    /// handed out, weighed by how they read it
-    /// ([`crate::policy::tier::once`]).
+    /// The uses that named it since it last came onto the device, weighed
+    /// by how they read it ([`crate::policy::tier::once`]; `UNKNOWN` until
+    /// it first comes in).
     pub uses_on_device: u8,
     /// It went out having served at most one use that read it once: work
     /// that reads it once reads it in place.
@@ -528,7 +528,7 @@ impl Backing {
             used_on: 0,
             used_runtime: false,
             known: false,
-            uses_on_device: 0,
+            uses_on_device: crate::policy::tier::once::UNKNOWN,
             once: false,
         }
     }

@@ -234,8 +234,7 @@ pub fn reuse(
     let mut backing = kept.backing;
     backing.fetched_in = 0;
     backing.failed_ns = 0;
-    backing.uses_on_device = 0;
-    backing.once = false;
+    super::once::handed_out(&mut backing);
     backing.born = state.tier.gate.entered();
     super::uses::handed_out(state, &mut backing, &kept);
     state.tier.insert(kept.ptr, backing);

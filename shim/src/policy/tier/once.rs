@@ -50,6 +50,11 @@ impl Reads {
     }
 }
 
+/// The count of a block's uses before its first move onto the device (made
+/// there, or handed out): how many it serves a trip is known only from a
+/// trip that began with a move in.
+pub const UNKNOWN: u8 = u8::MAX;
+
 /// After the moves for a use: counts it for each of the tier's blocks in
 /// `named` that is on the device.
 pub fn count(state: &State, named: &[usize], reads: Reads) {
@@ -78,9 +83,16 @@ pub fn came_in(backing: &mut Backing) {
 }
 
 /// As a block goes to host memory: whether it served one use that read
-/// it once since it came onto the device or was handed out.
+/// it once since it came onto the device (not known, and so not, for a
+/// block that has not come in since it was made or handed out).
 pub fn went_out(backing: &mut Backing) {
     backing.once = backing.uses_on_device <= Reads::Once.weight();
+}
+
+/// As a block is made or handed out again as a new one.
+pub fn handed_out(backing: &mut Backing) {
+    backing.uses_on_device = UNKNOWN;
+    backing.once = false;
 }
 
 #[cfg(test)]
@@ -98,7 +110,12 @@ mod tests {
     #[test]
     fn a_block_that_served_one_use_that_read_it_once_goes_out_as_once() {
         let mut block = Backing::unplaced(2 << 20);
-        block.uses_on_device = Reads::Once.weight();
+        handed_out(&mut block);
+        block.uses_on_device = block.uses_on_device.saturating_add(Reads::Once.weight());
+        went_out(&mut block);
+        assert!(!block.once, "its first trip did not begin with a move in");
+        came_in(&mut block);
+        block.uses_on_device += Reads::Once.weight();
         went_out(&mut block);
         assert!(block.once);
         came_in(&mut block);
