@@ -24,6 +24,11 @@ use super::gate::Gate;
 use super::lock;
 use crate::cuda::host_costs;
 
+/// [`Backing::uses_on_device`] before a block's first move onto the device
+/// (made there, or handed out): how many uses it serves a trip is known
+/// only from a trip that began with a move in.
+pub const USES_UNKNOWN: u8 = u8::MAX;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Backing {
     /// The block's bytes (whole large pages); the range reserved is twice that.
@@ -55,8 +60,8 @@ pub struct Backing {
     /// known: it may move out beside the job's kernels.
     pub known: bool,
     /// The uses that named it since it last came onto the device, weighed
-    /// by how they read it ([`crate::policy::tier::once`]; `UNKNOWN` until
-    /// it first comes in).
+    /// by how they read it ([`crate::policy::tier::once`]; [`USES_UNKNOWN`]
+    /// until it first comes in).
     pub uses_on_device: u8,
     /// It went out having served at most one use that read it once: work
     /// that reads it once reads it in place.
@@ -528,7 +533,7 @@ impl Backing {
             used_on: 0,
             used_runtime: false,
             known: false,
-            uses_on_device: crate::policy::tier::once::UNKNOWN,
+            uses_on_device: USES_UNKNOWN,
             once: false,
         }
     }

@@ -179,7 +179,7 @@ fn make(
         used_on: 0,
         used_runtime: false,
         known: false,
-        uses_on_device: once::UNKNOWN,
+        uses_on_device: crate::state::tier::USES_UNKNOWN,
         once: false,
     };
     state.tier.insert(ptr as usize, backing);

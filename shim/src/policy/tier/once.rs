@@ -12,7 +12,7 @@
 use std::ffi::c_int;
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::state::tier::Backing;
+use crate::state::tier::{Backing, USES_UNKNOWN};
 use crate::state::State;
 
 /// How the work about to run reads the blocks it names.
@@ -50,11 +50,6 @@ impl Reads {
     }
 }
 
-/// The count of a block's uses before its first move onto the device (made
-/// there, or handed out): how many it serves a trip is known only from a
-/// trip that began with a move in.
-pub const UNKNOWN: u8 = u8::MAX;
-
 /// After the moves for a use: counts it for each of the tier's blocks in
 /// `named` that is on the device.
 pub fn count(state: &State, named: &[usize], reads: Reads) {
@@ -91,7 +86,7 @@ pub fn went_out(backing: &mut Backing) {
 
 /// As a block is made or handed out again as a new one.
 pub fn handed_out(backing: &mut Backing) {
-    backing.uses_on_device = UNKNOWN;
+    backing.uses_on_device = USES_UNKNOWN;
     backing.once = false;
 }
 
