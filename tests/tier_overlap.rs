@@ -382,8 +382,14 @@ fn nine_blocks_sampled(times: u32, more: &[&str]) -> (u64, serde_json::Value) {
     let trace = work.path().join("trace.json");
     let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
     let mut steps: Vec<String> = names.iter().map(|n| format!("malloc:{n}:2M")).collect();
-    steps.push(format!("repeat:{times}:{}", names.len() + more.len()));
-    steps.extend(names.iter().map(|n| format!("fill:{n}:1:1")));
+    // Two fills a block a round: a block that served one use each time it
+    // came in would be read in place from then on.
+    steps.push(format!("repeat:{times}:{}", 2 * names.len() + more.len()));
+    steps.extend(
+        names
+            .iter()
+            .flat_map(|n| [format!("fill:{n}:1:1"), format!("fill:{n}:1:1")]),
+    );
     steps.extend(more.iter().map(|step| step.to_string()));
     let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
     let vars = overlapping(

@@ -134,7 +134,12 @@ fn process_report(process: &ProcessJson, events: &[&EventJson]) -> String {
         }
         out.push('\n');
     }
-    if let Some(moves) = &process.moves {
+    // A trace counts the tier's costs once it has had a block; the line
+    // is for a tier that moved or waited.
+    let moved = |m: &&vramshare_common::trace_json::MovesJson| {
+        m.to_device + m.to_host > 0 || m.mover_room_wait_seconds + m.free_wait_seconds > 0.0
+    };
+    if let Some(moves) = process.moves.as_ref().filter(moved) {
         out.push_str(&moves_line(moves));
     }
     // Leaks: the shim's list at exit, or else what the events leave unfreed.

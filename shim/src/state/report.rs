@@ -229,7 +229,9 @@ fn merge_into(path: &str, mut trace: TraceJson) -> std::io::Result<()> {
     file.write_all(b"\n")
 }
 
-/// The spill tier's moves, if it made any.
+/// The spill tier's moves and what the shim's hooks cost, once the tier
+/// has had a block: a job whose blocks never moved still shows where its
+/// hooks' time went.
 fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> {
     use std::sync::atomic::Ordering::Relaxed;
     let tier = &state.tier;
@@ -238,7 +240,8 @@ fn moves_json(state: &State) -> Option<vramshare_common::trace_json::MovesJson> 
     let waited = tier.free_wait_ns.load(Relaxed) + tier.outgoing.room_wait_ns.load(Relaxed) > 0;
     let (matched, missed, unseen) = state.access.replay.agreement();
     let (host_calls, host_calls_last_step) = crate::cuda::host_costs::by_name();
-    (to_device + to_host > 0 || waited).then(|| vramshare_common::trace_json::MovesJson {
+    let active = tier.active.load(Relaxed);
+    (to_device + to_host > 0 || waited || active).then(|| vramshare_common::trace_json::MovesJson {
         to_device,
         to_host,
         bytes_to_device: tier.moved_in.load(Relaxed),
