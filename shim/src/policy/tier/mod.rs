@@ -330,9 +330,7 @@ pub fn fetch(state: &'static State, api: Api, named: &[usize], reads: Reads) {
             state.access.replay.record(named);
         }
         fetch_named(state, api, named, reads);
-        if state.tier.active.load(Relaxed) {
-            once::count(state, named, reads);
-        }
+        once::count(state, named, reads);
     });
     if recording {
         host_costs::timed(&costs.ahead_ns, || ahead::bring(state, api));

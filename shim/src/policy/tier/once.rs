@@ -51,8 +51,11 @@ impl Reads {
 }
 
 /// After the moves for a use: counts it for each of the tier's blocks in
-/// `named` that is on the device.
+/// `named` that is on the device, once the tier has blocks.
 pub fn count(state: &State, named: &[usize], reads: Reads) {
+    if !state.tier.active.load(Relaxed) {
+        return;
+    }
     for ptr in named {
         if let Some(mut backing) = state.tier.blocks.get_mut(ptr) {
             if backing.on_device != 0 {
