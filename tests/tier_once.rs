@@ -42,6 +42,15 @@ fn moves_of(run: &Run, ptr: u64) -> Vec<String> {
         .collect()
 }
 
+/// a came in again for the work after its second trip, where the copy out
+/// read its bytes, and no use was read in place as one of a block read once.
+fn came_back_in_with_its_bytes(run: &Run) {
+    let a = hex(&run.field("malloc a", "ptr"));
+    assert_eq!(moves_of(run, a), ["demote", "promote", "demote", "promote"]);
+    assert_eq!(log_field(run.line("hostbytes"), "first"), "1");
+    assert_eq!(moves(run)["read_once_in_place"], 0);
+}
+
 #[test]
 fn a_block_that_served_one_use_is_read_in_place_by_a_copy_and_a_thin_product() {
     let run = after_a_goes_out(
@@ -78,23 +87,11 @@ fn a_block_that_served_one_use_comes_in_for_a_wide_product_and_stays_for_the_nex
         1,
         &["gemm:a:b:b:2048:2048:1", "copyout:a:1", "sync", "hostbytes"],
     );
-    let a = hex(&run.field("malloc a", "ptr"));
-    assert_eq!(
-        moves_of(&run, a),
-        ["demote", "promote", "demote", "promote"]
-    );
-    assert_eq!(log_field(run.line("hostbytes"), "first"), "1");
-    assert_eq!(moves(&run)["read_once_in_place"], 0);
+    came_back_in_with_its_bytes(&run);
 }
 
 #[test]
 fn a_block_that_served_two_uses_comes_in_for_a_copy() {
     let run = after_a_goes_out(2, &["copyout:a:1", "sync", "hostbytes"]);
-    let a = hex(&run.field("malloc a", "ptr"));
-    assert_eq!(
-        moves_of(&run, a),
-        ["demote", "promote", "demote", "promote"]
-    );
-    assert_eq!(log_field(run.line("hostbytes"), "first"), "1");
-    assert_eq!(moves(&run)["read_once_in_place"], 0);
+    came_back_in_with_its_bytes(&run);
 }
