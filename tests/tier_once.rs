@@ -95,3 +95,35 @@ fn a_block_that_served_two_uses_comes_in_for_a_copy() {
     let run = after_a_goes_out(2, &["copyout:a:1", "sync", "hostbytes"]);
     came_back_in_with_its_bytes(&run);
 }
+
+#[test]
+fn a_product_counts_while_no_block_is_in_host_memory() {
+    // a comes in by a move, sending b out; b is freed, so that nothing is
+    // in host memory when a wide product reads a. d then sends a out: a
+    // served two uses (the fill, and the product), so the copy brings it in.
+    let steps = [
+        "malloc:a:4M",
+        "malloc:b:4M",
+        "malloc:c:4M",
+        "fill:a:1:1",
+        "fill:b:2:1",
+        "fill:b:2:1",
+        "fill:c:3:1",
+        "fill:c:3:1",
+        "fill:a:1:1",
+        "sync",
+        "free:b",
+        "gemm:a:c:c:2048:2048:1",
+        "fill:c:3:1",
+        "malloc:d:4M",
+        "fill:d:4:1",
+        "fill:d:4:1",
+        "copyout:a:1",
+        "sync",
+        "hostbytes",
+    ];
+    let vars = moving_beside("8MiB", &[("FAKE_CUDA_STREAM_DELAY_US", "20000")]);
+    let run = client(Runtime::Fake13, &vars, &steps);
+    run.assert_ok();
+    came_back_in_with_its_bytes(&run);
+}

@@ -440,13 +440,16 @@ pub fn library_call(
 /// Before a library call: its operands in host memory come onto the
 /// device, as a launch's do (the call's use is made after it returns).
 fn fetch_operands(state: &'static State, api: Api, operands: &[*const c_void], reads: Reads) {
-    // Where uses are recorded, every use counts, moves or not.
+    // Where uses are recorded, every use counts, moves or not; and once the
+    // tier has blocks, each use of one on the device counts towards how
+    // many it serves a trip (`tier::once`).
     let idle = state
         .tier
         .bytes_in_host
         .load(std::sync::atomic::Ordering::Relaxed)
         == 0;
-    if idle && !tier::ahead::recording(state) {
+    let active = state.tier.active.load(std::sync::atomic::Ordering::Relaxed);
+    if idle && !active && !tier::ahead::recording(state) {
         return;
     }
     let read = |naming: &mut Naming| {
