@@ -53,14 +53,17 @@ fn came_back_in_with_its_bytes(run: &Run) {
 
 #[test]
 fn a_block_that_served_one_use_is_read_in_place_by_a_copy_and_a_thin_product() {
+    // The copy and the product fall in two steps the job marks: a block
+    // read in place twice in one step comes in (the next test).
     let run = after_a_goes_out(
         1,
         &[
             "copyout:a:1",
             "sync",
             "hostbytes",
-            "gemm:a:b:c:4096:16:1",
-            "sync",
+            "step",
+            "gemm:a:a:c:4096:16:1",
+            "peekvia:c:1",
         ],
     );
     let a = hex(&run.field("malloc a", "ptr"));
@@ -75,9 +78,41 @@ fn a_block_that_served_one_use_is_read_in_place_by_a_copy_and_a_thin_product() {
         (log_field(line, "first"), log_field(line, "last")),
         ("1".into(), "1".into())
     );
+    // The product read a where it is: c's first 64 KiB are a's first byte
+    // twice over, the rest c's own.
     assert_eq!(run.rc("gemm"), 0);
+    let line = run.line("peekvia c");
+    assert_eq!(
+        (log_field(line, "first"), log_field(line, "last")),
+        ("2".into(), "3".into())
+    );
     let moves = moves(&run);
     assert_eq!(moves["read_once_in_place"], 2, "{moves:#}");
+}
+
+#[test]
+fn a_block_read_in_place_twice_in_one_step_comes_in_at_the_second() {
+    // A kernel writes a in place, 20 ms later than it is queued; the copy
+    // that follows at once brings a in, which must wait for that kernel:
+    // never unmapped under it, and the copy reads what it wrote.
+    let run = after_a_goes_out(1, &["fill:a:5:1", "copyout:a:1", "sync", "hostbytes"]);
+    let a = hex(&run.field("malloc a", "ptr"));
+    assert_eq!(
+        moves_of(&run, a),
+        ["demote", "promote", "demote", "promote"]
+    );
+    let busy: Vec<&String> = run
+        .calls_with(&["cuMemUnmap"])
+        .into_iter()
+        .filter(|c| log_field(c, "busy") != "0")
+        .collect();
+    assert!(busy.is_empty(), "unmapped under a kernel: {busy:#?}");
+    let line = run.line("hostbytes");
+    assert_eq!(
+        (log_field(line, "first"), log_field(line, "last")),
+        ("5".into(), "5".into())
+    );
+    assert_eq!(moves(&run)["read_once_in_place"], 1);
 }
 
 #[test]

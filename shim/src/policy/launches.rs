@@ -130,7 +130,14 @@ pub unsafe fn launch(
         }),
     };
     state.count_launch(api, how);
-    tier::fetch(state, api, names.blocks(), Reads::Once);
+    // A graph's launch runs every kernel captured in it: its blocks may be
+    // read many times over.
+    let reads = if launched.entry == Entry::Graph {
+        Reads::Many
+    } else {
+        Reads::Once
+    };
+    tier::fetch(state, api, names.blocks(), reads);
     let _inside = tier::enter(state);
     if let Library::Inside(None) = library {
         // A library call's first kernel: on the stream its call was
@@ -440,16 +447,15 @@ pub fn library_call(
 /// Before a library call: its operands in host memory come onto the
 /// device, as a launch's do (the call's use is made after it returns).
 fn fetch_operands(state: &'static State, api: Api, operands: &[*const c_void], reads: Reads) {
-    // Where uses are recorded, every use counts, moves or not; and once the
-    // tier has blocks, each use of one on the device counts towards how
+    // Where uses are recorded, every use counts, moves or not; and once a
+    // block has come in, each use of one on the device counts towards how
     // many it serves a trip (`tier::once`).
     let idle = state
         .tier
         .bytes_in_host
         .load(std::sync::atomic::Ordering::Relaxed)
         == 0;
-    let active = state.tier.active.load(std::sync::atomic::Ordering::Relaxed);
-    if idle && !active && !tier::ahead::recording(state) {
+    if idle && !tier::once::counting(state) && !tier::ahead::recording(state) {
         return;
     }
     let read = |naming: &mut Naming| {

@@ -66,6 +66,9 @@ pub struct Backing {
     /// It went out having served at most one use that read it once: work
     /// that reads it once reads it in place.
     pub once: bool,
+    /// The step (plus one) in which it was last read in place so (0: not
+    /// since it went out).
+    pub read_in_place_in: u64,
 }
 
 /// A tier block that a stream-ordered free gave back, kept whole (range,
@@ -535,6 +538,7 @@ impl Backing {
             known: false,
             uses_on_device: USES_UNKNOWN,
             once: false,
+            read_in_place_in: 0,
         }
     }
 }

@@ -181,6 +181,7 @@ fn make(
         known: false,
         uses_on_device: crate::state::tier::USES_UNKNOWN,
         once: false,
+        read_in_place_in: 0,
     };
     state.tier.insert(ptr as usize, backing);
     state.tier.active.store(true, SeqCst);
@@ -373,8 +374,9 @@ fn fetch_named(state: &'static State, api: Api, named: &[usize], reads: Reads) {
                 && !b.moving
                 && b.placement == Placement::Host
                 && b.device == current
-                && !held_back(state, *ptr, step, reads)
+                && !held_back(state, *ptr, step)
                 && could_fit(state, b, device_quota(state, b.device, backend), named)
+                && !once::stays(state, *ptr, reads)
         })
     };
     let coming: Vec<usize> = named.iter().copied().filter(movable).collect();
@@ -562,20 +564,17 @@ impl Drop for Timed<'_> {
 /// before a move is tried again.
 const RETRY_AFTER_NS: u64 = 20_000_000;
 
-/// Whether the tier block at `ptr` stays in host memory for this use,
-/// which `reads` it so: it came onto the device in `step` (plus one; 0
-/// matches none) already, a use then counted as left in place; it served
-/// one use a trip and this one reads it once ([`once::stays`]); or a move
-/// of it failed less than [`RETRY_AFTER_NS`] ago.
-fn held_back(state: &State, ptr: usize, step: u64, reads: Reads) -> bool {
+/// Whether the tier block at `ptr` stays in host memory for this use: it
+/// came onto the device in `step` (plus one; 0 matches none) already, a
+/// use then counted as left in place, or a move of it failed less than
+/// [`RETRY_AFTER_NS`] ago. (One that served one use a trip is left there
+/// by [`once::stays`].)
+fn held_back(state: &State, ptr: usize, step: u64) -> bool {
     let Some(backing) = state.tier.blocks.get(&ptr).map(|b| *b) else {
         return false;
     };
     if step != 0 && backing.fetched_in == step {
         state.tier.left_in_place.fetch_add(1, Relaxed);
-        return true;
-    }
-    if once::stays(state, &backing, reads) {
         return true;
     }
     let failed = backing.failed_ns;

@@ -50,10 +50,16 @@ impl Reads {
     }
 }
 
+/// Whether uses are counted: once a block has come onto the device by a
+/// move (before, every block's count is [`USES_UNKNOWN`]).
+pub fn counting(state: &State) -> bool {
+    state.tier.moves_in.load(Relaxed) > 0
+}
+
 /// After the moves for a use: counts it for each of the tier's blocks in
-/// `named` that is on the device, once the tier has blocks.
+/// `named` that is on the device.
 pub fn count(state: &State, named: &[usize], reads: Reads) {
-    if !state.tier.active.load(Relaxed) {
+    if !counting(state) {
         return;
     }
     for ptr in named {
@@ -65,14 +71,30 @@ pub fn count(state: &State, named: &[usize], reads: Reads) {
     }
 }
 
-/// Whether work that `reads` the block this way reads it in place: it
-/// went out having served one use that read it once. Counted.
-pub fn stays(state: &State, backing: &Backing, reads: Reads) -> bool {
-    let stays = reads == Reads::Once && backing.once;
-    if stays {
-        state.tier.read_once_in_place.fetch_add(1, Relaxed);
+/// Whether work that `reads` the tier block at `ptr` this way reads it in
+/// place, where it could come in: it went out having served one use that
+/// read it once, and was not read in place so already in this step (the
+/// job's marked step, or one found in the launch sequence). A second such
+/// read in one step ends the mark: the block is read more often than it
+/// came in for, and comes in. Counted.
+pub fn stays(state: &State, ptr: usize, reads: Reads) -> bool {
+    if reads != Reads::Once {
+        return false;
     }
-    stays
+    let Some(mut backing) = state.tier.blocks.get_mut(&ptr) else {
+        return false;
+    };
+    if !backing.once {
+        return false;
+    }
+    let step = state.access.steps.current() + 1;
+    if backing.read_in_place_in == step {
+        backing.once = false;
+        return false;
+    }
+    backing.read_in_place_in = step;
+    state.tier.read_once_in_place.fetch_add(1, Relaxed);
+    true
 }
 
 /// As a block comes onto the device: its uses there are counted afresh.
@@ -85,12 +107,14 @@ pub fn came_in(backing: &mut Backing) {
 /// block that has not come in since it was made or handed out).
 pub fn went_out(backing: &mut Backing) {
     backing.once = backing.uses_on_device <= Reads::Once.weight();
+    backing.read_in_place_in = 0;
 }
 
 /// As a block is made or handed out again as a new one.
 pub fn handed_out(backing: &mut Backing) {
     backing.uses_on_device = USES_UNKNOWN;
     backing.once = false;
+    backing.read_in_place_in = 0;
 }
 
 #[cfg(test)]
