@@ -101,11 +101,7 @@ fn a_block_read_in_place_twice_in_one_step_comes_in_at_the_second() {
         moves_of(&run, a),
         ["demote", "promote", "demote", "promote"]
     );
-    let busy: Vec<&String> = run
-        .calls_with(&["cuMemUnmap"])
-        .into_iter()
-        .filter(|c| log_field(c, "busy") != "0")
-        .collect();
+    let busy = busy_unmaps(&run);
     assert!(busy.is_empty(), "unmapped under a kernel: {busy:#?}");
     let line = run.line("hostbytes");
     assert_eq!(

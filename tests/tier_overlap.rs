@@ -21,14 +21,6 @@ fn overlapping<'a>(quota: &'a str, more: &[(&'a str, &'a str)]) -> Vec<(&'a str,
     vars
 }
 
-/// The unmaps made while a queued or running kernel pointed into the range.
-fn busy_unmaps(run: &Run) -> Vec<&String> {
-    run.calls_with(&["cuMemUnmap"])
-        .into_iter()
-        .filter(|c| log_field(c, "busy") != "0")
-        .collect()
-}
-
 fn moves(run: &Run) -> &serde_json::Value {
     &run.trace()["processes"][0]["moves"]
 }

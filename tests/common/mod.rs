@@ -320,6 +320,14 @@ pub fn driver_client(env: &[(&str, &str)], steps: &[&str]) -> Run {
     run_in(fake_dir(Runtime::Fake13), "driver_client", steps, env, true)
 }
 
+/// The unmaps made while a queued or running kernel pointed into the range.
+pub fn busy_unmaps(run: &Run) -> Vec<&String> {
+    run.calls_with(&["cuMemUnmap"])
+        .into_iter()
+        .filter(|c| log_field(c, "busy") != "0")
+        .collect()
+}
+
 /// The value of `key=value` in a line of the fake runtime's log.
 pub fn log_field(line: &str, key: &str) -> String {
     let prefix = format!("{key}=");
