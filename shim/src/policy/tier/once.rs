@@ -1,13 +1,15 @@
 //! Blocks read in place where bringing them in would cost more: a block
 //! that served at most one use on the device before it went out again
 //! (a weight a token's product reads once, an activation written and read
-//! once) is read in place over the link by the next work that reads each
-//! byte about once. A move carries such a block's bytes twice, in and then
-//! out again, with a remap each way; a read in place carries them once.
+//! once) is read in place over the link by later work that reads each byte
+//! about once, once a step. A move carries such a block's bytes twice, in
+//! and then out again, with a remap each way; a read in place carries them
+//! once.
 //!
 //! Work that reads its operands many times over (a product whose sides are
-//! both wide, cuDNN's calls) still brings the block in, and its uses count
-//! twice, so that the block stays until it goes out as any other.
+//! both wide, cuDNN's calls, a graph's launch), or a second read in place
+//! in one step, still brings the block in, and such uses count twice, so
+//! that the block stays until it goes out as any other.
 
 use std::ffi::c_int;
 use std::sync::atomic::Ordering::Relaxed;
@@ -23,7 +25,7 @@ pub enum Reads {
     Once,
     /// Many times over: a product with both sides wider, cuBLASLt's
     /// products (whose shapes are in layouts the shim does not read),
-    /// cuDNN's calls.
+    /// cuDNN's calls, a graph's launch.
     Many,
 }
 
