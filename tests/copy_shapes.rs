@@ -62,12 +62,7 @@ fn a_copy_of_rows_into_a_block_in_host_memory_brings_it_onto_the_device_first() 
         "{:?}",
         run.calls
     );
-    let line = run.line("hostbytes");
-    assert_eq!(
-        (log_field(line, "first"), log_field(line, "last")),
-        ("7".to_string(), "7".to_string()),
-        "{line}"
-    );
+    copied_bytes_hold(&run, "7");
     assert_eq!(coverage(&run, "cudaMemcpy2DAsync"), [1, 0, 0, 0]);
     assert_eq!(coverage(&run, "cudaMemset2D"), [1, 0, 0, 0]);
     let copies = &run.trace()["processes"][0]["copies"];

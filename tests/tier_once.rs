@@ -73,11 +73,7 @@ fn a_block_that_served_one_use_is_read_in_place_by_a_copy_and_a_thin_product() {
         "a did not come back in after its second trip"
     );
     // The copy read a's bytes where they are.
-    let line = run.line("hostbytes");
-    assert_eq!(
-        (log_field(line, "first"), log_field(line, "last")),
-        ("1".into(), "1".into())
-    );
+    copied_bytes_hold(&run, "1");
     // The product read a where it is: c's first 64 KiB are a's first byte
     // twice over, the rest c's own.
     assert_eq!(run.rc("gemm"), 0);
@@ -103,11 +99,7 @@ fn a_block_read_in_place_twice_in_one_step_comes_in_at_the_second() {
     );
     let busy = busy_unmaps(&run);
     assert!(busy.is_empty(), "unmapped under a kernel: {busy:#?}");
-    let line = run.line("hostbytes");
-    assert_eq!(
-        (log_field(line, "first"), log_field(line, "last")),
-        ("5".into(), "5".into())
-    );
+    copied_bytes_hold(&run, "5");
     assert_eq!(moves(&run)["read_once_in_place"], 1);
 }
 

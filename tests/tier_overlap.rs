@@ -41,11 +41,7 @@ fn a_block_goes_out_beside_other_kernels_only_once_its_own_have_finished() {
     let busy = busy_unmaps(&run);
     assert!(busy.is_empty(), "unmapped under a kernel: {busy:#?}");
     // Every block holds what its kernel wrote, wherever it is now.
-    let line = run.line("hostbytes");
-    assert_eq!(
-        (log_field(line, "first"), log_field(line, "last")),
-        ("3".into(), "3".into())
-    );
+    copied_bytes_hold(&run, "3");
     for (name, byte) in [("a", "1"), ("b", "2")] {
         let line = run.line(&format!("peekvia {name}"));
         assert_eq!(log_field(line, "first"), byte, "{line}");
@@ -103,11 +99,7 @@ fn a_new_block_that_finds_no_room_is_made_on_the_device_by_moving_out_a_finished
     // The block that went out did so once its kernel had finished.
     let busy = busy_unmaps(&run);
     assert!(busy.is_empty(), "unmapped under a kernel: {busy:#?}");
-    let line = run.line("hostbytes");
-    assert_eq!(
-        (log_field(line, "first"), log_field(line, "last")),
-        ("3".into(), "3".into())
-    );
+    copied_bytes_hold(&run, "3");
     peeks_hold(&run, &[("a", "1"), ("b", "2")]);
 }
 
@@ -151,11 +143,7 @@ fn a_block_comes_in_before_the_kernel_that_names_it_runs() {
         "{:#?}",
         run.calls
     );
-    let line = run.line("hostbytes");
-    assert_eq!(
-        (log_field(line, "first"), log_field(line, "last")),
-        ("3".into(), "3".into())
-    );
+    copied_bytes_hold(&run, "3");
     assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
 }
 

@@ -347,6 +347,14 @@ pub fn peeks_hold(run: &Run, expected: &[(&str, &str)]) {
     }
 }
 
+/// Asserts that the bytes the last `copyout` brought to the host (the
+/// `hostbytes` step) begin and end with `byte`.
+pub fn copied_bytes_hold(run: &Run, byte: &str) {
+    let line = run.line("hostbytes");
+    assert_eq!(log_field(line, "first"), byte, "{line}");
+    assert_eq!(log_field(line, "last"), byte, "{line}");
+}
+
 /// The blocks a stress client printed as still live, sorted.
 pub fn live_blocks(stdout: &str) -> Vec<(u64, u64)> {
     let mut live: Vec<(u64, u64)> = stdout
