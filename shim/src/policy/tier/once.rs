@@ -7,9 +7,9 @@
 //! once.
 //!
 //! Work that reads its operands many times over (a product whose sides are
-//! both wide, cuDNN's calls, a graph's launch), or a second read in place
-//! in one step, still brings the block in, and such uses count twice, so
-//! that the block stays until it goes out as any other.
+//! both wide, cuDNN's calls, a graph's launch) still brings the block in,
+//! and its uses count twice, so that the block stays until it goes out as
+//! any other; so does a second read in place in one step.
 
 use std::ffi::c_int;
 use std::sync::atomic::Ordering::Relaxed;
