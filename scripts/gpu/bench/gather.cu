@@ -1,5 +1,5 @@
 // Embedding-style gathers and scatters over a 16 GiB table, with the table
-// placed four ways, to find what a partly spilled table costs
+// placed six ways, to find what a partly spilled table costs
 // (bench/NOTES.md attempt 4):
 //   device     cudaMalloc
 //   host       managed; preferred location host, accessed by the device
@@ -9,9 +9,16 @@
 //              split placement)
 //   split-pre  as split, with the first half prefetched to the device
 //              before the first touch
+//   async      cudaMallocAsync from the device's pool (PyTorch's
+//              cudaMallocAsync backend)
+//   vmm        the virtual memory API, as the spill tier makes a block on
+//              the device: one cuMemCreate handle, mapped at a reserved
+//              range, read and write access for the device
 // Each step reads 65,536 rows of 128 floats (75% of them in the table's
 // first 1%) and adds to them, like the sparse job. Prints one line per
 // placement: mean ms per step over 50 steps after 5 warm-up steps.
+// Build: nvcc -O2 -arch=sm_90 -o gather gather.cu -lcuda
+#include <cuda.h>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -36,6 +43,25 @@ __global__ void step(float *t, const unsigned *index, float *out) {
     for (size_t k = lane; k < DIM; k += 32) atomicAdd(&row[k], 1e-6f);
 }
 
+#define CU_CHECK(x) do { CUresult r = (x); if (r != CUDA_SUCCESS) { printf("%s: CUDA error %d\n", #x, r); exit(1); } } while (0)
+
+// Device memory as the spill tier maps it; the handle, for the free.
+static float *vmm_alloc(size_t bytes, CUmemGenericAllocationHandle *handle) {
+    CUmemAllocationProp prop = {};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    CUdeviceptr p;
+    CU_CHECK(cuMemAddressReserve(&p, bytes, 2 << 20, 0, 0));
+    CU_CHECK(cuMemCreate(handle, bytes, &prop, 0));
+    CU_CHECK(cuMemMap(p, bytes, 0, *handle, 0));
+    CUmemAccessDesc access = {};
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CU_CHECK(cuMemSetAccess(p, bytes, &access, 1));
+    return (float *)p;
+}
+
 static void advise(void *p, size_t n, cudaMemoryAdvise a, int dev) {
     cudaMemLocation loc = {dev < 0 ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice, dev < 0 ? 0 : dev};
     CHECK(cudaMemAdvise(p, n, a, loc));
@@ -54,11 +80,19 @@ int main() {
     CHECK(cudaMalloc(&index, LOOKUPS * sizeof(unsigned)));
     CHECK(cudaMalloc(&out, LOOKUPS * 32 * sizeof(float)));
     CHECK(cudaMemcpy(index, host_index.data(), LOOKUPS * sizeof(unsigned), cudaMemcpyHostToDevice));
-    const char *names[] = {"device", "host", "split", "split-pre"};
-    for (int kind = 0; kind < 4; kind++) {
+    const char *names[] = {"device", "host", "split", "split-pre", "async", "vmm"};
+    // GATHER_PLACEMENTS="device vmm", say, runs only those.
+    const char *only = getenv("GATHER_PLACEMENTS");
+    for (int kind = 0; kind < 6; kind++) {
+        if (only && !strstr(only, names[kind])) continue;
         float *t;
+        CUmemGenericAllocationHandle handle = 0;
         if (kind == 0) {
             CHECK(cudaMalloc(&t, bytes));
+        } else if (kind == 4) {
+            CHECK(cudaMallocAsync((void **)&t, bytes, 0));
+        } else if (kind == 5) {
+            t = vmm_alloc(bytes, &handle);
         } else {
             CHECK(cudaMallocManaged(&t, bytes));
             size_t device_part = kind == 1 ? 0 : half;
@@ -84,7 +118,16 @@ int main() {
         cudaEventElapsedTime(&ms, a, b);
         printf("{\"placement\": \"%s\", \"ms_per_step\": %.4f}\n", names[kind], ms / 50);
         fflush(stdout);
-        CHECK(cudaFree(t));
+        if (kind == 5) {
+            CU_CHECK(cuMemUnmap((CUdeviceptr)t, bytes));
+            CU_CHECK(cuMemRelease(handle));
+            CU_CHECK(cuMemAddressFree((CUdeviceptr)t, bytes));
+        } else if (kind == 4) {
+            CHECK(cudaFreeAsync(t, 0));
+            CHECK(cudaDeviceSynchronize());
+        } else {
+            CHECK(cudaFree(t));
+        }
     }
     return 0;
 }
