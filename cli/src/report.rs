@@ -269,10 +269,14 @@ fn moves_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
     } else {
         String::new()
     };
-    let drains = if moves.drains_unread + moves.drains_for_room > 0 {
+    let drains = if moves.drains_unread + moves.drains_for_room + moves.drains_quiet > 0 {
         format!(
-            "  moves beside the kernels that drained the device all the same: {} after a launch vramshare could not read, {} for want of room among blocks whose uses are known\n",
-            moves.drains_unread, moves.drains_for_room
+            "  moves beside the kernels that drained the device all the same: {} after a launch vramshare could not read, {} for want of room among blocks whose uses are known, {} ending a quiet spell (no moves for a while, {} uses let through unrecorded in {} spells)\n",
+            moves.drains_unread,
+            moves.drains_for_room,
+            moves.drains_quiet,
+            moves.unrecorded_uses,
+            moves.quiet_entered
         )
     } else {
         String::new()
@@ -472,13 +476,14 @@ mod tests {
                 moves.mover_memory_seconds,
             ) = (0.25, 0.125, 0.0625);
             (moves.drains_unread, moves.drains_for_room) = (3, 4);
+            (moves.drains_quiet, moves.unrecorded_uses, moves.quiet_entered) = (1, 9000, 2);
             (moves.copier_seconds, moves.copier_queue_seconds) = (0.375, 0.0625);
             moves.out_before_peak_bytes = 3 << 20;
             (moves.out_kept_free_bytes, moves.out_for_room_bytes) = (1 << 20, 2 << 20);
         }
         let report = process_report(&beside, &[]);
         assert!(
-            report.contains("  moves beside the kernels that drained the device all the same: 3 after a launch vramshare could not read, 4 for want of room among blocks whose uses are known\n"),
+            report.contains("  moves beside the kernels that drained the device all the same: 3 after a launch vramshare could not read, 4 for want of room among blocks whose uses are known, 1 ending a quiet spell (no moves for a while, 9000 uses let through unrecorded in 2 spells)\n"),
             "{report}"
         );
         assert!(

@@ -98,6 +98,16 @@ pub struct MovesJson {
     pub drains_unread: u64,
     #[serde(default)]
     pub drains_for_room: u64,
+    /// Where moves overlap the job's kernels: the times the tier went
+    /// quiet (no moves for thousands of uses, none that could come), the
+    /// uses let through unrecorded meanwhile, and the moves that drained
+    /// the device to end a quiet spell.
+    #[serde(default)]
+    pub quiet_entered: u64,
+    #[serde(default)]
+    pub unrecorded_uses: u64,
+    #[serde(default)]
+    pub drains_quiet: u64,
     /// Where moves overlap the job's kernels: moves to the host made on the
     /// shim's mover thread (not a part of `to_host`'s time above, which is
     /// the job's threads'), the time it spent on them, and moves claimed

@@ -151,7 +151,7 @@ pub unsafe fn launch(
     }
     let stream = Some(launched.stream);
     let (words, overflowed) = names.words();
-    let touched = tier::uses::touched(state, words, overflowed);
+    let touched = tier::uses::touched(state, api, words, overflowed);
     // A graph's kernels were read when it was captured, not all of them.
     if how == Attribution::Undecoded || overflowed || launched.entry == Entry::Graph {
         tier::uses::opaque(state, api);
@@ -415,7 +415,7 @@ pub fn library_call(
     fetch_operands(state, api, operands, reads);
     let inside = tier::enter(state);
     let words: Vec<u64> = operands.iter().map(|operand| *operand as u64).collect();
-    let touched = tier::uses::touched(state, &words, false);
+    let touched = tier::uses::touched(state, api, &words, false);
     tier::uses::order(state, api, &touched, stream);
     if let Some(on) = stream {
         let _ =
@@ -507,7 +507,7 @@ pub fn copy_call(api: Api, operands: &[u64], stream: usize, real: impl FnOnce() 
     name_operands(state, (api, Launch::Copy), words, stream, &mut names);
     tier::fetch(state, api, names.blocks(), Reads::Once);
     let _inside = tier::enter(state);
-    let touched = tier::uses::touched(state, operands, false);
+    let touched = tier::uses::touched(state, api, operands, false);
     tier::uses::order(state, api, &touched, Some(stream));
     let rc = real();
     tier::uses::used(state, api, &touched, Some(stream));

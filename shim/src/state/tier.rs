@@ -256,6 +256,19 @@ pub struct Tier {
     /// the shim could not read was made since the device was last drained,
     /// so the next move drains it first.
     pub unread_since_drain: AtomicBool,
+    /// Where moves overlap the job's kernels: no round of moves for a
+    /// while, and none can come beside the kernels, so uses go unrecorded
+    /// until the next move drains the device
+    /// ([`crate::policy::tier::quiet`]). With the uses counted towards the
+    /// next look at whether to go quiet, the rounds of moves at the last
+    /// look, the times the tier went quiet, the uses let through
+    /// unrecorded, and the moves that drained the device to end the quiet.
+    pub quiet: AtomicBool,
+    pub uses_looked: AtomicU64,
+    pub rounds_at_look: AtomicU64,
+    pub quiet_entered: AtomicU64,
+    pub unrecorded_uses: AtomicU64,
+    pub drains_quiet: AtomicU64,
     pub gate: Gate,
     /// Blocks freed in stream order, the latest last. Those on the device
     /// still count there: their memory is the process's until given back.

@@ -30,7 +30,7 @@
 //! correctness: a block is brought only once its last use has completed,
 //! as any move beside the kernels.
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
 use vramshare_common::event::{Api, Placement};
 
@@ -87,6 +87,10 @@ pub(super) fn bring(state: &'static State, api: Api) {
     let Some(_closed) = state.tier.gate.close() else {
         return;
     };
+    // Asked again behind the gate: a use may have gone unrecorded since.
+    if state.tier.unread_since_drain.load(SeqCst) {
+        return;
+    }
     let _timed = Timed(state, std::time::Instant::now());
     let tier = &state.tier;
     tier.ahead_looks.fetch_add(1, Relaxed);
@@ -198,6 +202,9 @@ fn out_for_peak(state: &'static State, api: Api, in_host: u64) {
     let Some(_closed) = state.tier.gate.close() else {
         return;
     };
+    if state.tier.unread_since_drain.load(SeqCst) {
+        return;
+    }
     let _timed = Timed(state, std::time::Instant::now());
     let sent = room::out_for_peak(state, device, bound, bytes, distance);
     state.tier.out_before_peak.fetch_add(sent, Relaxed);

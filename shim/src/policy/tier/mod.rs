@@ -34,6 +34,7 @@ pub mod kept;
 pub mod mover;
 mod moves;
 pub mod once;
+pub mod quiet;
 mod room;
 mod spare;
 pub mod uses;
@@ -406,7 +407,7 @@ fn fetch_named(state: &'static State, api: Api, named: &[usize], reads: Reads) {
     if !begin(state, api, strict) {
         return;
     }
-    if unread {
+    if unread && !quiet::quiet(state) {
         state.tier.drains_unread.fetch_add(1, Relaxed);
     }
     let _timed = Timed(state, std::time::Instant::now());
@@ -481,23 +482,33 @@ pub fn room_for_new(
 ) -> bool {
     let bound = limit(state, device, Some(quota)).unwrap_or(quota);
     // After a launch the shim could not read, only a drained device could
-    // make room: the block is made in host memory, as without this.
+    // make room: the block is made in host memory, as without this. While
+    // the tier is quiet, the device is drained for it: uses went
+    // unrecorded only because nothing was to move.
+    let quiet = quiet::quiet(state);
     if !uses::overlapping()
         || size > bound / 2
-        || state.tier.unread_since_drain.load(Relaxed)
+        || (state.tier.unread_since_drain.load(Relaxed) && !quiet)
         || state.access.graphs.capturing_any()
         || backing::ready(api).is_err()
-        || !room::could_make_room(state, device, size, quota, &[], false)
+        || !room::could_make_room(state, device, size, quota, &[], quiet)
     {
         return false;
     }
     let Some(_closed) = state.tier.gate.close() else {
         return false;
     };
+    // Asked again behind the gate, where no use goes unrecorded.
+    let strict = state.tier.unread_since_drain.load(SeqCst);
+    if strict && !quiet::quiet(state) {
+        return false;
+    }
     // Counted as the moves for a use are, whether or not any block moves.
-    state.tier.fetches.fetch_add(1, Relaxed);
+    if !begin(state, api, strict) {
+        return false;
+    }
     let _timed = Timed(state, std::time::Instant::now());
-    if !room::make_room(state, device, size, quota, &[], false) {
+    if !room::make_room(state, device, size, quota, &[], strict) {
         return false;
     }
     // The room kept free is made again beside the job's kernels, as after
@@ -524,6 +535,9 @@ fn begin(state: &State, api: Api, strict: bool) -> bool {
     if drained {
         // Every launch made before the gate closed has finished.
         state.tier.unread_since_drain.store(false, Relaxed);
+        if quiet::ended(state) {
+            state.tier.drains_quiet.fetch_add(1, Relaxed);
+        }
     }
     drained
 }

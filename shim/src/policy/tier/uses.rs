@@ -65,8 +65,10 @@ pub fn unread(state: &State) {
 /// whether the launches' index knew the blocks or not. With more words than
 /// were kept (`overflowed`), the use may touch others. While a stream is
 /// being captured, an event recorded or waited on there would become a
-/// part of the graph: none is, and the next move drains instead.
-pub fn touched(state: &State, words: &[u64], overflowed: bool) -> Vec<usize> {
+/// part of the graph: none is, and the next move drains instead. Nor is
+/// one while the tier is quiet ([`super::quiet`]). Called inside the gate,
+/// for work by `api`.
+pub fn touched(state: &State, api: Api, words: &[u64], overflowed: bool) -> Vec<usize> {
     if !tracking(state) {
         return Vec::new();
     }
@@ -78,6 +80,13 @@ pub fn touched(state: &State, words: &[u64], overflowed: bool) -> Vec<usize> {
         if !words.is_empty() {
             super::mover::claim_all(state);
         }
+        return Vec::new();
+    }
+    if words.is_empty() {
+        return Vec::new();
+    }
+    if super::quiet::unrecorded(state, api) {
+        state.tier.unrecorded_uses.fetch_add(1, Relaxed);
         return Vec::new();
     }
     state.tier.holding(words)
