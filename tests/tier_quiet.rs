@@ -1,0 +1,112 @@
+//! A quiet tier (moves beside the kernels, on the fake runtime): once
+//! thousands of uses have passed with no move, no block in host memory and
+//! none leaving, uses go unrecorded (no event per use), and the first move
+//! after drains the device, so that no block leaves under a kernel whose
+//! use was not recorded.
+
+mod common;
+
+use common::*;
+
+fn moves(run: &Run) -> &serde_json::Value {
+    &run.trace()["processes"][0]["moves"]
+}
+
+/// The events the shim recorded through the runtime, as its trace counts
+/// its own CUDA calls.
+fn event_records(run: &Run) -> u64 {
+    moves(run)["host_calls"]
+        .as_array()
+        .expect("the shim's calls")
+        .iter()
+        .filter(|call| call["kind"] == "cuda" && call["name"] == "cudaEventRecord")
+        .map(|call| call["calls"].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn a_job_that_never_moves_stops_recording_its_uses_after_thousands_of_them() {
+    let steps = [
+        "malloc:a:2M",
+        "malloc:b:2M",
+        "repeat:6000:1",
+        "kernel:rt:a:b:-",
+        "sync",
+    ];
+    let run = client(Runtime::Fake13, &moving_beside("64MiB", &[]), &steps);
+    run.assert_ok();
+    let moves = moves(&run);
+    assert_eq!(moves["quiet_entered"], 1, "{moves:#}");
+    // The 4,096th use found the tier quiet; the ones after it too.
+    assert_eq!(moves["unrecorded_uses"], 6000 - 4095, "{moves:#}");
+    assert_eq!(moves["drains_quiet"], 0, "{moves:#}");
+    // Each recorded use recorded its two blocks' events; none after.
+    let records = event_records(&run);
+    assert!(records > 0 && records <= 2 * 4095, "{records} records");
+}
+
+#[test]
+fn the_first_move_after_a_quiet_spell_waits_for_the_kernels_whose_uses_went_unrecorded() {
+    // a and b fill the quota. After thousands of uses without a move, each
+    // gets a 20 ms kernel whose use is not recorded; then c needs room
+    // while they run. Moved out beside them by the last uses recorded
+    // (long finished), a or b would be unmapped under its kernel, and its
+    // last bytes lost.
+    let steps = [
+        "malloc:a:4M",
+        "malloc:b:4M",
+        "fill:a:1:1",
+        "fill:b:2:1",
+        "repeat:4100:1",
+        "kernel:rt:a:b:-",
+        "fill:a:4:1",
+        "fill:b:5:1",
+        "malloc:c:4M",
+        "fill:c:3:1",
+        "copyout:c:1",
+        "sync",
+        "hostbytes",
+        "peekvia:a:1",
+        "peekvia:b:1",
+    ];
+    let vars = moving_beside("8MiB", &[("FAKE_CUDA_KERNEL_US", "20000")]);
+    let run = client(Runtime::Fake13, &vars, &steps);
+    run.assert_ok();
+    let busy = busy_unmaps(&run);
+    assert!(busy.is_empty(), "unmapped under a kernel: {busy:#?}");
+    let moves = moves(&run);
+    assert_eq!(moves["quiet_entered"], 1, "{moves:#}");
+    assert_eq!(moves["drains_quiet"], 1, "{moves:#}");
+    assert_eq!(moves["drains_unread"], 0, "{moves:#}");
+    // c was made on the device, by moving a block out, not in host memory.
+    assert_eq!(placements(&run), ["device", "device", "device"]);
+    assert!(
+        tier_moves(&run).iter().any(|(op, _)| op == "demote"),
+        "{:?}",
+        tier_moves(&run)
+    );
+    copied_bytes_hold(&run, "3");
+    peeks_hold(&run, &[("a", "4"), ("b", "5")]);
+}
+
+#[test]
+fn a_block_in_host_memory_keeps_uses_recorded() {
+    // c goes to host memory at once (the quota is full and a and b were
+    // never used, so nothing may move beside the kernels for it): with a
+    // block that could come, uses are recorded all along.
+    let steps = [
+        "malloc:a:4M",
+        "malloc:b:4M",
+        "malloc:c:4M",
+        "repeat:4200:1",
+        "kernel:rt:a:b:-",
+        "sync",
+    ];
+    let run = client(Runtime::Fake13, &moving_beside("8MiB", &[]), &steps);
+    run.assert_ok();
+    assert_eq!(placements(&run), ["device", "device", "host"]);
+    let moves = moves(&run);
+    assert_eq!(moves["quiet_entered"], 0, "{moves:#}");
+    assert_eq!(moves["unrecorded_uses"], 0, "{moves:#}");
+    assert!(event_records(&run) >= 2 * 4200);
+}
