@@ -393,8 +393,11 @@ fn fetch_named(state: &'static State, api: Api, named: &[usize], reads: Reads) {
     };
     // Where moves overlap the job's kernels, they run beside them, unless
     // a launch whose parameters the shim could not read may still be
-    // running: then the device is drained first.
+    // running, or uses went unrecorded while the tier was quiet: then the
+    // device is drained first (counted as the quiet's, which the drain
+    // ends).
     let unread = uses::overlapping() && state.tier.unread_since_drain.load(Relaxed);
+    let unread_launch = unread && !quiet::quiet(state);
     let mut strict = !uses::overlapping() || unread;
     // Declared after the gate's guard, so dropped before it: should what
     // follows unwind, the gate opens only once the copies queued have
@@ -407,7 +410,7 @@ fn fetch_named(state: &'static State, api: Api, named: &[usize], reads: Reads) {
     if !begin(state, api, strict) {
         return;
     }
-    if unread && !quiet::quiet(state) {
+    if unread_launch {
         state.tier.drains_unread.fetch_add(1, Relaxed);
     }
     let _timed = Timed(state, std::time::Instant::now());

@@ -5,19 +5,22 @@
 //! moves that never come; a job of many small kernels (a recommendation
 //! model's lookups) runs measurably slower for it.
 //!
-//! So the tier goes quiet once no round of moves has been made for
-//! [`LOOK_EVERY`] uses, no block is in host memory, and the mover thread
-//! has nothing to move: uses are then let through unrecorded, as a launch
-//! whose parameters could not be read is ([`super::uses::unread`]). The
-//! next move drains the device first, which every unrecorded use has
-//! then finished, and ends the quiet ([`ended`]). Nothing moves beside the
-//! kernels meanwhile: each way a block goes out beside them checks for an
-//! unread use behind the closed gate, and a use enters the gate before it
-//! is let through. A block that must go to host memory, or a move the
-//! mover thread was given, makes uses recorded again at once (the first
-//! move still drains). A new block that finds no room under the quota
-//! while the tier is quiet drains the device and makes its room
-//! ([`super::room_for_new`]) rather than going to host memory.
+//! So the tier goes quiet once a look at it, made every [`LOOK_EVERY`]
+//! uses that name its blocks, finds no round of moves since the look
+//! before, no block in host memory, the mover thread with nothing to move,
+//! and the copies onto the device landed: uses are then let through
+//! unrecorded, as a launch whose parameters could not be read is
+//! ([`super::uses::unread`]). The next move drains the device first, which
+//! every unrecorded use has then finished, and ends the quiet ([`ended`]).
+//! Nothing moves beside the kernels meanwhile: each way a block goes out
+//! beside them checks for an unread use behind the closed gate (the mover
+//! thread is handed moves only there), and a use enters the gate before it
+//! is let through. While a block is in host memory (made there, say, for
+//! want of room), uses are recorded again, so that after the drain the
+//! blocks they name may move beside the kernels as before. A new block
+//! that finds no room under the quota while the tier is quiet drains the
+//! device and makes its room ([`super::room_for_new`]) rather than going
+//! to host memory.
 
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
@@ -28,9 +31,10 @@ use crate::state::State;
 
 use super::backing::{self, Direction};
 
-/// How many uses in a row must pass with no round of moves before uses go
-/// unrecorded: thousands, so that a job whose blocks move every step (a
-/// step has thousands of launches) never goes quiet between its moves.
+/// The uses naming the tier's blocks between two looks at whether it may
+/// go quiet, which needs no round of moves between them: thousands, so
+/// that a job whose blocks move every step (a step has thousands of
+/// launches) does not go quiet between its moves.
 pub const LOOK_EVERY: u64 = 4096;
 
 /// Whether the use by `api` that names tier blocks may go unrecorded;
@@ -46,7 +50,7 @@ pub fn unrecorded(state: &State, api: Api) -> bool {
     }
     let rounds = tier.fetches.load(Relaxed);
     let before = tier.rounds_at_look.swap(rounds, Relaxed);
-    if rounds != before || !nothing_can_move(state) || state.access.graphs.capturing_any() {
+    if rounds != before || !nothing_can_move(state) {
         return false;
     }
     // Blocks that came in may still be landing: the event of each stands
@@ -87,9 +91,14 @@ pub fn quiet(state: &State) -> bool {
 /// unrecorded has finished, and uses are recorded again. Whether the tier
 /// was quiet.
 pub fn ended(state: &State) -> bool {
-    let was = state.tier.quiet.swap(false, SeqCst);
+    let tier = &state.tier;
+    let was = tier.quiet.swap(false, SeqCst);
     if was {
-        state.tier.uses_looked.store(0, Relaxed);
+        // The next look, LOOK_EVERY uses on, looks for rounds after this
+        // one (whose drain is counted already).
+        tier.uses_looked.store(0, Relaxed);
+        tier.rounds_at_look
+            .store(tier.fetches.load(Relaxed), Relaxed);
     }
     was
 }
