@@ -10,6 +10,8 @@
  * the thread's own memory, as a framework's work between launches evicts
  * the caches: the launch then pays for every line it touches (the walk
  * costs both runs the same).
+ * With BLOCK_KIB set (say 2048, where the shim makes a block of the spill
+ * tier of each allocation), the blocks are that large instead of 64 KiB.
  *   launch_loop THREADS BATCHES LAUNCHES BLOCKS [COLD_KIB]
  * Prints the median and the best batch in ns per launch (per thread).
  */
@@ -83,8 +85,9 @@ int main(int argc, char **argv) {
     block_count = atoi(argv[4]);
     if (block_count < 1) block_count = 1;
     blocks = calloc((size_t)block_count, sizeof *blocks);
+    size_t block_bytes = getenv("BLOCK_KIB") ? (size_t)atol(getenv("BLOCK_KIB")) << 10 : 64 << 10;
     for (int i = 0; i < block_count; i++)
-        if (cudaMalloc(&blocks[i], 64 << 10)) { fprintf(stderr, "cudaMalloc failed\n"); return 1; }
+        if (cudaMalloc(&blocks[i], block_bytes)) { fprintf(stderr, "cudaMalloc failed\n"); return 1; }
     size_t sizes[5] = {8, 8, 8, 8, sizeof(struct offsets)};
     cudaFakeSetParams(&kernel, 5, sizes);
     results = calloc((size_t)threads * batches, sizeof *results);
