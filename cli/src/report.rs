@@ -476,7 +476,11 @@ mod tests {
                 moves.mover_memory_seconds,
             ) = (0.25, 0.125, 0.0625);
             (moves.drains_unread, moves.drains_for_room) = (3, 4);
-            (moves.drains_quiet, moves.unrecorded_uses, moves.quiet_entered) = (1, 9000, 2);
+            (
+                moves.drains_quiet,
+                moves.unrecorded_uses,
+                moves.quiet_entered,
+            ) = (1, 9000, 2);
             (moves.copier_seconds, moves.copier_queue_seconds) = (0.375, 0.0625);
             moves.out_before_peak_bytes = 3 << 20;
             (moves.out_kept_free_bytes, moves.out_for_room_bytes) = (1 << 20, 2 << 20);
