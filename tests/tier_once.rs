@@ -29,10 +29,6 @@ fn after_a_goes_out(a_uses: usize, steps: &[&str]) -> Run {
     run
 }
 
-fn moves(run: &Run) -> &serde_json::Value {
-    &run.trace()["processes"][0]["moves"]
-}
-
 /// The tier's moves of the block at `ptr`, in order ("promote", "demote").
 fn moves_of(run: &Run, ptr: u64) -> Vec<String> {
     tier_moves(run)
@@ -48,7 +44,7 @@ fn came_back_in_with_its_bytes(run: &Run) {
     let a = hex(&run.field("malloc a", "ptr"));
     assert_eq!(moves_of(run, a), ["demote", "promote", "demote", "promote"]);
     assert_eq!(log_field(run.line("hostbytes"), "first"), "1");
-    assert_eq!(moves(run)["read_once_in_place"], 0);
+    assert_eq!(run.moves()["read_once_in_place"], 0);
 }
 
 #[test]
@@ -82,7 +78,7 @@ fn a_block_that_served_one_use_is_read_in_place_by_a_copy_and_a_thin_product() {
         (log_field(line, "first"), log_field(line, "last")),
         ("2".into(), "3".into())
     );
-    let moves = moves(&run);
+    let moves = run.moves();
     assert_eq!(moves["read_once_in_place"], 2, "{moves:#}");
 }
 
@@ -100,7 +96,7 @@ fn a_block_read_in_place_twice_in_one_step_comes_in_at_the_second() {
     let busy = busy_unmaps(&run);
     assert!(busy.is_empty(), "unmapped under a kernel: {busy:#?}");
     copied_bytes_hold(&run, "5");
-    assert_eq!(moves(&run)["read_once_in_place"], 1);
+    assert_eq!(run.moves()["read_once_in_place"], 1);
 }
 
 #[test]

@@ -21,10 +21,6 @@ fn overlapping<'a>(quota: &'a str, more: &[(&'a str, &'a str)]) -> Vec<(&'a str,
     vars
 }
 
-fn moves(run: &Run) -> &serde_json::Value {
-    &run.trace()["processes"][0]["moves"]
-}
-
 #[test]
 fn a_block_goes_out_beside_other_kernels_only_once_its_own_have_finished() {
     let mut steps = THIRD_COMES_IN.to_vec();
@@ -52,7 +48,7 @@ fn a_block_goes_out_beside_other_kernels_only_once_its_own_have_finished() {
     assert!(moved.contains(&("promote".to_string(), c)), "{moved:?}");
     assert!(moved.iter().any(|(op, _)| op == "demote"), "{moved:?}");
     // Beside the kernels: the device was never drained for the moves.
-    let moves = moves(&run);
+    let moves = run.moves();
     assert!(moves["fetches"].as_u64().unwrap() >= 1, "{moves:#}");
     assert_eq!(moves["drain_seconds"].as_f64(), Some(0.0), "{moves:#}");
     assert_eq!(moves["drains"], 0, "{moves:#}");
@@ -90,7 +86,7 @@ fn a_new_block_that_finds_no_room_is_made_on_the_device_by_moving_out_a_finished
     let moved = tier_moves(&run);
     assert!(!moved.contains(&("promote".to_string(), c)), "{moved:?}");
     assert!(moved.iter().any(|(op, _)| op == "demote"), "{moved:?}");
-    let moves = moves(&run);
+    let moves = run.moves();
     assert_eq!(moves["made_with_room_bytes"], 4 * MIB, "{moves:#}");
     // Under the quota throughout, and beside the kernels: no drain.
     let peak = run.trace()["processes"][0]["peak_device"]["0"].as_u64();
@@ -122,7 +118,7 @@ fn after_a_launch_the_shim_could_not_read_a_new_block_that_finds_no_room_goes_to
     let run = client(Runtime::Fake13, &overlapping("8MiB", &[]), &steps);
     run.assert_ok();
     assert_eq!(placements(&run), ["device", "device", "host"]);
-    assert_eq!(moves(&run)["made_with_room_bytes"], 0, "{:#}", moves(&run));
+    assert_eq!(run.moves()["made_with_room_bytes"], 0, "{:#}", run.moves());
     assert_eq!(log_field(run.line("hostbytes"), "first"), "3");
     assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
 }
@@ -161,7 +157,7 @@ fn after_a_launch_the_shim_could_not_read_the_next_move_waits_for_the_device() {
     ]);
     let run = client(Runtime::Fake13, &overlapping("8MiB", &[]), &steps);
     run.assert_ok();
-    let moves = moves(&run);
+    let moves = run.moves();
     assert!(moves["drain_seconds"].as_f64().unwrap() > 0.0, "{moves:#}");
     // The trace says why.
     assert_eq!(moves["drains_unread"], 1, "{moves:#}");
@@ -179,7 +175,7 @@ fn moves_with_on_drain_the_device_and_never_unmap_under_a_kernel() {
     let run = client(Runtime::Fake13, &vars, &steps);
     run.assert_ok();
     assert!(busy_unmaps(&run).is_empty(), "{:#?}", run.calls);
-    let moves = moves(&run);
+    let moves = run.moves();
     assert!(moves["drain_seconds"].as_f64().unwrap() > 0.0);
     // With `on`, every round of moves drained the device first, and the
     // job's threads made the copies.
@@ -212,7 +208,7 @@ fn a_block_handed_out_again_goes_out_only_with_the_device_drained_until_work_nam
     assert_eq!(w, a, "a's block again");
     let moved = tier_moves(&run);
     assert!(moved.contains(&("demote".to_string(), w)), "{moved:?}");
-    let moves = moves(&run);
+    let moves = run.moves();
     assert!(moves["drain_seconds"].as_f64().unwrap() > 0.0, "{moves:#}");
     assert_eq!(moves["drains_for_room"], 1, "{moves:#}");
     assert_eq!(moves["drains_unread"], 0, "{moves:#}");
@@ -280,7 +276,7 @@ fn a_block_goes_out_ahead_of_need_on_the_mover_thread_with_its_bytes() {
     let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
     let run = client(Runtime::Fake13, &overlapping("32MiB", &[]), &steps);
     run.assert_ok();
-    let moves = moves(&run);
+    let moves = run.moves();
     assert!(moves["mover_moves"].as_u64().unwrap() >= 1, "{moves:#}");
     assert!(moves["mover_seconds"].as_f64().unwrap() > 0.0, "{moves:#}");
     // The samples count them as they are made; the last, at exit, all.
@@ -321,7 +317,7 @@ fn work_that_names_a_block_handed_to_the_mover_keeps_it_or_waits_for_its_move() 
     let vars = overlapping("32MiB", &[("FAKE_CUDA_HOST_ACCESS_DELAY_MS", "50")]);
     let run = client(Runtime::Fake13, &vars, &steps);
     run.assert_ok();
-    let moves = moves(&run);
+    let moves = run.moves();
     let handed = moves["mover_moves"].as_u64().unwrap() + moves["mover_claimed"].as_u64().unwrap();
     assert!(handed >= 1, "{moves:#}");
     // The fill named b while its move was waiting (dropped) or under way,
@@ -347,7 +343,7 @@ fn a_job_that_exits_with_moves_handed_to_the_mover_exits_at_once_with_its_trace(
     // Its streams' 20 ms delays aside, nothing waits long at exit.
     assert!(began.elapsed() < std::time::Duration::from_secs(5));
     // The trace, written at exit, has the moves.
-    let moves = moves(&run);
+    let moves = run.moves();
     assert!(moves["to_device"].as_u64().unwrap() >= 1, "{moves:#}");
 }
 
@@ -454,7 +450,7 @@ fn blocks_the_step_before_named_come_onto_the_device_ahead_of_the_launches_that_
     );
     let run = client(Runtime::Fake13, &vars, &steps);
     run.assert_ok();
-    let moves = moves(&run);
+    let moves = run.moves();
     // Over the steps after the first, blocks came ahead into the room to
     // spare.
     assert!(moves["ahead_moves"].as_u64().unwrap() >= 3, "{moves:#}");
@@ -529,7 +525,7 @@ fn a_product_whose_call_carries_no_stream_holds_its_blocks_until_its_kernel_has_
     // cublasGemmEx takes its stream from its handle: the kernel it launches
     // says where its use runs.
     let run = product_then_a_block_comes_in(false);
-    let moves = moves(&run);
+    let moves = run.moves();
     assert!(moves["to_host"].as_u64().unwrap() >= 1, "{moves:#}");
 }
 

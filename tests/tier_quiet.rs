@@ -8,14 +8,10 @@ mod common;
 
 use common::*;
 
-fn moves(run: &Run) -> &serde_json::Value {
-    &run.trace()["processes"][0]["moves"]
-}
-
 /// The events the shim recorded through the runtime, as its trace counts
 /// its own CUDA calls.
 fn event_records(run: &Run) -> u64 {
-    moves(run)["host_calls"]
+    run.moves()["host_calls"]
         .as_array()
         .expect("the shim's calls")
         .iter()
@@ -35,7 +31,7 @@ fn a_job_that_never_moves_stops_recording_its_uses_after_thousands_of_them() {
     ];
     let run = client(Runtime::Fake13, &moving_beside("64MiB", &[]), &steps);
     run.assert_ok();
-    let moves = moves(&run);
+    let moves = run.moves();
     assert_eq!(moves["quiet_entered"], 1, "{moves:#}");
     // The 4,096th use found the tier quiet; the ones after it too.
     assert_eq!(moves["unrecorded_uses"], 6000 - 4095, "{moves:#}");
@@ -73,7 +69,7 @@ fn the_first_move_after_a_quiet_spell_waits_for_the_kernels_whose_uses_went_unre
     run.assert_ok();
     let busy = busy_unmaps(&run);
     assert!(busy.is_empty(), "unmapped under a kernel: {busy:#?}");
-    let moves = moves(&run);
+    let moves = run.moves();
     assert_eq!(moves["quiet_entered"], 1, "{moves:#}");
     assert_eq!(moves["drains_quiet"], 1, "{moves:#}");
     assert_eq!(moves["drains_unread"], 0, "{moves:#}");
@@ -114,7 +110,7 @@ fn a_block_brought_in_for_its_use_ends_the_quiet_and_counts_one_drain() {
     let c = hex(&run.field("malloc c", "ptr"));
     let moved = tier_moves(&run);
     assert!(moved.contains(&("promote".to_string(), c)), "{moved:?}");
-    let moves = moves(&run);
+    let moves = run.moves();
     assert_eq!(moves["quiet_entered"], 1, "{moves:#}");
     assert_eq!(moves["drains_quiet"], 1, "{moves:#}");
     assert_eq!(moves["drains_unread"], 0, "{moves:#}");
@@ -144,7 +140,7 @@ fn a_block_still_landing_when_the_tier_goes_quiet_is_read_with_its_bytes() {
     let vars = moving_beside("4MiB", &[("FAKE_CUDA_LINK_MIB_PER_S", "1")]);
     let run = client(Runtime::Fake13, &vars, &steps);
     run.assert_ok();
-    assert_eq!(moves(&run)["quiet_entered"], 1, "{:#}", moves(&run));
+    assert_eq!(run.moves()["quiet_entered"], 1, "{:#}", run.moves());
     peeks_hold(&run, &[("y", "5")]);
 }
 
@@ -164,7 +160,7 @@ fn a_block_in_host_memory_keeps_uses_recorded() {
     let run = client(Runtime::Fake13, &moving_beside("8MiB", &[]), &steps);
     run.assert_ok();
     assert_eq!(placements(&run), ["device", "device", "host"]);
-    let moves = moves(&run);
+    let moves = run.moves();
     assert_eq!(moves["quiet_entered"], 0, "{moves:#}");
     assert_eq!(moves["unrecorded_uses"], 0, "{moves:#}");
     assert_eq!(event_records(&run), 4200);

@@ -171,6 +171,11 @@ impl Run {
         self.traces.values().next().unwrap()
     }
 
+    /// The spill tier's counters in the trace of the run's first process.
+    pub fn moves(&self) -> &Value {
+        &self.trace()["processes"][0]["moves"]
+    }
+
     /// The last sample of the trace's moves (the one taken at exit, which
     /// holds the totals).
     pub fn last_sample(&self) -> &Value {
