@@ -165,3 +165,24 @@ fn a_block_in_host_memory_keeps_uses_recorded() {
     assert_eq!(moves["unrecorded_uses"], 0, "{moves:#}");
     assert_eq!(event_records(&run), 4200);
 }
+
+#[test]
+fn a_fault_while_quiet_says_the_blocks_named_were_not_recorded() {
+    // Thousands of copies, then a kernel that fails as after a fault: the
+    // message cannot list the launch's blocks, and says why.
+    let steps = ["malloc:a:2M", "repeat:4100:1", "memset:a:0:1", "fill:a:1:1"];
+    let env = moving_beside("64MiB", &[("FAKE_CUDA_FAULT_AFTER", "1")]);
+    let run = client(Runtime::Fake13, &env, &steps);
+    assert!(run.stdout.contains("fill a rc=700"), "{}", run.stdout);
+    let said: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("as a kernel's fault does"))
+        .collect();
+    assert_eq!(said.len(), 1, "{}", run.stderr);
+    assert!(
+        said[0].contains("Blocks it named: not recorded"),
+        "{}",
+        said[0]
+    );
+}

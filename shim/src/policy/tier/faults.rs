@@ -75,6 +75,11 @@ fn is_fault(api: Api, rc: c_int) -> bool {
 
 /// Where each of the call's blocks was (the first eight).
 fn describe_named(state: &State, named: &[usize]) -> String {
+    if named.is_empty() && super::quiet::quiet(state) {
+        // Uses go unrecorded while nothing can move.
+        return "not recorded (no block had moved for thousands of uses, none was in host memory)"
+            .into();
+    }
     if named.is_empty() {
         // After a fault CUDA may refuse the queries that read a launch's
         // arguments.
