@@ -58,7 +58,7 @@ use super::quota::device_quota;
 use backing::PAGE;
 use moves::Staged;
 pub use once::Reads;
-pub use room::evict_while;
+pub use room::{evict_while, room_for_new};
 
 /// The size a tier block of `size` bytes takes: whole large pages, if the
 /// tier makes blocks of that size for `api` under `quota`.
@@ -469,67 +469,10 @@ fn fetch_named(state: &'static State, api: Api, named: &[usize], reads: Reads) {
     moves::finish(state, staged);
 }
 
-/// Where moves overlap the job's kernels: reserves room on `device` under
-/// `quota` for a new tier block of `size` bytes that finds none, by moving
-/// out the tier's blocks whose next use is furthest and whose last use has
-/// completed, as the block's first use would (its work comes next). Made in
-/// host memory instead, the block would be pinned host memory that its
-/// first use copies onto the device, bytes no work has written. False
-/// (nothing reserved) if no such room can be made.
-pub fn room_for_new(
-    state: &'static State,
-    api: Api,
-    device: Device,
-    size: u64,
-    quota: u64,
-) -> bool {
-    let bound = limit(state, device, Some(quota)).unwrap_or(quota);
-    // After a launch the shim could not read, only a drained device could
-    // make room: the block is made in host memory, as without this. While
-    // the tier is quiet, the device is drained for it: uses went
-    // unrecorded only because nothing was to move.
-    let quiet = quiet::quiet(state);
-    if !uses::overlapping()
-        || size > bound / 2
-        || (state.tier.unread_since_drain.load(Relaxed) && !quiet)
-        || state.access.graphs.capturing_any()
-        || backing::ready(api).is_err()
-        || !room::could_make_room(state, device, size, quota, &[], quiet)
-    {
-        return false;
-    }
-    let Some(_closed) = state.tier.gate.close() else {
-        return false;
-    };
-    // Asked again behind the gate, where no use goes unrecorded.
-    let strict = state.tier.unread_since_drain.load(SeqCst);
-    if strict && !quiet::quiet(state) {
-        return false;
-    }
-    // Counted as the moves for a use are, whether or not any block moves.
-    if !begin(state, api, strict) {
-        return false;
-    }
-    let _timed = Timed(state, std::time::Instant::now());
-    if !room::make_room(state, device, size, quota, &[], strict) {
-        return false;
-    }
-    // The room kept free is made again beside the job's kernels, as after
-    // a block a use names; not once what the step's peak requires out of
-    // the device is out or leaving: there the budget made again sends out
-    // blocks that the backward pass brings straight back (on an H100, the
-    // LM at half its peak moved 3.1 GB more each way in the steps whose
-    // loss found too little room).
-    if !ahead::out_enough_for_peak(state, device) {
-        moves::finish(state, room::evict_ahead(state, device, bound, &[], false));
-    }
-    true
-}
-
 /// Readies the device for moves behind the closed gate: with `strict`,
 /// waits for it to finish the job's work ([`drained`]); beside the job's
 /// kernels, only counts the moves. False if the wait failed.
-fn begin(state: &State, api: Api, strict: bool) -> bool {
+pub(super) fn begin(state: &State, api: Api, strict: bool) -> bool {
     if !strict {
         state.tier.fetches.fetch_add(1, Relaxed);
         return true;

@@ -6,16 +6,19 @@
 //! those that go ahead of need move on the mover thread ([`super::mover`]).
 //! Also, before the step's peak (where the live blocks required the most out
 //! of the device), the blocks that will have to be out by then, sent as
-//! soon as they are idle ([`out_for_peak`]).
+//! soon as they are idle ([`out_for_peak`]); and room for a new block that
+//! finds none under the quota, made as a use's would be ([`room_for_new`]).
 
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+
+use vramshare_common::event::Api;
 
 use crate::config::Device;
 use crate::state::tier::Kept;
 use crate::state::State;
 
 use super::moves::{self, move_out, timed, Staged};
-use super::{backing, drained, kept, mover, uses, Timed};
+use super::{ahead, backing, begin, drained, kept, limit, mover, quiet, uses, Timed};
 
 /// The share of the quota kept free for blocks coming in (1/8), so that a
 /// block's copy onto the device can start at once and the copies of the
@@ -62,6 +65,63 @@ pub(super) fn spare_beyond_budget(state: &State, device: Device, limit: u64) -> 
 /// the step before's.
 pub(super) fn peak_margin(limit: u64) -> u64 {
     limit / MOVE_BUDGET_DIVISOR / 4
+}
+
+/// Where moves overlap the job's kernels: reserves room on `device` under
+/// `quota` for a new tier block of `size` bytes that finds none, by moving
+/// out the tier's blocks whose next use is furthest and whose last use has
+/// completed, as the block's first use would (its work comes next). Made in
+/// host memory instead, the block would be pinned host memory that its
+/// first use copies onto the device, bytes no work has written. False
+/// (nothing reserved) if no such room can be made.
+pub fn room_for_new(
+    state: &'static State,
+    api: Api,
+    device: Device,
+    size: u64,
+    quota: u64,
+) -> bool {
+    let bound = limit(state, device, Some(quota)).unwrap_or(quota);
+    // After a launch the shim could not read, only a drained device could
+    // make room: the block is made in host memory, as without this. While
+    // the tier is quiet, the device is drained for it: uses went
+    // unrecorded only because nothing was to move.
+    let quiet = quiet::quiet(state);
+    if !uses::overlapping()
+        || size > bound / 2
+        || (state.tier.unread_since_drain.load(Relaxed) && !quiet)
+        || state.access.graphs.capturing_any()
+        || backing::ready(api).is_err()
+        || !could_make_room(state, device, size, quota, &[], quiet)
+    {
+        return false;
+    }
+    let Some(_closed) = state.tier.gate.close() else {
+        return false;
+    };
+    // Asked again behind the gate, where no use goes unrecorded.
+    let strict = state.tier.unread_since_drain.load(SeqCst);
+    if strict && !quiet::quiet(state) {
+        return false;
+    }
+    // Counted as the moves for a use are, whether or not any block moves.
+    if !begin(state, api, strict) {
+        return false;
+    }
+    let _timed = Timed(state, std::time::Instant::now());
+    if !make_room(state, device, size, quota, &[], strict) {
+        return false;
+    }
+    // The room kept free is made again beside the job's kernels, as after
+    // a block a use names; not once what the step's peak requires out of
+    // the device is out or leaving: there the budget made again sends out
+    // blocks that the backward pass brings straight back (on an H100, the
+    // LM at half its peak moved 3.1 GB more each way in the steps whose
+    // loss found too little room).
+    if !ahead::out_enough_for_peak(state, device) {
+        moves::finish(state, evict_ahead(state, device, bound, &[], false));
+    }
+    true
 }
 
 /// Stages moves to the host, least needed first, until the room under
