@@ -372,7 +372,7 @@ fn where_the_job_marks_its_steps_a_block_comes_once_a_step_and_elsewhere_wheneve
         steps.extend(body.iter());
         let run = client(Runtime::Fake13, &moving("8MiB", &[]), &steps);
         run.assert_ok();
-        let moves = run.trace()["processes"][0]["moves"].clone();
+        let moves = run.moves().clone();
         let promotes = tier_moves(&run)
             .iter()
             .filter(|(op, _)| op == "promote")
@@ -551,7 +551,7 @@ fn the_trace_samples_the_moves_counters_over_time_ending_at_their_totals() {
     steps.extend(["fill:c:3:0", "fill:c:3:0", "sleep:120"]);
     let run = client(Runtime::Fake13, &moving("8MiB", &[]), &steps);
     run.assert_ok();
-    let moves = &run.trace()["processes"][0]["moves"];
+    let moves = run.moves();
     let samples = moves["samples"].as_array().unwrap();
     assert!(samples.len() >= 3, "{moves:#}");
     let field = |sample: &serde_json::Value, key: &str| sample[key].as_u64().unwrap();

@@ -78,7 +78,7 @@ fn the_trace_says_why_blocks_came_ahead_or_not() {
     // so no block in host memory is still being read in place when looked
     // at.
     let run = forward_and_backward(5, false, &[]);
-    let moves = &run.trace()["processes"][0]["moves"];
+    let moves = run.moves();
     let last = run.last_sample();
     let count = |key: &str| last[key].as_u64().unwrap();
     assert!(moves["ahead_moves"].as_u64().unwrap() > 0, "{moves:#}");
@@ -150,7 +150,7 @@ fn the_trace_names_the_uses_the_step_before_did_not_foretell() {
         let line = run.line(&format!("malloc {name}"));
         format!("older block at {:#x}", hex(&log_field(line, "ptr")))
     };
-    let moves = &run.trace()["processes"][0]["moves"];
+    let moves = run.moves();
     let first = &moves["replay_misses"][0];
     assert_eq!(first["at"], 0, "{moves:#}");
     assert_eq!(first["named"], start("b1"), "{moves:#}");
@@ -175,7 +175,7 @@ fn room_is_kept_free_for_blocks_ahead_only_while_they_come() {
     // come back as the backward ends), so only the move budget is kept
     // free; room kept for blocks ahead then would only send more out.
     let run = forward_and_backward(5, false, &[]);
-    let moves = &run.trace()["processes"][0]["moves"];
+    let moves = run.moves();
     let out = moves["bytes_to_host"].as_u64().unwrap();
     // Five steps: at least 16 MiB out each. With room kept for blocks ahead
     // all through, 20 MiB went out each step; with it kept only while they
@@ -191,7 +191,7 @@ fn blocks_needed_past_the_peak_go_out_before_room_runs_short() {
     // they go out as soon as they are idle, while the quota still has
     // room, so fewer of the forward's blocks wait for room to be made.
     let run = forward_and_backward(5, false, &[]);
-    let moves = &run.trace()["processes"][0]["moves"];
+    let moves = run.moves();
     let count = |key: &str| moves[key].as_u64().unwrap();
     // Four steps with a step before: at least half of the 16 MiB each must
     // put out went early (12 MiB each here).
@@ -249,7 +249,7 @@ fn an_allocation_at_the_peak_makes_only_its_own_room() {
     let vars = moving_beside("48MiB", &[("FAKE_CUDA_STREAM_DELAY_US", "1000")]);
     let run = client(Runtime::Fake13, &vars, &steps);
     run.assert_ok();
-    let moves = &run.trace()["processes"][0]["moves"];
+    let moves = run.moves();
     let count = |key: &str| moves[key].as_u64().unwrap();
     // The block at the peak made its own room in each step after the first.
     assert!(count("made_with_room_bytes") >= 5 * 8 * MIB, "{moves:#}");
@@ -279,7 +279,7 @@ fn blocks_coming_ahead_take_the_memory_of_kept_blocks_of_their_size() {
     // moves onto the device came ahead of need, against 24 while blocks
     // ahead took only free room.
     let run = forward_and_backward(5, false, &[]);
-    let moves = &run.trace()["processes"][0]["moves"];
+    let moves = run.moves();
     let count = |key: &str| moves[key].as_u64().unwrap();
     let (ahead, onto) = (count("ahead_moves"), count("to_device"));
     assert!(onto >= 32, "{moves:#}");
@@ -296,7 +296,7 @@ fn blocks_coming_ahead_into_kept_memory_hold_their_own_bytes() {
     // frees on the device rather than on the host.
     let run = forward_and_backward(5, true, &[("FAKE_CUDA_LINK_MIB_PER_S", "2000")]);
     assert_each_block_held_its_bytes(&run, 5);
-    let moves = &run.trace()["processes"][0]["moves"];
+    let moves = run.moves();
     assert!(
         moves["lent_bytes_to_device"].as_u64() >= Some(8 * 2 * MIB),
         "{moves:#}"

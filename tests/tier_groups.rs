@@ -85,7 +85,7 @@ fn last_addresses(run: &Run) -> Vec<u64> {
 fn a_steps_saved_blocks_share_one_block_after_the_first_step() {
     let run = run_steps(4, 1, "64MiB", "200");
     assert_each_block_held_its_bytes(&run, 4);
-    let moves = &run.trace()["processes"][0]["moves"];
+    let moves = run.moves();
     let made = moves["groups_made"].as_u64().unwrap();
     let members = moves["grouped_members"].as_u64().unwrap();
     // From the second step on, the first blocks come in groups of at most
@@ -115,7 +115,7 @@ fn members_freed_on_another_stream_leave_every_block_its_bytes() {
     // the next step's forward wrote, and groups are made all the same.
     let run = run_steps(4, 2, "64MiB", "2000");
     assert_each_block_held_its_bytes(&run, 4);
-    let moves = &run.trace()["processes"][0]["moves"];
+    let moves = run.moves();
     assert!(moves["groups_made"].as_u64().unwrap() >= 3, "{moves:#}");
     assert!(leaked_blocks(run.trace()).is_empty(), "{:#}", run.trace());
 }

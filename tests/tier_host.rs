@@ -31,7 +31,7 @@ fn host_memory_of_a_freed_block_serves_the_next_block_of_its_size_without_pinnin
     // c's, and a's at its first move out (to make room for d at its fill):
     // d got c's.
     assert_eq!(host_made, 2, "{:?}", run.calls);
-    let moves = &run.trace()["processes"][0]["moves"];
+    let moves = run.moves();
     assert_eq!(moves["pinned_bytes"], 8 * MIB, "{moves}");
     // Neither was pinned beside unused host memory: c's went to d.
     assert_eq!(moves["pinned_beside_unused_bytes"], 0, "{moves}");
@@ -71,7 +71,7 @@ fn a_block_that_needs_host_memory_takes_that_of_a_kept_block_of_its_size_only() 
     assert!(host_made[0].contains("size=4194304"), "{host_made:?}");
     assert!(host_made[1].contains("size=2097152"), "{host_made:?}");
     // d's was pinned while c's 4 MiB lay unused, kept: the trace says so.
-    let moves = &run.trace()["processes"][0]["moves"];
+    let moves = run.moves();
     assert_eq!(moves["pinned_beside_unused_bytes"], 2 * MIB, "{moves}");
     let refused: Vec<_> = run
         .calls_with(&["cuMemMap"])
@@ -110,7 +110,7 @@ fn host_memory_is_kept_by_size_so_blocks_of_each_size_pin_theirs_once() {
     steps.extend(["malloc:z:4M", "fill:z:1:0"]);
     let run = client(Runtime::Fake13, &moving("8MiB", &[]), &steps);
     run.assert_ok();
-    let moves = &run.trace()["processes"][0]["moves"];
+    let moves = run.moves();
     assert_eq!(moves["pinned_bytes"], 16 * MIB, "{moves}");
     assert_eq!(moves["unpinned_bytes"], 0, "{moves}");
     assert_eq!(moves["pinned_beside_unused_bytes"], 8 * MIB, "{moves}");
@@ -138,14 +138,7 @@ fn frees_ask_cuda_about_kept_blocks_only_where_some_may_go() {
     let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
     let run = client(Runtime::Fake13, &moving("8MiB", &[]), &steps);
     run.assert_ok();
-    let process = &run.trace()["processes"][0];
-    let queries: u64 = process["moves"]["host_calls"]
-        .as_array()
-        .expect("host_calls")
-        .iter()
-        .filter(|c| c["name"].as_str().unwrap().contains("EventQuery"))
-        .map(|c| c["calls"].as_u64().unwrap())
-        .sum();
+    let queries = run.host_calls(None, |name| name.contains("EventQuery"));
     assert!(queries < 80, "{queries} event queries for 80 frees");
 }
 

@@ -540,7 +540,7 @@ fn an_allocation_waiting_for_a_kept_blocks_free_counts_the_wait() {
     );
     run.assert_ok();
     assert_eq!(placements(&run), ["device", "device", "device"]);
-    let moves = &run.trace()["processes"][0]["moves"];
+    let moves = run.moves();
     let waited = moves["free_wait_seconds"].as_f64().unwrap();
     assert!(waited > 0.001, "{moves:#}");
     // Bounded: an allocation waits for a free at most 20 ms.
@@ -574,9 +574,7 @@ fn kept_blocks_given_back_for_room_kept_free_ahead_of_need_are_counted_apart() {
     );
     run.assert_ok();
     assert_eq!(run.meminfo(), vec![(4 * MIB, 16 * MIB)], "{}", run.stdout);
-    let samples = run.trace()["processes"][0]["moves"]["samples"]
-        .as_array()
-        .unwrap();
+    let samples = run.moves()["samples"].as_array().unwrap();
     let last = samples.last().unwrap();
     let (all, ahead) = (
         last["give_back_ns"].as_u64().unwrap(),

@@ -68,7 +68,7 @@ fn a_block_coming_in_takes_the_memory_of_a_kept_block_whose_free_is_queued_and_h
     let c = hex(&run.field("async c", "ptr"));
     // c came in; nothing went out to make its room.
     assert_eq!(tier_moves(&run), [("promote".to_string(), c)]);
-    let moves = &run.trace()["processes"][0]["moves"];
+    let moves = run.moves();
     assert_eq!(
         moves["lent_bytes_to_device"].as_u64(),
         Some(4 * MIB),

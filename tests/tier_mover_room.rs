@@ -42,7 +42,7 @@ fn an_allocation_waiting_for_room_goes_on_once_one_move_out_has_landed() {
         .filter(|e| e["op"] == "demote" && e["rc"].as_i64().unwrap_or(0) == 0)
         .count();
     assert!(demotes_after >= 1, "{events:#?}");
-    let moves = &run.trace()["processes"][0]["moves"];
+    let moves = run.moves();
     assert!(moves["mover_moves"].as_u64().unwrap() >= 2, "{moves:#}");
     // And never above the quota.
     let peak = run.trace()["processes"][0]["peak_device"]["0"].as_u64();

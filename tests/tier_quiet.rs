@@ -11,13 +11,7 @@ use common::*;
 /// The events the shim recorded through the runtime, as its trace counts
 /// its own CUDA calls.
 fn event_records(run: &Run) -> u64 {
-    run.moves()["host_calls"]
-        .as_array()
-        .expect("the shim's calls")
-        .iter()
-        .filter(|call| call["kind"] == "cuda" && call["name"] == "cudaEventRecord")
-        .map(|call| call["calls"].as_u64().unwrap())
-        .sum()
+    run.host_calls(Some("cuda"), |name| name == "cudaEventRecord")
 }
 
 #[test]
@@ -75,11 +69,8 @@ fn the_first_move_after_a_quiet_spell_waits_for_the_kernels_whose_uses_went_unre
     assert_eq!(moves["drains_unread"], 0, "{moves:#}");
     // c was made on the device, by moving a block out, not in host memory.
     assert_eq!(placements(&run), ["device", "device", "device"]);
-    assert!(
-        tier_moves(&run).iter().any(|(op, _)| op == "demote"),
-        "{:?}",
-        tier_moves(&run)
-    );
+    let moved = tier_moves(&run);
+    assert!(moved.iter().any(|(op, _)| op == "demote"), "{moved:?}");
     copied_bytes_hold(&run, "3");
     peeks_hold(&run, &[("a", "4"), ("b", "5")]);
 }

@@ -118,7 +118,7 @@ fn the_fakes_memory_costs_hold_the_calls_that_make_them() {
     ];
     let run = training_with("48MiB", &more);
     assert_eq!(wrong_bytes(&run), vec![0; 6], "{}", run.stderr);
-    let moves = &run.trace()["processes"][0]["moves"];
+    let moves = run.moves();
     let pinned_mib = moves["pinned_bytes"].as_u64().unwrap() / MIB;
     let pinning_ms = moves["pinning_seconds"].as_f64().unwrap() * 1e3;
     assert!(pinned_mib >= 24, "{moves:#}");

@@ -176,10 +176,24 @@ impl Run {
         &self.trace()["processes"][0]["moves"]
     }
 
+    /// The calls of `kind` ("hook", "cuda": the shim's own CUDA calls; any
+    /// if `None`) whose name `name` accepts, as the trace counts the hooks'
+    /// costs.
+    pub fn host_calls(&self, kind: Option<&str>, name: impl Fn(&str) -> bool) -> u64 {
+        self.moves()["host_calls"]
+            .as_array()
+            .expect("host_calls")
+            .iter()
+            .filter(|call| kind.is_none_or(|kind| call["kind"] == kind))
+            .filter(|call| name(call["name"].as_str().unwrap()))
+            .map(|call| call["calls"].as_u64().unwrap())
+            .sum()
+    }
+
     /// The last sample of the trace's moves (the one taken at exit, which
     /// holds the totals).
     pub fn last_sample(&self) -> &Value {
-        let samples = self.trace()["processes"][0]["moves"]["samples"].as_array();
+        let samples = self.moves()["samples"].as_array();
         samples
             .and_then(|s| s.last())
             .expect("samples of the moves")
