@@ -202,7 +202,8 @@ pub struct StepPeakJson {
 }
 
 /// Calls of one name, `kind` "hook" (a hook's own time) or "cuda" (the
-/// shim's own CUDA calls of that function).
+/// shim's own CUDA calls of that function): every call, and their time
+/// estimated from one call in eight timed at random.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
 #[serde(default)]
 pub struct HostCallJson {
@@ -326,7 +327,8 @@ pub struct MovesSample {
     pub mover_moves: u64,
     pub mover_claimed: u64,
     /// The job's threads in the shim's hooks (once the tier had blocks):
-    /// kernel launches timed, their time in the shim (each call less the
+    /// kernel launches counted, their time in the shim (estimated from one
+    /// call in eight timed at random; each call less the
     /// CUDA call passed on), and of it the shim's own CUDA calls (time and
     /// number), reading parameters, moving the blocks named, and bringing
     /// blocks ahead; then every other hooked call alike.

@@ -6,47 +6,38 @@
 //! while its host is slower to launch than native shows where that went.
 //!
 //! Counted only once the spill tier has blocks ([`count_from_now`]): a job
-//! under no pressure pays no clock reads.
+//! under no pressure pays nothing for them. Every call is counted; one
+//! hooked call in [`TIME_ONE_IN`], chosen at random on each thread, is
+//! timed (with the CUDA calls inside it), and its times count that many
+//! times over: an estimate with no bias, where timing every call took
+//! more clock reads than the hooks' own work (half of what a stream-ordered
+//! allocation and free added on the fake runtime).
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Instant;
 
 use vramshare_common::trace_json::{HostCallJson, MovesSample};
 
+use super::costs_by_name::{ByName, Counts};
+
 static COUNTING: AtomicBool = AtomicBool::new(false);
 
-/// Calls and nanoseconds by name: the hooks' own time, and the shim's own
-/// CUDA calls'. Taken with `try_lock` only: a count lost to a busy lock
-/// costs nothing, a wait would cost the job (and a lock held by another
-/// thread at a `fork` would never be let go in the child).
-type Table = HashMap<&'static str, (u64, u64)>;
-type ByName = Mutex<Option<Table>>;
-static HOOKS_BY_NAME: ByName = Mutex::new(None);
-static CUDA_BY_NAME: ByName = Mutex::new(None);
+/// One hooked call in this many is timed, at random.
+pub const TIME_ONE_IN: u64 = 8;
+
+/// Calls and nanoseconds by name: the hooks' own time, and the shim's
+/// own CUDA calls'.
+static HOOKS_BY_NAME: ByName = ByName::new();
+static CUDA_BY_NAME: ByName = ByName::new();
 
 /// Both tables as they stood at the last two marks of a step, so that the
-/// last complete step's calls can be told from the warm-up's.
-type Tables = (Table, Table);
+/// last complete step's calls can be told from the warm-up's. Taken with
+/// `try_lock` only, once a step.
+type Tables = (Counts, Counts);
 static AT_MARKS: Mutex<(Option<Tables>, Option<Tables>)> = Mutex::new((None, None));
-
-fn add_by_name(table: &ByName, name: &'static str, ns: u64) {
-    if let Ok(mut table) = table.try_lock() {
-        let entry = table
-            .get_or_insert_with(HashMap::new)
-            .entry(name)
-            .or_default();
-        entry.0 += 1;
-        entry.1 += ns;
-    }
-}
-
-fn copy_of(table: &ByName) -> Option<Table> {
-    let table = table.try_lock().ok()?;
-    Some(table.clone().unwrap_or_default())
-}
 
 /// At the job's mark of a step: both tables as they stand, kept with the
 /// ones of the mark before.
@@ -54,17 +45,15 @@ pub fn step_marked() {
     if !COUNTING.load(Relaxed) {
         return;
     }
-    let (Some(hooks), Some(cuda)) = (copy_of(&HOOKS_BY_NAME), copy_of(&CUDA_BY_NAME)) else {
-        return;
-    };
+    let tables = (HOOKS_BY_NAME.counts(), CUDA_BY_NAME.counts());
     if let Ok(mut marks) = AT_MARKS.try_lock() {
         marks.0 = marks.1.take();
-        marks.1 = Some((hooks, cuda));
+        marks.1 = Some(tables);
     }
 }
 
 /// Rows of `kind` for `now`'s calls less `before`'s.
-fn rows(kind: &str, now: &Table, before: Option<&Table>) -> Vec<HostCallJson> {
+fn rows(kind: &str, now: &Counts, before: Option<&Counts>) -> Vec<HostCallJson> {
     now.iter()
         .filter_map(|(name, &(calls, ns))| {
             let (calls_then, ns_then) = before
@@ -89,12 +78,8 @@ pub fn by_name() -> (Vec<HostCallJson>, Vec<HostCallJson>) {
         all.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
         all
     };
-    let mut run = Vec::new();
-    for (table, kind) in [(&HOOKS_BY_NAME, "hook"), (&CUDA_BY_NAME, "cuda")] {
-        if let Some(now) = copy_of(table) {
-            run.extend(rows(kind, &now, None));
-        }
-    }
+    let mut run = rows("hook", &HOOKS_BY_NAME.counts(), None);
+    run.extend(rows("cuda", &CUDA_BY_NAME.counts(), None));
     let mut step = Vec::new();
     if let Ok(marks) = AT_MARKS.try_lock() {
         if let (Some(before), Some(after)) = (&marks.0, &marks.1) {
@@ -150,8 +135,8 @@ impl Calls {
     }
 }
 
-/// This thread's CUDA time so far: the calls passed on, and the shim's
-/// own (with their number).
+/// This thread's CUDA time so far (in its timed calls), and its own CUDA
+/// calls (all of them).
 #[derive(Clone, Copy, Default)]
 struct Spent {
     passed_ns: u64,
@@ -161,87 +146,149 @@ struct Spent {
 
 thread_local! {
     static SPENT: Cell<Spent> = const { Cell::new(Spent { passed_ns: 0, own_cuda_ns: 0, own_cuda_calls: 0 }) };
-    /// Inside a real CUDA call being timed: calls that CUDA makes back
-    /// into the hooks meanwhile are a part of it, not timed again.
+    /// Inside a real CUDA call being counted: calls that CUDA makes back
+    /// into the hooks meanwhile are a part of it, not counted again.
     static IN_CUDA: Cell<bool> = const { Cell::new(false) };
-    /// Inside a hook being timed: the shim's own CUDA calls are the job
+    /// Inside a hook being counted: the shim's own CUDA calls are the job
     /// thread's, counted by name (the shim's threads' are not).
     static IN_HOOK: Cell<u32> = const { Cell::new(0) };
+    /// Whether the innermost hook being counted is timed.
+    static TIMING: Cell<bool> = const { Cell::new(false) };
+    /// The thread's draws of which calls are timed (xorshift; 0 until
+    /// seeded), and one in how many are (the tests time every call).
+    static DRAWS: Cell<u64> = const { Cell::new(0) };
+    static ONE_IN: Cell<u64> = const { Cell::new(TIME_ONE_IN) };
 }
 
-/// From now on, hooked calls are timed.
+/// Whether the hook beginning now is timed: one in [`ONE_IN`], at random.
+fn drawn() -> bool {
+    let one_in = ONE_IN.try_with(Cell::get).unwrap_or(TIME_ONE_IN);
+    DRAWS
+        .try_with(|draws| {
+            let mut x = draws.get();
+            if x == 0 {
+                // Seeded from the process's random keys: threads draw
+                // apart, and a seed is never 0.
+                x = RandomState::new().hash_one(draws as *const Cell<u64>) | 1;
+            }
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            draws.set(x);
+            x % one_in == 0
+        })
+        .unwrap_or(false)
+}
+
+/// What a timed time counts for: [`ONE_IN`] times itself.
+fn weighted(ns: u64) -> u64 {
+    ns.saturating_mul(ONE_IN.try_with(Cell::get).unwrap_or(TIME_ONE_IN))
+}
+
+/// Has this thread time every hooked call (the tests' exact times).
+#[cfg(test)]
+pub fn time_every_call() {
+    ONE_IN.with(|one_in| one_in.set(1));
+}
+
+/// From now on, hooked calls are counted.
 pub fn count_from_now() {
     COUNTING.store(true, Relaxed);
 }
 
-/// A hooked call being timed: when it began, and its thread's CUDA time
-/// then.
-pub struct Hook(Instant, Spent);
+/// A hooked call being counted: when it began, if it is timed; its
+/// thread's CUDA time then; and whether the hook it runs inside is timed.
+pub struct Hook {
+    at: Option<Instant>,
+    spent: Spent,
+    outer_timed: bool,
+}
 
-/// At a hook's start: `None` unless calls are timed.
+/// At a hook's start: `None` unless calls are counted.
 pub fn hook_began() -> Option<Hook> {
     if !COUNTING.load(Relaxed) {
         return None;
     }
     let spent = SPENT.try_with(Cell::get).ok()?;
     IN_HOOK.try_with(|depth| depth.set(depth.get() + 1)).ok()?;
-    Some(Hook(Instant::now(), spent))
+    let timed = drawn();
+    let outer_timed = TIMING
+        .try_with(|timing| timing.replace(timed))
+        .unwrap_or(false);
+    Some(Hook {
+        at: timed.then(Instant::now),
+        spent,
+        outer_timed,
+    })
 }
 
 /// At the end of the hook `began` (of `name`: a launch, or another call):
-/// its time in the shim is counted, and the thread's CUDA time put back as
-/// it was, so that a hook that ran inside another's CUDA call (a library's
-/// own launches) is not counted again as that call's.
+/// it is counted, with its time in the shim if it was timed, and the
+/// thread's CUDA time put back as it was, so that a hook that ran inside
+/// another's CUDA call (a library's own launches) is not counted again as
+/// that call's.
 pub fn hook_ended(began: Option<Hook>, name: &'static str) {
-    let Some(Hook(at, before)) = began else {
+    let Some(hook) = began else {
+        return;
+    };
+    let whole = hook.at.map(|at| at.elapsed().as_nanos() as u64);
+    let _ = IN_HOOK.try_with(|depth| depth.set(depth.get().saturating_sub(1)));
+    let _ = TIMING.try_with(|timing| timing.set(hook.outer_timed));
+    let before = hook.spent;
+    let Ok(now) = SPENT.try_with(|spent| spent.replace(before)) else {
         return;
     };
     // Every kernel launch's hook, and only those, has "Launch" in its name
     // (`cudaLaunchKernel`, `cuLaunchKernelEx`, `cudaGraphLaunch`, …).
-    let launch = name.contains("Launch");
-    let whole = at.elapsed().as_nanos() as u64;
-    let _ = IN_HOOK.try_with(|depth| depth.set(depth.get().saturating_sub(1)));
-    let Ok(now) = SPENT.try_with(|spent| spent.replace(before)) else {
-        return;
-    };
-    let passed = now.passed_ns.saturating_sub(before.passed_ns);
-    let kind = if launch {
+    let kind = if name.contains("Launch") {
         &HOST_COSTS.launches
     } else {
         &HOST_COSTS.others
     };
-    let own = whole.saturating_sub(passed);
-    add_by_name(&HOOKS_BY_NAME, name, own);
     kind.calls.fetch_add(1, Relaxed);
-    kind.own_ns.fetch_add(own, Relaxed);
-    kind.cuda_ns
-        .fetch_add(now.own_cuda_ns.saturating_sub(before.own_cuda_ns), Relaxed);
     kind.cuda_calls.fetch_add(
         now.own_cuda_calls.saturating_sub(before.own_cuda_calls),
         Relaxed,
     );
+    let Some(whole) = whole else {
+        HOOKS_BY_NAME.add(name, 0);
+        return;
+    };
+    let passed = now.passed_ns.saturating_sub(before.passed_ns);
+    let own = weighted(whole.saturating_sub(passed));
+    HOOKS_BY_NAME.add(name, own);
+    kind.own_ns.fetch_add(own, Relaxed);
+    let own_cuda = now.own_cuda_ns.saturating_sub(before.own_cuda_ns);
+    kind.cuda_ns.fetch_add(weighted(own_cuda), Relaxed);
 }
 
-/// Before a real CUDA call: when it began, unless calls are not timed or
-/// it is made inside another.
-pub fn cuda_began() -> Option<Instant> {
+/// A real CUDA call being counted: when it began, if it is timed.
+pub struct CudaCall(Option<Instant>);
+
+/// Before a real CUDA call: `None` unless calls are counted and it is not
+/// made inside another.
+pub fn cuda_began() -> Option<CudaCall> {
     if !COUNTING.load(Relaxed) {
         return None;
     }
     let outermost = IN_CUDA.try_with(|inside| !inside.replace(true)).ok()?;
-    outermost.then(Instant::now)
+    if !outermost {
+        return None;
+    }
+    let timed = TIMING.try_with(Cell::get).unwrap_or(false);
+    Some(CudaCall(timed.then(Instant::now)))
 }
 
 /// After the real CUDA call `began`: counted as the one the hook passes
 /// on (`passed`), or as the shim's own.
-pub fn cuda_ended(began: Option<Instant>, name: &'static str, passed: bool) {
-    let Some(at) = began else {
+pub fn cuda_ended(began: Option<CudaCall>, name: &'static str, passed: bool) {
+    let Some(CudaCall(at)) = began else {
         return;
     };
-    let spent = at.elapsed().as_nanos() as u64;
+    let spent = at.map_or(0, |at| at.elapsed().as_nanos() as u64);
     let _ = IN_CUDA.try_with(|inside| inside.set(false));
     if !passed && IN_HOOK.try_with(Cell::get).unwrap_or(0) > 0 {
-        add_by_name(&CUDA_BY_NAME, name, spent);
+        CUDA_BY_NAME.add(name, weighted(spent));
     }
     let _ = SPENT.try_with(|all| {
         let mut now = all.get();
@@ -274,14 +321,14 @@ pub fn sample() -> MovesSample {
     }
 }
 
-/// Adds the time `f` took to `counter`, where calls are timed.
+/// Adds the time `f` took to `counter`, inside a timed hook.
 pub fn timed<T>(counter: &AtomicU64, f: impl FnOnce() -> T) -> T {
-    if !COUNTING.load(Relaxed) {
+    if !COUNTING.load(Relaxed) || !TIMING.try_with(Cell::get).unwrap_or(false) {
         return f();
     }
     let began = Instant::now();
     let result = f();
-    counter.fetch_add(began.elapsed().as_nanos() as u64, Relaxed);
+    counter.fetch_add(weighted(began.elapsed().as_nanos() as u64), Relaxed);
     result
 }
 
@@ -292,6 +339,7 @@ mod tests {
     #[test]
     fn a_hook_counts_its_own_time_and_its_own_cuda_calls_not_the_call_it_passes_on() {
         count_from_now();
+        time_every_call();
         // Launches: no other unit test makes one.
         let counts = &HOST_COSTS.launches;
         let before = (
@@ -317,19 +365,42 @@ mod tests {
             "own time {own_ns} ns: the 2 ms own call, not the 30 ms passed on"
         );
         assert_eq!(SPENT.with(Cell::get).passed_ns, 0, "put back as it was");
-        let named = |kind: &str| {
-            by_name()
-                .0
-                .into_iter()
-                .find(|c| c.kind == kind && c.name.starts_with("cu"))
-        };
-        assert_eq!(
-            named("cuda").map(|c| c.name),
-            Some("cuEventQuery".to_string())
+        let (run, _) = by_name();
+        let named = |kind: &str, name: &str| run.iter().any(|c| c.kind == kind && c.name == name);
+        assert!(
+            named("cuda", "cuEventQuery"),
+            "the shim's own call, by name"
         );
-        assert_eq!(
-            named("hook").map(|c| c.name),
-            Some("cuLaunchKernel".to_string())
+        assert!(named("hook", "cuLaunchKernel"), "the hook, by name");
+        assert!(
+            !named("cuda", "cuLaunchKernel"),
+            "the call passed on is the hook's"
+        );
+    }
+
+    #[test]
+    fn one_call_in_eight_is_timed_and_the_estimate_holds_the_whole() {
+        count_from_now();
+        let busy = |micros| {
+            let began = Instant::now();
+            while began.elapsed().as_micros() < micros {}
+        };
+        for _ in 0..2000 {
+            let hook = hook_began();
+            busy(20);
+            hook_ended(hook, "cudaMallocAsync-sampled");
+        }
+        let (run, _) = by_name();
+        let row = run
+            .iter()
+            .find(|c| c.name == "cudaMallocAsync-sampled")
+            .expect("counted");
+        assert_eq!(row.calls, 2000, "every call counted");
+        // 2,000 calls of 20 µs: 40 ms, estimated from about 250 of them.
+        assert!(
+            (0.028..0.060).contains(&row.seconds),
+            "estimated {} s of about 0.040",
+            row.seconds
         );
     }
 }

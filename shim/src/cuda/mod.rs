@@ -5,6 +5,7 @@
 //! and what the hooks around them cost the job's threads ([`host_costs`]).
 
 pub mod backend;
+pub mod costs_by_name;
 #[cfg(all(target_arch = "x86_64", not(test)))]
 pub mod dlsym;
 pub mod functions;
