@@ -15,6 +15,7 @@ pub mod report;
 pub mod steps;
 pub mod use_log;
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use functions::Functions;
@@ -91,6 +92,34 @@ impl Default for Named {
     }
 }
 
+impl Drop for Named {
+    fn drop(&mut self) {
+        keep_words(&mut self.words);
+    }
+}
+
+thread_local! {
+    /// A buffer for the next use's words, kept from the last: most launches
+    /// collect a few, and a new vector's growth to hold them cost more
+    /// allocations a launch than the rest of the hook made.
+    static SPARE_WORDS: Cell<Vec<u64>> = const { Cell::new(Vec::new()) };
+}
+
+/// The thread's buffer for a use's words, empty.
+fn spare_words() -> Vec<u64> {
+    SPARE_WORDS.try_with(Cell::take).unwrap_or_default()
+}
+
+/// Keeps `words`' buffer for the thread's next use.
+fn keep_words(words: &mut Vec<u64>) {
+    if words.capacity() == 0 {
+        return;
+    }
+    let mut kept = std::mem::take(words);
+    kept.clear();
+    let _ = SPARE_WORDS.try_with(|spare| spare.set(kept));
+}
+
 impl Named {
     fn note(&mut self, start: usize) {
         if self.count < self.starts.len() {
@@ -152,6 +181,12 @@ pub struct Naming<'a> {
     collect: (u64, u64),
 }
 
+impl Drop for Naming<'_> {
+    fn drop(&mut self) {
+        keep_words(&mut self.words);
+    }
+}
+
 impl<'a> Naming<'a> {
     fn new(snapshot: &'a Snapshot, generation: u64, every_kind: bool) -> Self {
         Naming {
@@ -162,7 +197,7 @@ impl<'a> Naming<'a> {
             every_kind,
             unfound: [0; MAX_UNFOUND],
             unfound_count: 0,
-            words: Vec::new(),
+            words: spare_words(),
             overflowed: false,
             collect: (COLLECT[0].load(Relaxed), COLLECT[1].load(Relaxed)),
         }
