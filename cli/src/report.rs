@@ -389,7 +389,7 @@ fn host_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
         )
     };
     format!(
-        "  the job's threads in the shim: {:.2} s in {} launches ({:.1} µs each, {:.2} s of it in CUDA calls of the shim's own), {:.2} s in {} other calls ({:.1} µs each, {:.2} s in CUDA calls){step}\n",
+        "  the job's threads in the shim (times estimated from one call in eight): {:.2} s in {} launches ({:.1} µs each, {:.2} s of it in CUDA calls of the shim's own), {:.2} s in {} other calls ({:.1} µs each, {:.2} s in CUDA calls){step}\n",
         last.launch_hooks_ns as f64 / 1e9,
         last.launch_hooks,
         each(last.launch_hooks_ns, last.launch_hooks),
@@ -531,7 +531,7 @@ mod tests {
         }
         let report = process_report(&timed, &[]);
         assert!(
-            report.contains("  the job's threads in the shim: 0.01 s in 1000 launches (8.0 µs each, 0.00 s of it in CUDA calls of the shim's own), 0.05 s in 500 other calls (100.0 µs each, 0.04 s in CUDA calls); the last marked step's costliest: cudaMallocAsync 20.0 ms (250 calls)\n"),
+            report.contains("  the job's threads in the shim (times estimated from one call in eight): 0.01 s in 1000 launches (8.0 µs each, 0.00 s of it in CUDA calls of the shim's own), 0.05 s in 500 other calls (100.0 µs each, 0.04 s in CUDA calls); the last marked step's costliest: cudaMallocAsync 20.0 ms (250 calls)\n"),
             "{report}"
         );
         // Allocations that waited for room say how long, and for what.
