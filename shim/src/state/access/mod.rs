@@ -93,8 +93,11 @@ impl Default for Named {
 }
 
 impl Drop for Named {
+    #[inline]
     fn drop(&mut self) {
-        keep_words(&mut self.words);
+        if self.words.capacity() != 0 {
+            keep_words(&mut self.words);
+        }
     }
 }
 
@@ -106,15 +109,14 @@ thread_local! {
 }
 
 /// The thread's buffer for a use's words, empty.
+#[cold]
 fn spare_words() -> Vec<u64> {
     SPARE_WORDS.try_with(Cell::take).unwrap_or_default()
 }
 
 /// Keeps `words`' buffer for the thread's next use.
+#[cold]
 fn keep_words(words: &mut Vec<u64>) {
-    if words.capacity() == 0 {
-        return;
-    }
     let mut kept = std::mem::take(words);
     kept.clear();
     let _ = SPARE_WORDS.try_with(|spare| spare.set(kept));
@@ -182,8 +184,11 @@ pub struct Naming<'a> {
 }
 
 impl Drop for Naming<'_> {
+    #[inline]
     fn drop(&mut self) {
-        keep_words(&mut self.words);
+        if self.words.capacity() != 0 {
+            keep_words(&mut self.words);
+        }
     }
 }
 
@@ -197,7 +202,7 @@ impl<'a> Naming<'a> {
             every_kind,
             unfound: [0; MAX_UNFOUND],
             unfound_count: 0,
-            words: spare_words(),
+            words: Vec::new(),
             overflowed: false,
             collect: (COLLECT[0].load(Relaxed), COLLECT[1].load(Relaxed)),
         }
@@ -228,6 +233,9 @@ impl<'a> Naming<'a> {
     #[inline]
     pub fn word(&mut self, value: u64) {
         if value >= self.collect.0 && value < self.collect.1 {
+            if self.words.capacity() == 0 {
+                self.words = spare_words();
+            }
             if self.words.len() < MAX_WORDS {
                 self.words.push(value);
             } else {
