@@ -130,6 +130,10 @@ pub unsafe fn launch(
         }),
     };
     state.count_launch(api, how);
+    if !tier::active(state) {
+        tier::log_use(state, names.blocks());
+        return real();
+    }
     // A graph's launch runs every kernel captured in it: its blocks may be
     // read many times over.
     let reads = if launched.entry == Entry::Graph {

@@ -25,6 +25,7 @@ pub mod gate;
 pub mod grouped;
 mod launch_counts;
 pub mod ledger;
+pub mod listed;
 pub mod outgoing;
 pub mod report;
 mod shared;

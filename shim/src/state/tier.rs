@@ -21,6 +21,7 @@ use vramshare_common::size::MAX_DEVICES;
 use vramshare_common::trace_json::{MovesSample, MOVES_SAMPLES_MAX};
 
 use super::gate::Gate;
+use super::listed::Listed;
 use super::lock;
 use crate::cuda::host_costs;
 
@@ -284,14 +285,14 @@ pub struct Tier {
     /// Kept blocks whose device memory was lent to a block coming in before
     /// their frees were reached ([`crate::policy::tier::kept::lend`]): their
     /// ranges still map it, unmapped once the frees are reached.
-    pub lending: Mutex<Vec<Kept>>,
+    pub lending: Listed<Kept>,
     /// Bytes moved onto the device into memory lent by kept blocks.
     pub moved_in_lent: AtomicU64,
     /// Blocks freed in stream order while a stream was captured, which no
     /// graph holds any more ([`crate::policy::tier::captured`]): given
     /// back once the events after their last uses are reached; kept for
     /// good where a use could not be followed.
-    pub freed_in_capture: Mutex<Vec<super::access::graphs::Freed>>,
+    pub freed_in_capture: Listed<super::access::graphs::Freed>,
     /// Host memory no block holds, as (bytes, device, handle), unmapped:
     /// pinning host memory runs at a few GB/s, so a block's host memory is
     /// kept for the next block of its size that needs some.

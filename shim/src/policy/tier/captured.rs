@@ -20,7 +20,7 @@ use vramshare_common::event::Api;
 use crate::cuda::backend::Backend;
 use crate::state::access::graphs::{EventHandle, Freed};
 use crate::state::tier::Backing;
-use crate::state::{lock, State};
+use crate::state::State;
 
 use super::kept::{give_back_event, per_thread, record};
 use super::uses::Event;
@@ -34,7 +34,7 @@ pub(super) fn park(state: &State, ptr: usize, backing: Backing, stream: usize) {
             after: Vec::new(),
             for_good: true,
         };
-        lock(&state.tier.freed_in_capture).push(freed);
+        state.tier.freed_in_capture.push(freed);
     }
 }
 
@@ -103,7 +103,7 @@ fn follow(
 /// reached.
 pub fn unheld(state: &State, freed: Option<Freed>) {
     if let Some(freed) = freed {
-        lock(&state.tier.freed_in_capture).push(freed);
+        state.tier.freed_in_capture.push(freed);
     }
     settle(state);
 }
@@ -111,12 +111,21 @@ pub fn unheld(state: &State, freed: Option<Freed>) {
 /// Gives back the blocks that no graph holds whose events are reached.
 /// Not while a stream is captured: no event is asked about and no memory
 /// unmapped then, since either could end the capture in error.
+#[inline]
 pub(super) fn settle(state: &State) {
+    if !state.tier.freed_in_capture.looks_empty() {
+        give_back_reached(state);
+    }
+}
+
+/// [`settle`] while a capture's frees wait: out of line, so that a use
+/// while none do skips its code.
+#[inline(never)]
+fn give_back_reached(state: &State) {
     if state.access.graphs.capturing_any() {
         return;
     }
-    let reached = {
-        let mut list = lock(&state.tier.freed_in_capture);
+    let reached = state.tier.freed_in_capture.with(|list| {
         let mut reached = Vec::new();
         let mut index = 0;
         while index < list.len() {
@@ -127,7 +136,7 @@ pub(super) fn settle(state: &State) {
             }
         }
         reached
-    };
+    });
     for freed in reached {
         give_back(state, freed);
     }

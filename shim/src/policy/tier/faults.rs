@@ -44,8 +44,18 @@ pub fn moved(state: &State, ptr: usize, size: u64, to_device: bool) {
 }
 
 /// After `api` returned `rc`, having named the tier's blocks `named`.
+#[inline]
 pub fn returned(state: &State, api: Api, rc: c_int, named: &[usize]) {
-    if rc == 0 || !state.tier.active.load(Relaxed) || !is_fault(api, rc) {
+    if rc != 0 {
+        failed(state, api, rc, named);
+    }
+}
+
+/// [`returned`] for a call that failed: out of line, so that a call that
+/// succeeded skips its code.
+#[inline(never)]
+fn failed(state: &State, api: Api, rc: c_int, named: &[usize]) {
+    if !state.tier.active.load(Relaxed) || !is_fault(api, rc) {
         return;
     }
     if SAID.swap(true, Relaxed) {

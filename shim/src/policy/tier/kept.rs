@@ -312,7 +312,7 @@ fn events_of(kept: &Kept) -> impl Iterator<Item = Event> {
 /// too: its own range still maps it until its free is reached
 /// ([`settle_lending`]), since work given before the free may still use it.
 pub(super) fn lent(state: &State, kept: Kept) {
-    lock(&state.tier.lending).push(kept);
+    state.tier.lending.push(kept);
 }
 
 /// A block [`lend`] took whose memory the move did not take: kept again, as
@@ -325,7 +325,17 @@ pub(super) fn not_lent(state: &State, kept: Kept) {
 /// reached and whose last uses have completed: each is then kept with its
 /// range empty and its host memory, as [`to_host`] leaves one, or given
 /// back if it has none.
+#[inline]
 pub(super) fn settle_lending(state: &State) {
+    if !state.tier.lending.looks_empty() {
+        end_settled_lending(state);
+    }
+}
+
+/// [`settle_lending`] while blocks lend: out of line, so that a use while
+/// none do skips its code.
+#[inline(never)]
+fn end_settled_lending(state: &State) {
     for kept in take_lending(state, settled) {
         end_lending(state, kept);
     }
@@ -333,15 +343,14 @@ pub(super) fn settle_lending(state: &State) {
 
 /// Takes out of the blocks lending their memory those that `which` picks.
 fn take_lending(state: &State, which: impl Fn(&Kept) -> bool) -> Vec<Kept> {
-    let mut list = lock(&state.tier.lending);
-    if list.is_empty() {
+    if state.tier.lending.looks_empty() {
         return Vec::new();
     }
-    let (taken, rest) = std::mem::take(&mut *list)
-        .into_iter()
-        .partition(|k| which(k));
-    *list = rest;
-    taken
+    state.tier.lending.with(|list| {
+        let (taken, rest) = std::mem::take(list).into_iter().partition(|k| which(k));
+        *list = rest;
+        taken
+    })
 }
 
 /// Before the device memory `handle` is released: the blocks that lent it

@@ -244,7 +244,7 @@ pub fn free(state: &State, api: Api, ptr: usize, block: &Block) -> cudaError_t {
     // their frees: their host memory is kept or spare from here.
     kept::settle_lending(state);
     let none_held = crate::state::lock(&state.tier.kept).is_empty()
-        && crate::state::lock(&state.tier.lending).is_empty();
+        && state.tier.lending.with(|lending| lending.is_empty());
     if state.tier.blocks.is_empty() && none_held {
         spare::release_all(state);
     }
@@ -301,6 +301,23 @@ pub fn ipc_refused(api: Api, ptr: usize, rc: cudaError_t) {
     }
 }
 
+/// Whether the tier has blocks. Until it has, a use has nothing to move
+/// or order, and a launch's hook skips the tier's work, and its code, at
+/// once: a block the launch names existed before its hook began, so a
+/// tier block among them would have made the tier active by then.
+pub fn active(state: &State) -> bool {
+    state.tier.active.load(Relaxed)
+}
+
+/// A use of `named`, in the trace's log of uses where it keeps one.
+pub fn log_use(state: &State, named: &[usize]) {
+    if let Some(trace) = &state.trace {
+        if state.access.use_log.on() {
+            state.access.use_log.used(trace.recorded(), named);
+        }
+    }
+}
+
 /// Enters the gate for work handed to CUDA, once the tier has blocks.
 pub fn enter(state: &State) -> Option<Inside<'_>> {
     state
@@ -320,11 +337,7 @@ pub fn enter(state: &State) -> Option<Inside<'_>> {
 /// blocks of the uses to come are brought ahead
 /// ([`ahead`]).
 pub fn fetch(state: &'static State, api: Api, named: &[usize], reads: Reads) {
-    if let Some(trace) = &state.trace {
-        if state.access.use_log.on() {
-            state.access.use_log.used(trace.recorded(), named);
-        }
-    }
+    log_use(state, named);
     let costs = &host_costs::HOST_COSTS;
     let recording = ahead::recording(state);
     host_costs::timed(&costs.fetch_ns, || {

@@ -224,10 +224,17 @@ fn event_of(state: &State, ptr: usize) -> Option<Event> {
 /// is not known) that may touch `named`: the work is ordered after each
 /// block's last use on another stream that has not completed, its copy
 /// onto the device among them. With no stream to order, the wait is here.
+#[inline]
 pub fn order(state: &State, api: Api, named: &[usize], stream: Option<usize>) {
-    if named.is_empty() || !tracking(state) {
-        return;
+    if !named.is_empty() && tracking(state) {
+        order_named(state, api, named, stream);
     }
+}
+
+/// [`order`]'s work, where there is some: out of line, so that a use with
+/// none skips its code.
+#[inline(never)]
+fn order_named(state: &State, api: Api, named: &[usize], stream: Option<usize>) {
     // A block the mover thread was to move out stays; one it is moving is
     // waited for.
     super::mover::claim(state, named);
@@ -266,10 +273,17 @@ pub fn same_stream(a_api: Api, a: usize, b_api: Api, b: usize) -> bool {
 /// the work, once that stream waits for a last use elsewhere not yet
 /// complete (so the event stands for both). With no stream, or if CUDA
 /// refuses, the next move drains the device instead.
+#[inline]
 pub fn used(state: &State, api: Api, named: &[usize], stream: Option<usize>) {
-    if named.is_empty() || !tracking(state) {
-        return;
+    if !named.is_empty() && tracking(state) {
+        record_uses(state, api, named, stream);
     }
+}
+
+/// [`used`]'s work, where there is some: out of line, so that a use with
+/// none skips its code.
+#[inline(never)]
+fn record_uses(state: &State, api: Api, named: &[usize], stream: Option<usize>) {
     let Some(stream) = stream else {
         unread(state);
         return;
