@@ -6,7 +6,10 @@
  * and without the shim. With "async", each pair is a cudaMallocAsync +
  * cudaFreeAsync on a stream of the thread's own (as PyTorch's
  * backend:cudaMallocAsync allocates each tensor), and the stream is
- * synchronized after each batch.
+ * synchronized after each batch. With COLD_KIB set in the environment,
+ * each allocation and each free is preceded by a walk over that many KiB
+ * of the thread's own memory, as a framework's work between its calls
+ * evicts the caches (bench/run-launch-lines counts the lines missed).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -23,7 +26,7 @@ cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t stream);
 cudaError_t cudaFreeAsync(void *p, cudaStream_t stream);
 
 static int batches, pairs, async;
-static size_t size;
+static size_t size, cold_bytes;
 static double *results; /* ns per pair, per thread and batch */
 
 static double now_ns(void) {
@@ -36,12 +39,15 @@ static void *work(void *arg) {
     long t = (long)arg;
     cudaStream_t stream = NULL;
     if (async && cudaStreamCreate(&stream)) { fprintf(stderr, "no stream\n"); exit(1); }
+    volatile unsigned char *cold = cold_bytes ? calloc(cold_bytes, 1) : NULL;
     for (int b = 0; b < batches; b++) {
         double start = now_ns();
         for (int i = 0; i < pairs; i++) {
             void *p;
-            int rc = async ? cudaMallocAsync(&p, size, stream) || cudaFreeAsync(p, stream)
-                           : cudaMalloc(&p, size) || cudaFree(p);
+            for (size_t line = 0; line < cold_bytes; line += 64) cold[line]++;
+            int rc = async ? cudaMallocAsync(&p, size, stream) : cudaMalloc(&p, size);
+            for (size_t line = 0; line < cold_bytes; line += 64) cold[line]++;
+            rc = rc || (async ? cudaFreeAsync(p, stream) : cudaFree(p));
             if (rc) { fprintf(stderr, "allocation failed\n"); exit(1); }
         }
         if (async) cudaStreamSynchronize(stream);
@@ -62,6 +68,7 @@ int main(int argc, char **argv) {
     batches = atoi(argv[2]);
     pairs = atoi(argv[3]);
     size = strtoull(argv[4], NULL, 0);
+    cold_bytes = getenv("COLD_KIB") ? (size_t)atol(getenv("COLD_KIB")) << 10 : 0;
     results = calloc((size_t)threads * batches, sizeof *results);
     pthread_t ids[64];
     for (long t = 0; t < threads; t++) pthread_create(&ids[t], NULL, work, (void *)t);

@@ -13,7 +13,8 @@
 //! groups, with the allocations each holds. The policy
 //! ([`crate::policy::tier::grouped`]) decides; this only counts.
 
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::VecDeque;
 use std::sync::Mutex;
 
 use super::access::groups::{groups, Made, Rules};
@@ -285,7 +286,7 @@ impl Grouped {
         inner.plan = if made.len() < MAX_MADE {
             plan(&made, rules)
         } else {
-            HashMap::new()
+            HashMap::default()
         };
     }
 }

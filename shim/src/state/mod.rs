@@ -64,7 +64,7 @@ pub struct State {
     pub applied_quota: Vec<AtomicU64>,
     /// Per stream-ordered pool, the slack last counted (see
     /// [`crate::policy::stream_pools`]).
-    pub pool_slack: std::sync::Mutex<std::collections::HashMap<usize, Counted>>,
+    pub pool_slack: std::sync::Mutex<rustc_hash::FxHashMap<usize, Counted>>,
     /// Per device, the allocations from its stream-ordered pools under way
     /// and the room held under its quota for the pools to grow into,
     /// counted as the device's ([`PoolRoom`]).
@@ -88,12 +88,12 @@ pub struct State {
     /// The spill tier's blocks and its gate.
     pub tier: tier::Tier,
     /// The pointers set on each cuDNN variant pack, by its handle.
-    pub variant_packs: std::sync::Mutex<std::collections::HashMap<usize, VariantPack>>,
+    pub variant_packs: std::sync::Mutex<rustc_hash::FxHashMap<usize, VariantPack>>,
     /// The workspace set on each cuBLAS handle, by the handle.
-    pub blas_workspaces: std::sync::Mutex<std::collections::HashMap<usize, usize>>,
+    pub blas_workspaces: std::sync::Mutex<rustc_hash::FxHashMap<usize, usize>>,
     /// The stream set on each cuBLAS and cuDNN handle, by handle
     /// ([`crate::policy::library_streams`]).
-    pub library_streams: std::sync::Mutex<std::collections::HashMap<usize, usize>>,
+    pub library_streams: std::sync::Mutex<rustc_hash::FxHashMap<usize, usize>>,
 }
 
 /// The pointers a cuDNN variant pack was given (`cudnnBackendSetAttribute`):

@@ -9,7 +9,8 @@
 //! later move pays no pinning) are handles of the virtual memory API. The
 //! ledger says where it lives; this says with what.
 
-use std::collections::{BTreeMap, HashMap};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Mutex, RwLock, TryLockError};
 

@@ -14,7 +14,7 @@
 //! [`host_cap`]: spares are kept ([`give`]) and kept blocks in host memory
 //! let go ([`over_host_bound`]) by that one rule.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 
 use cudart_sys::CUdeviceptr;

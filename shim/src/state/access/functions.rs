@@ -8,7 +8,7 @@
 //! functions; past [`MAX_FUNCTIONS`], new ones go unrecorded).
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -105,7 +105,7 @@ impl Functions {
     pub fn new() -> Self {
         Functions {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            table: Mutex::new(HashMap::new()),
+            table: Mutex::new(HashMap::default()),
             generation: AtomicU64::new(0),
             made: AtomicUsize::new(0),
         }

@@ -9,7 +9,7 @@
 //! by the graph and each executable graph made from it, until none is left
 //! ([`crate::policy::tier::captured`]).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 

@@ -19,7 +19,7 @@
 //! counted, and the record follows the step under way where a use came
 //! early or late.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Mutex;
 
 /// The most blocks a step's record holds: past that, the step is not kept
@@ -143,7 +143,7 @@ impl Recorded {
         if !recording.complete() {
             return None;
         }
-        let mut positions: HashMap<usize, Vec<u32>> = HashMap::new();
+        let mut positions: HashMap<usize, Vec<u32>> = HashMap::default();
         for at in 0..recording.uses() {
             for start in recording.named(at) {
                 let list = positions.entry(*start).or_default();
