@@ -14,12 +14,12 @@ macro_rules! named_enum {
         impl $name {
             pub const ALL: &'static [$name] = &[ $( $name::$variant, )* ];
 
-            pub fn name(self) -> &'static str {
+            pub const fn name(self) -> &'static str {
                 match self { $( $name::$variant => $text, )* }
             }
 
             /// `None` for a byte no version of vramshare wrote.
-            pub fn from_u8(value: u8) -> Option<$name> {
+            pub const fn from_u8(value: u8) -> Option<$name> {
                 match value { $( $value => Some($name::$variant), )* _ => None }
             }
 
@@ -249,12 +249,77 @@ named_enum! {
     }
 }
 
+/// What each API's name says of it, by its byte: worked out from the names
+/// when compiled, since the hooks ask at every call.
+const API_TRAITS: [u8; 256] = api_traits();
+const DRIVER: u8 = 1;
+const LIBRARY: u8 = 2;
+const COPY: u8 = 4;
+const PER_THREAD: u8 = 8;
+
+const fn starts_with(name: &[u8], prefix: &str) -> bool {
+    let prefix = prefix.as_bytes();
+    if prefix.len() > name.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < prefix.len() {
+        if name[i] != prefix[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+const fn ends_with(name: &[u8], suffix: &str) -> bool {
+    let suffix = suffix.as_bytes();
+    if suffix.len() > name.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < suffix.len() {
+        if name[name.len() - suffix.len() + i] != suffix[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+const fn api_traits() -> [u8; 256] {
+    let mut traits = [0u8; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        if let Some(api) = Api::from_u8(byte as u8) {
+            let name = api.name().as_bytes();
+            let library = starts_with(name, "cublas") || starts_with(name, "cudnn");
+            // `__cudaLaunchKernel`: the runtime's, for its host stubs.
+            let runtime = starts_with(name, "cuda") || starts_with(name, "__cuda");
+            let copy = starts_with(name, "cudaMemcpy")
+                || starts_with(name, "cudaMemset")
+                || starts_with(name, "cuMemcpy")
+                || starts_with(name, "cuMemset");
+            let per_thread = ends_with(name, "_ptsz") || ends_with(name, "_ptds");
+            traits[byte] = if library { LIBRARY } else { 0 }
+                | if !runtime && !library { DRIVER } else { 0 }
+                | if copy { COPY } else { 0 }
+                | if per_thread { PER_THREAD } else { 0 };
+        }
+        byte += 1;
+    }
+    traits
+}
+
 impl Api {
+    fn has(self, trait_bit: u8) -> bool {
+        API_TRAITS[self as u8 as usize] & trait_bit != 0
+    }
+
     /// Whether the call belongs to the driver API (`cu…`) rather than the
     /// runtime (`cuda…`).
     pub fn is_driver(self) -> bool {
-        // `__cudaLaunchKernel`: the runtime's, for its host stubs.
-        !self.name().trim_start_matches('_').starts_with("cuda") && !self.is_library_call()
+        self.has(DRIVER)
     }
 
     /// Whether the call is a kernel launch (a kernel's, or an executable
@@ -266,16 +331,19 @@ impl Api {
     /// Whether the call is a math library's (cuBLAS, cuBLASLt, cuDNN)
     /// rather than a kernel launch of CUDA's.
     pub fn is_library_call(self) -> bool {
-        self.name().starts_with("cublas") || self.name().starts_with("cudnn")
+        self.has(LIBRARY)
     }
 
     /// Whether the call is a copy or a memset (`cudaMemcpy…`, `cudaMemset…`,
     /// `cuMemcpy…`, `cuMemset…`) rather than a kernel launch.
     pub fn is_copy(self) -> bool {
-        let name = self.name();
-        ["cudaMemcpy", "cudaMemset", "cuMemcpy", "cuMemset"]
-            .iter()
-            .any(|prefix| name.starts_with(prefix))
+        self.has(COPY)
+    }
+
+    /// Whether the call is a per-thread default stream form (`_ptsz`,
+    /// `_ptds`), whose stream 0 is the calling thread's own.
+    pub fn is_per_thread(self) -> bool {
+        self.has(PER_THREAD)
     }
 }
 
@@ -389,6 +457,31 @@ mod tests {
         for (place, api) in Api::ALL.iter().enumerate() {
             assert_eq!(*api as usize, place, "{}", api.name());
         }
+    }
+
+    #[test]
+    fn what_a_name_says_of_its_api_is_read_from_the_name() {
+        for api in Api::ALL {
+            let name = api.name();
+            let library = name.starts_with("cublas") || name.starts_with("cudnn");
+            assert_eq!(api.is_library_call(), library, "{name}");
+            assert_eq!(
+                api.is_driver(),
+                !library && !name.trim_start_matches('_').starts_with("cuda"),
+                "{name}"
+            );
+            let copy = ["cudaMemcpy", "cudaMemset", "cuMemcpy", "cuMemset"];
+            assert_eq!(
+                api.is_copy(),
+                copy.iter().any(|p| name.starts_with(p)),
+                "{name}"
+            );
+            let per_thread = name.ends_with("_ptsz") || name.ends_with("_ptds");
+            assert_eq!(api.is_per_thread(), per_thread, "{name}");
+        }
+        assert!(Api::cuLaunchKernel.is_driver() && !Api::__cudaLaunchKernel.is_driver());
+        assert!(Api::cudaLaunchKernel_ptsz.is_per_thread());
+        assert!(Api::cublasSetStream_v2.is_library_call());
     }
 
     #[test]

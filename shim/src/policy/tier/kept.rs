@@ -36,8 +36,7 @@ use super::{backing, spare};
 /// Whether `api` is a per-thread default stream form (`_ptsz`), whose
 /// stream 0 is the calling thread's own.
 pub(super) fn per_thread(api: Api) -> bool {
-    let name = api.name();
-    name.ends_with("_ptsz") || name.ends_with("_ptds")
+    api.is_per_thread()
 }
 
 /// The key a stream has for reuse without waiting: its handle, 1 for the

@@ -7,8 +7,8 @@
 //! Entries live as long as the process (a job launches a bounded set of
 //! functions; past [`MAX_FUNCTIONS`], new ones go unrecorded).
 
-use std::cell::Cell;
 use rustc_hash::FxHashMap as HashMap;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
