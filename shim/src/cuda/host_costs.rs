@@ -205,10 +205,18 @@ pub struct Hook {
 }
 
 /// At a hook's start: `None` unless calls are counted.
+#[inline]
 pub fn hook_began() -> Option<Hook> {
     if !COUNTING.load(Relaxed) {
         return None;
     }
+    counted_hook_began()
+}
+
+/// [`hook_began`] while calls are counted: out of line, as the others
+/// below, so that a job whose calls are not counted skips their code.
+#[inline(never)]
+fn counted_hook_began() -> Option<Hook> {
     let spent = SPENT.try_with(Cell::get).ok()?;
     IN_HOOK.try_with(|depth| depth.set(depth.get() + 1)).ok()?;
     let timed = drawn();
@@ -227,10 +235,15 @@ pub fn hook_began() -> Option<Hook> {
 /// thread's CUDA time put back as it was, so that a hook that ran inside
 /// another's CUDA call (a library's own launches) is not counted again as
 /// that call's.
+#[inline]
 pub fn hook_ended(began: Option<Hook>, name: &'static str) {
-    let Some(hook) = began else {
-        return;
-    };
+    if let Some(hook) = began {
+        counted_hook_ended(hook, name);
+    }
+}
+
+#[inline(never)]
+fn counted_hook_ended(hook: Hook, name: &'static str) {
     let whole = hook.at.map(|at| at.elapsed().as_nanos() as u64);
     let _ = IN_HOOK.try_with(|depth| depth.set(depth.get().saturating_sub(1)));
     let _ = TIMING.try_with(|timing| timing.set(hook.outer_timed));
@@ -267,10 +280,16 @@ pub struct CudaCall(Option<Instant>);
 
 /// Before a real CUDA call: `None` unless calls are counted and it is not
 /// made inside another.
+#[inline]
 pub fn cuda_began() -> Option<CudaCall> {
     if !COUNTING.load(Relaxed) {
         return None;
     }
+    counted_cuda_began()
+}
+
+#[inline(never)]
+fn counted_cuda_began() -> Option<CudaCall> {
     let outermost = IN_CUDA.try_with(|inside| !inside.replace(true)).ok()?;
     if !outermost {
         return None;
@@ -281,10 +300,15 @@ pub fn cuda_began() -> Option<CudaCall> {
 
 /// After the real CUDA call `began`: counted as the one the hook passes
 /// on (`passed`), or as the shim's own.
+#[inline]
 pub fn cuda_ended(began: Option<CudaCall>, name: &'static str, passed: bool) {
-    let Some(CudaCall(at)) = began else {
-        return;
-    };
+    if let Some(CudaCall(at)) = began {
+        counted_cuda_ended(at, name, passed);
+    }
+}
+
+#[inline(never)]
+fn counted_cuda_ended(at: Option<Instant>, name: &'static str, passed: bool) {
     let spent = at.map_or(0, |at| at.elapsed().as_nanos() as u64);
     let _ = IN_CUDA.try_with(|inside| inside.set(false));
     if !passed && IN_HOOK.try_with(Cell::get).unwrap_or(0) > 0 {
