@@ -372,8 +372,14 @@ fn host_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
         .iter()
         .take(3)
         .map(|call| {
+            // Estimated from some of the calls: say from how many.
+            let timed = if call.timed_calls > 0 && call.timed_calls < call.calls {
+                format!(", {} timed", call.timed_calls)
+            } else {
+                String::new()
+            };
             format!(
-                "{} {:.1} ms ({} calls)",
+                "{} {:.1} ms ({} calls{timed})",
                 call.name,
                 call.seconds * 1e3,
                 call.calls
@@ -389,7 +395,7 @@ fn host_line(moves: &vramshare_common::trace_json::MovesJson) -> String {
         )
     };
     format!(
-        "  the job's threads in the shim (times estimated from one call in eight): {:.2} s in {} launches ({:.1} µs each, {:.2} s of it in CUDA calls of the shim's own), {:.2} s in {} other calls ({:.1} µs each, {:.2} s in CUDA calls){step}\n",
+        "  the job's threads in the shim (launches, stream-ordered allocations and frees timed one in eight): {:.2} s in {} launches ({:.1} µs each, {:.2} s of it in CUDA calls of the shim's own), {:.2} s in {} other calls ({:.1} µs each, {:.2} s in CUDA calls){step}\n",
         last.launch_hooks_ns as f64 / 1e9,
         last.launch_hooks,
         each(last.launch_hooks_ns, last.launch_hooks),
@@ -526,12 +532,13 @@ mod tests {
                 name: "cudaMallocAsync".into(),
                 kind: "hook".into(),
                 calls: 250,
+                timed_calls: 31,
                 seconds: 0.02,
             }];
         }
         let report = process_report(&timed, &[]);
         assert!(
-            report.contains("  the job's threads in the shim (times estimated from one call in eight): 0.01 s in 1000 launches (8.0 µs each, 0.00 s of it in CUDA calls of the shim's own), 0.05 s in 500 other calls (100.0 µs each, 0.04 s in CUDA calls); the last marked step's costliest: cudaMallocAsync 20.0 ms (250 calls)\n"),
+            report.contains("  the job's threads in the shim (launches, stream-ordered allocations and frees timed one in eight): 0.01 s in 1000 launches (8.0 µs each, 0.00 s of it in CUDA calls of the shim's own), 0.05 s in 500 other calls (100.0 µs each, 0.04 s in CUDA calls); the last marked step's costliest: cudaMallocAsync 20.0 ms (250 calls, 31 timed)\n"),
             "{report}"
         );
         // Allocations that waited for room say how long, and for what.

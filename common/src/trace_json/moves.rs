@@ -203,13 +203,16 @@ pub struct StepPeakJson {
 
 /// Calls of one name, `kind` "hook" (a hook's own time) or "cuda" (the
 /// shim's own CUDA calls of that function): every call, and their time
-/// estimated from one call in eight timed at random.
+/// (estimated where not every call was timed).
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
 #[serde(default)]
 pub struct HostCallJson {
     pub name: String,
     pub kind: String,
     pub calls: u64,
+    /// Of `calls`, those timed: `seconds` is estimated from them where
+    /// fewer.
+    pub timed_calls: u64,
     pub seconds: f64,
 }
 
@@ -328,7 +331,7 @@ pub struct MovesSample {
     pub mover_claimed: u64,
     /// The job's threads in the shim's hooks (once the tier had blocks):
     /// kernel launches counted, their time in the shim (estimated from one
-    /// call in eight timed at random; each call less the
+    /// launch in eight, timed at random; each call less the
     /// CUDA call passed on), and of it the shim's own CUDA calls (time and
     /// number), reading parameters, moving the blocks named, and bringing
     /// blocks ahead; then every other hooked call alike.

@@ -154,7 +154,7 @@ macro_rules! real_fn {
                 Function::new(
                     // SAFETY: the literal ends in its only NUL.
                     unsafe { std::ffi::CStr::from_bytes_with_nul_unchecked(concat!(stringify!($name), "\0").as_bytes()) });
-            let timer = crate::cuda::host_costs::cuda_began();
+            let timer = crate::cuda::host_costs::cuda_began(twin);
             let rc = match FUNCTION.get() {
                 // SAFETY: the symbol is the function of this signature,
                 // called with the caller's arguments.

@@ -56,7 +56,9 @@ pub fn wall<R>(
     }
     let _leave = Leave;
     real::begin_hook(name);
-    let began = host_costs::hook_began();
+    // The counting never panics; caught all the same, as all the shim's
+    // work in a hook is.
+    let began = catch_unwind(|| host_costs::hook_began(name)).ok().flatten();
     let result = match catch_unwind(AssertUnwindSafe(body)) {
         Ok(result) => result,
         Err(_) => match after_panic() {
@@ -70,7 +72,7 @@ pub fn wall<R>(
         },
     };
     let _ = catch_unwind(crate::lifecycle::after_call);
-    host_costs::hook_ended(began, name);
+    let _ = catch_unwind(AssertUnwindSafe(|| host_costs::hook_ended(began)));
     result
 }
 

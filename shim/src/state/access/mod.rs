@@ -109,13 +109,11 @@ thread_local! {
 }
 
 /// The thread's buffer for a use's words, empty.
-#[cold]
 fn spare_words() -> Vec<u64> {
     SPARE_WORDS.try_with(Cell::take).unwrap_or_default()
 }
 
 /// Keeps `words`' buffer for the thread's next use.
-#[cold]
 fn keep_words(words: &mut Vec<u64>) {
     let mut kept = std::mem::take(words);
     kept.clear();
