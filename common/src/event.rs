@@ -257,14 +257,15 @@ const LIBRARY: u8 = 2;
 const COPY: u8 = 4;
 const PER_THREAD: u8 = 8;
 
-const fn starts_with(name: &[u8], prefix: &str) -> bool {
-    let prefix = prefix.as_bytes();
-    if prefix.len() > name.len() {
+/// Whether `name` holds `part` from byte `at` on.
+const fn holds_at(name: &[u8], at: usize, part: &str) -> bool {
+    let part = part.as_bytes();
+    if at + part.len() > name.len() {
         return false;
     }
     let mut i = 0;
-    while i < prefix.len() {
-        if name[i] != prefix[i] {
+    while i < part.len() {
+        if name[at + i] != part[i] {
             return false;
         }
         i += 1;
@@ -272,19 +273,12 @@ const fn starts_with(name: &[u8], prefix: &str) -> bool {
     true
 }
 
+const fn starts_with(name: &[u8], prefix: &str) -> bool {
+    holds_at(name, 0, prefix)
+}
+
 const fn ends_with(name: &[u8], suffix: &str) -> bool {
-    let suffix = suffix.as_bytes();
-    if suffix.len() > name.len() {
-        return false;
-    }
-    let mut i = 0;
-    while i < suffix.len() {
-        if name[name.len() - suffix.len() + i] != suffix[i] {
-            return false;
-        }
-        i += 1;
-    }
-    true
+    name.len() >= suffix.len() && holds_at(name, name.len() - suffix.len(), suffix)
 }
 
 const fn api_traits() -> [u8; 256] {

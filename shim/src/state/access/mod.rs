@@ -75,10 +75,7 @@ impl Launch {
 pub struct Named {
     starts: [usize; 64],
     count: usize,
-    words: Vec<u64>,
-    /// More such words than [`MAX_WORDS`]: the use may touch blocks beyond
-    /// those.
-    overflowed: bool,
+    words: Words,
 }
 
 impl Default for Named {
@@ -86,19 +83,18 @@ impl Default for Named {
         Named {
             starts: [0; 64],
             count: 0,
-            words: Vec::new(),
-            overflowed: false,
+            words: Words::default(),
         }
     }
 }
 
-impl Drop for Named {
-    #[inline]
-    fn drop(&mut self) {
-        if self.words.capacity() != 0 {
-            keep_words(&mut self.words);
-        }
-    }
+/// A use's words that fall in the tier's addresses (at most
+/// [`MAX_WORDS`]), and whether there were more: the use may touch blocks
+/// beyond those.
+#[derive(Default)]
+struct Words {
+    kept: Vec<u64>,
+    overflowed: bool,
 }
 
 thread_local! {
@@ -108,16 +104,31 @@ thread_local! {
     static SPARE_WORDS: Cell<Vec<u64>> = const { Cell::new(Vec::new()) };
 }
 
-/// The thread's buffer for a use's words, empty.
-fn spare_words() -> Vec<u64> {
-    SPARE_WORDS.try_with(Cell::take).unwrap_or_default()
+impl Words {
+    /// Keeps `value`, in the thread's spare buffer once it has one.
+    #[inline]
+    fn keep(&mut self, value: u64) {
+        if self.kept.capacity() == 0 {
+            self.kept = SPARE_WORDS.try_with(Cell::take).unwrap_or_default();
+        }
+        if self.kept.len() < MAX_WORDS {
+            self.kept.push(value);
+        } else {
+            self.overflowed = true;
+        }
+    }
 }
 
-/// Keeps `words`' buffer for the thread's next use.
-fn keep_words(words: &mut Vec<u64>) {
-    let mut kept = std::mem::take(words);
-    kept.clear();
-    let _ = SPARE_WORDS.try_with(|spare| spare.set(kept));
+impl Drop for Words {
+    /// The buffer, emptied, is kept for the thread's next use.
+    #[inline]
+    fn drop(&mut self) {
+        if self.kept.capacity() != 0 {
+            let mut kept = std::mem::take(&mut self.kept);
+            kept.clear();
+            let _ = SPARE_WORDS.try_with(|spare| spare.set(kept));
+        }
+    }
 }
 
 impl Named {
@@ -134,7 +145,7 @@ impl Named {
 
     /// The words collected, and whether there were more.
     pub fn words(&self) -> (&[u64], bool) {
-        (&self.words, self.overflowed)
+        (&self.words.kept, self.words.overflowed)
     }
 }
 
@@ -176,18 +187,8 @@ pub struct Naming<'a> {
     unfound: [u64; MAX_UNFOUND],
     unfound_count: usize,
     /// The words kept for the tier, and the addresses they are kept from.
-    words: Vec<u64>,
-    overflowed: bool,
+    words: Words,
     collect: (u64, u64),
-}
-
-impl Drop for Naming<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        if self.words.capacity() != 0 {
-            keep_words(&mut self.words);
-        }
-    }
 }
 
 impl<'a> Naming<'a> {
@@ -200,8 +201,7 @@ impl<'a> Naming<'a> {
             every_kind,
             unfound: [0; MAX_UNFOUND],
             unfound_count: 0,
-            words: Vec::new(),
-            overflowed: false,
+            words: Words::default(),
             collect: (COLLECT[0].load(Relaxed), COLLECT[1].load(Relaxed)),
         }
     }
@@ -231,14 +231,7 @@ impl<'a> Naming<'a> {
     #[inline]
     pub fn word(&mut self, value: u64) {
         if value >= self.collect.0 && value < self.collect.1 {
-            if self.words.capacity() == 0 {
-                self.words = spare_words();
-            }
-            if self.words.len() < MAX_WORDS {
-                self.words.push(value);
-            } else {
-                self.overflowed = true;
-            }
+            self.words.keep(value);
         }
         let Some(index) = self.snapshot.find(value) else {
             let align = if self.every_kind {
@@ -330,7 +323,6 @@ impl Access {
                 count += 1;
             }
             named.words = std::mem::take(&mut naming.words);
-            named.overflowed = naming.overflowed;
             count
         })
     }
