@@ -12,6 +12,10 @@
  * costs both runs the same).
  * With BLOCK_KIB set (say 2048, where the shim makes a block of the spill
  * tier of each allocation), the blocks are that large instead of 64 KiB.
+ * With PARAM_WORDS set, the struct is that many 8-byte words instead of 16,
+ * two of them pointers and the rest small sizes and strides: PyTorch's
+ * index and reduction kernels pass a few hundred bytes to over a kilobyte
+ * (a TensorInfo of 64-bit indexes is 52 words, and some kernels take three).
  *   launch_loop THREADS BATCHES LAUNCHES BLOCKS [COLD_KIB]
  * Prints the median and the best batch in ns per launch (per thread).
  */
@@ -29,7 +33,9 @@ void cudaFakeSetParams(const void *kernel, int count, const size_t *sizes);
 static char kernel;
 static void **blocks;
 static int block_count;
-struct offsets { long sizes[6]; void *in; long strides[6]; void *out; long pad; };
+/* The struct: sizes, a pointer, strides, a pointer, padding (16 words by
+ * default), as an offset calculator lays them out. */
+static size_t struct_words = 16;
 
 static int batches, launches, threads_running;
 static size_t cold_bytes;
@@ -46,8 +52,10 @@ static void *work(void *arg) {
     dim3 grid = {80, 1, 1}, block = {256, 1, 1};
     void *a, *b, *c;
     size_t n = 4096;
-    struct offsets o = {{0}};
-    void *args[5] = {&a, &b, &c, &n, &o};
+    long *o = calloc(struct_words, sizeof *o);
+    size_t in_at = struct_words / 2 - 2, out_at = struct_words - 2;
+    for (size_t w = 0; w < struct_words; w++) o[w] = (long)(w % 7) * 64 + 1;
+    void *args[5] = {&a, &b, &c, &n, o};
     /* Each thread launches on blocks of its own (its share of them), as
      * threads running separate work do. */
     int share = block_count / threads_running;
@@ -60,8 +68,8 @@ static void *work(void *arg) {
             a = (char *)mine[at % share] + 256;
             b = (char *)mine[(at + 1) % share];
             c = (char *)mine[(at + 2) % share] + 4096;
-            o.in = mine[(at + 3) % share];
-            o.out = mine[(at + 4) % share];
+            o[in_at] = (long)mine[(at + 3) % share];
+            o[out_at] = (long)mine[(at + 4) % share];
             for (size_t line = 0; line < cold_bytes; line += 64) cold[line]++;
             if (__cudaLaunchKernel(&kernel, grid, block, args, 0, 0)) { fprintf(stderr, "launch failed\n"); exit(1); }
         }
@@ -88,7 +96,9 @@ int main(int argc, char **argv) {
     size_t block_bytes = getenv("BLOCK_KIB") ? (size_t)atol(getenv("BLOCK_KIB")) << 10 : 64 << 10;
     for (int i = 0; i < block_count; i++)
         if (cudaMalloc(&blocks[i], block_bytes)) { fprintf(stderr, "cudaMalloc failed\n"); return 1; }
-    size_t sizes[5] = {8, 8, 8, 8, sizeof(struct offsets)};
+    if (getenv("PARAM_WORDS")) struct_words = (size_t)atol(getenv("PARAM_WORDS"));
+    if (struct_words < 4) struct_words = 4;
+    size_t sizes[5] = {8, 8, 8, 8, struct_words * sizeof(long)};
     cudaFakeSetParams(&kernel, 5, sizes);
     results = calloc((size_t)threads * batches, sizeof *results);
     pthread_t ids[64];

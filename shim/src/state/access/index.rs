@@ -72,6 +72,11 @@ impl Snapshot {
             .collect();
     }
 
+    /// `[low, high)` holding every block (low above high while none).
+    pub fn bounds(&self) -> (u64, u64) {
+        (self.low, self.high)
+    }
+
     /// The ledger's generation it was built from.
     pub fn generation(&self) -> u64 {
         self.generation

@@ -51,7 +51,7 @@ fn a_stale_snapshot_leaves_the_ledger_to_find_a_block_made_since() {
         },
     );
     let (older, _) = index::rebuild(&Snapshot::empty(), 1, Vec::new(), 0);
-    let mut naming = Naming::new(&older, 2, false);
+    let mut naming = Naming::new(&older, &ledger, 2, false);
     for word in [start as u64 + 8, start as u64, start as u64 + (16 << 20), 7] {
         naming.word(word);
     }
@@ -60,16 +60,50 @@ fn a_stale_snapshot_leaves_the_ledger_to_find_a_block_made_since() {
     assert_eq!(naming.unfound_blocks(&ledger).collect::<Vec<_>>(), [start]);
     // Where every use is logged, a block of any kind made since is named
     // by its start.
-    let mut every = Naming::new(&older, 2, true);
+    let mut every = Naming::new(&older, &ledger, 2, true);
     for word in [start as u64 + (16 << 20) + 8, start as u64 + (16 << 20)] {
         every.word(word);
     }
     let unfound: Vec<_> = every.unfound_blocks(&ledger).collect();
     assert_eq!(unfound, [start + (16 << 20)]);
     // A snapshot as new as the ledger is not second-guessed.
-    let mut current = Naming::new(&older, 1, false);
+    let mut current = Naming::new(&older, &ledger, 1, false);
     current.word(start as u64);
     assert_eq!(current.unfound_blocks(&ledger).count(), 0);
+}
+
+#[test]
+fn words_read_from_a_struct_name_blocks_beyond_a_stale_snapshots_span() {
+    // The snapshot knows one block; a block made since lies below it, and
+    // another above: a struct of sizes and strides that names both among
+    // its words (at every place of an eight-word chunk) finds each.
+    let start = 0x7f00_4000_0000u64;
+    let ledger = ledger_with(&[(start as usize, 2 << 20)]);
+    let live = vec![(start as usize, 2 << 20, 0, false)];
+    let (older, _) = index::rebuild(&Snapshot::empty(), ledger.generation(), live, 0);
+    let (below, above) = (start - (64 << 20), start + (64 << 20));
+    for at in [below, above] {
+        ledger.insert(
+            at as usize,
+            Block {
+                tiered: true,
+                ..ledger.block_at(start as usize).unwrap()
+            },
+        );
+    }
+    for place in 0..19 {
+        let mut words: Vec<u64> = (0..19).map(|word| word * 64 + 1).collect();
+        words[place] = below;
+        words[(place + 7) % 19] = above;
+        words[(place + 3) % 19] = start + 8;
+        let mut naming = Naming::new(&older, &ledger, ledger.generation(), false);
+        // SAFETY: the vector's own bytes.
+        unsafe { naming.words(words.as_ptr() as *const u8, words.len() * 8) };
+        let mut unfound: Vec<_> = naming.unfound_blocks(&ledger).collect();
+        unfound.sort();
+        assert_eq!(unfound, [below as usize, above as usize], "at {place}");
+        assert_eq!(naming.named().count(), 1, "at {place}");
+    }
 }
 
 #[test]

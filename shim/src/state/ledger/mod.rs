@@ -23,30 +23,9 @@ use vramshare_common::pool::PoolSlot;
 use vramshare_common::registry::DeviceCounters;
 use vramshare_common::size::MAX_DEVICES;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Block {
-    pub size: u64,
-    pub device: Device,
-    /// `Device`: all of it counts on the device. `Host`: a spilled block,
-    /// of which the first `device_part` bytes may still prefer the device.
-    pub placement: Placement,
-    /// Bytes of a spilled block that live on (and count against) the device:
-    /// its head, when it was allocated with room for part of it.
-    pub device_part: u64,
-    pub api: Api,
-    /// The stream-ordered pool it came from (0: none); see [`crate::stream_pools`].
-    pub pool: usize,
-    /// Managed memory (spilled by the shim, or the caller's own): given back
-    /// with `cudaFree` whatever its placement now.
-    pub managed: bool,
-    /// A promotion is changing this block's placement: a free waits for it,
-    /// so that the address is not reused while CUDA is still advising it.
-    pub moving: bool,
-    /// Made by the spill tier ([`crate::policy::tier`]): physical memory at
-    /// a reserved address, which the tier moves between device and host.
-    /// Never a promotion or demotion candidate; the tier moves it.
-    pub tiered: bool,
-}
+mod block;
+use block::AddressSpan;
+pub use block::Block;
 
 /// Physical memory by handle: the driver frees it once its handle is
 /// released *and* nothing maps it any more, so it counts until both.
@@ -101,6 +80,8 @@ pub struct Ledger {
     /// Bumped whenever a block or mapping comes or goes: the launches'
     /// index of blocks is rebuilt when it changed ([`crate::state::access`]).
     generation: AtomicU64,
+    /// Where every block and mapping recorded has fallen.
+    span: AddressSpan,
 }
 
 /// Takes `amount` off a counter, never below zero.
@@ -115,16 +96,6 @@ fn subtract(counter: &AtomicU64, amount: u64) {
 fn raise_peak(peak: &AtomicU64, value: u64) {
     if value > peak.load(Ordering::Relaxed) {
         peak.fetch_max(value, Ordering::Relaxed);
-    }
-}
-
-impl Block {
-    /// Bytes of the block that live on the host.
-    pub fn spilled_part(&self) -> u64 {
-        match self.placement {
-            Placement::Host => self.size - self.device_part.min(self.size),
-            _ => 0,
-        }
     }
 }
 
@@ -146,6 +117,7 @@ impl Ledger {
             counters,
             spilled: (0..MAX_DEVICES).map(|_| Mutex::default()).collect(),
             generation: AtomicU64::new(0),
+            span: AddressSpan::default(),
         }
     }
 
@@ -215,6 +187,7 @@ impl Ledger {
     /// recorded (freed behind the shim's back), the stale block is released
     /// and returned.
     pub fn insert(&self, ptr: usize, block: Block) -> Option<Block> {
+        self.span.widen(ptr as u64, block.size);
         let stale = self.blocks.insert(ptr, block);
         self.changed();
         if let Some(old) = stale {
@@ -266,6 +239,7 @@ impl Ledger {
     pub fn map_physical(&self, ptr: usize, size: usize, handle: u64) {
         let mut mappings = lock(&self.mappings);
         if let Some(mut physical) = self.handles.get_mut(&handle) {
+            self.span.widen(ptr as u64, size as u64);
             physical.mappings += 1;
             mappings.insert(ptr, (handle, size));
             self.changed();
@@ -308,6 +282,11 @@ impl Ledger {
 
     fn changed(&self) {
         self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// `[low, high)` holding every block and mapping ever recorded.
+    pub fn span(&self) -> (u64, u64) {
+        self.span.get()
     }
 
     /// Changes with every block or mapping that comes or goes.
