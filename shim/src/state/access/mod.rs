@@ -200,10 +200,16 @@ pub struct Naming<'a> {
 impl<'a> Naming<'a> {
     fn new(snapshot: &'a Snapshot, ledger: &Ledger, generation: u64, every_kind: bool) -> Self {
         let collect = (COLLECT[0].load(Relaxed), COLLECT[1].load(Relaxed));
-        let spans = [ledger.span(), snapshot.bounds(), collect];
-        let nonempty = spans.iter().filter(|(low, high)| low < high);
-        let from = nonempty.clone().map(|(low, _)| *low).min().unwrap_or(0);
-        let to = nonempty.map(|(_, high)| *high).max().unwrap_or(0);
+        // An empty range (low at or above high) widens nothing.
+        let (ledger_low, ledger_high) = ledger.span();
+        let (snapshot_low, snapshot_high) = snapshot.bounds();
+        let collect_low = if collect.0 < collect.1 {
+            collect.0
+        } else {
+            u64::MAX
+        };
+        let from = ledger_low.min(snapshot_low).min(collect_low);
+        let to = ledger_high.max(snapshot_high).max(collect.1);
         Naming {
             snapshot,
             named: [0; MAX_NAMED],
