@@ -1,0 +1,123 @@
+// Host time per hooked call on a real GPU, for comparing builds of the shim
+// with each other and with no shim, call by call, without a framework's
+// noise around them:
+//   hook_rate launch WORDS COLD_KIB   an empty kernel launched with <<<>>>
+//       (CUDA 13's host stub, __cudaLaunchKernel, as PyTorch's kernels
+//       are), taking three pointers and a struct of WORDS 8-byte words (16
+//       or 160: PyTorch's index and reduction kernels pass hundreds of
+//       bytes of sizes and strides) holding two more pointers; the
+//       pointers fall in 16 MiB allocations (each a block of the spill
+//       tier where moves are on);
+//   hook_rate pair BYTES COLD_KIB     cudaMallocAsync + cudaFreeAsync of
+//       BYTES on a stream of the program's own, as PyTorch's
+//       backend:cudaMallocAsync allocates each tensor.
+// With COLD_KIB above 0, each call is preceded by a walk over that many
+// KiB of the program's own memory, as a framework's work between calls
+// evicts the caches (the walk is timed apart and taken off). Batches of
+// 1000 calls with a synchronize between them, so that the launch queue
+// never fills. Prints the median and best batch in ns per call.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+template <int N> struct Words { long w[N]; };
+
+template <int N>
+__global__ void empty(float *a, float *b, float *c, Words<N> s) {
+    if (s.w[0] == 1234 && threadIdx.x == 1234) a[0] = b[0] + c[0];
+}
+
+static volatile unsigned char *cold;
+static size_t cold_bytes;
+
+static void walk() {
+    for (size_t line = 0; line < cold_bytes; line += 64) cold[line]++;
+}
+
+using Clock = std::chrono::steady_clock;
+static double ns_since(Clock::time_point start) {
+    return std::chrono::duration<double, std::nano>(Clock::now() - start).count();
+}
+
+static const int kBatch = 1000, kBatches = 40;
+
+// The walk alone, per call, to take off each batch.
+static double walk_ns() {
+    if (!cold_bytes) return 0;
+    std::vector<double> ns;
+    for (int b = 0; b < 5; b++) {
+        auto start = Clock::now();
+        for (int i = 0; i < kBatch; i++) walk();
+        ns.push_back(ns_since(start) / kBatch);
+    }
+    std::sort(ns.begin(), ns.end());
+    return ns[ns.size() / 2];
+}
+
+template <int N> static int launches(std::vector<double> &ns) {
+    const int blocks = 8;
+    std::vector<float *> live(blocks);
+    for (auto &p : live)
+        if (cudaMalloc(&p, 16 << 20) != cudaSuccess) { fprintf(stderr, "cudaMalloc failed\n"); return 1; }
+    Words<N> s;
+    for (int w = 0; w < N; w++) s.w[w] = (long)(w % 7) * 64 + 1;
+    for (int b = 0; b < kBatches + 2; b++) {
+        cudaDeviceSynchronize();
+        auto start = Clock::now();
+        for (int i = 0; i < kBatch; i++) {
+            s.w[N / 2 - 2] = (long)live[(i + 3) % blocks];
+            s.w[N - 2] = (long)live[(i + 4) % blocks];
+            walk();
+            empty<N><<<1, 32>>>(live[i % blocks] + 64, live[(i + 1) % blocks], live[(i + 2) % blocks] + 1024, s);
+        }
+        if (b >= 2) ns.push_back(ns_since(start) / kBatch);
+    }
+    cudaDeviceSynchronize();
+    return cudaGetLastError() != cudaSuccess;
+}
+
+static int pairs(size_t bytes, std::vector<double> &ns) {
+    cudaStream_t stream;
+    if (cudaStreamCreate(&stream) != cudaSuccess) return 1;
+    for (int b = 0; b < kBatches + 2; b++) {
+        cudaStreamSynchronize(stream);
+        auto start = Clock::now();
+        for (int i = 0; i < kBatch; i++) {
+            void *p;
+            walk();
+            if (cudaMallocAsync(&p, bytes, stream) != cudaSuccess) { fprintf(stderr, "cudaMallocAsync failed\n"); return 1; }
+            walk();
+            if (cudaFreeAsync(p, stream) != cudaSuccess) { fprintf(stderr, "cudaFreeAsync failed\n"); return 1; }
+        }
+        if (b >= 2) ns.push_back(ns_since(start) / kBatch);
+    }
+    cudaStreamSynchronize(stream);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4) { fprintf(stderr, "usage: hook_rate launch WORDS COLD_KIB | pair BYTES COLD_KIB\n"); return 2; }
+    long what = atol(argv[2]);
+    cold_bytes = (size_t)atol(argv[3]) << 10;
+    cold = cold_bytes ? (volatile unsigned char *)calloc(cold_bytes, 1) : nullptr;
+    std::vector<double> ns;
+    int failed;
+    double walked;
+    if (!strcmp(argv[1], "launch")) {
+        walked = walk_ns();
+        failed = what == 160 ? launches<160>(ns) : launches<16>(ns);
+    } else if (!strcmp(argv[1], "pair")) {
+        walked = 2 * walk_ns();
+        failed = pairs((size_t)what, ns);
+    } else {
+        fprintf(stderr, "hook_rate: '%s' is neither launch nor pair\n", argv[1]);
+        return 2;
+    }
+    if (failed) { fprintf(stderr, "hook_rate: a call failed\n"); return 1; }
+    std::sort(ns.begin(), ns.end());
+    printf("median_ns=%.1f best_ns=%.1f\n", ns[ns.size() / 2] - walked, ns[0] - walked);
+    return 0;
+}
