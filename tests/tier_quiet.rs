@@ -6,7 +6,13 @@
 
 mod common;
 
+use std::io::{BufRead, BufReader, Read};
+use std::sync::atomic::Ordering::{Acquire, Release};
+use std::time::{Duration, Instant};
+
 use common::*;
+use vramshare_common::files::open_existing_mut;
+use vramshare_common::registry::{Registry, RegistryFile};
 
 /// The events the shim recorded through the runtime, as its trace counts
 /// its own CUDA calls.
@@ -176,4 +182,85 @@ fn a_fault_while_quiet_says_the_blocks_named_were_not_recorded() {
         "{}",
         said[0]
     );
+}
+
+#[test]
+fn a_quota_cut_while_quiet_drains_once_and_ends_the_quiet() {
+    // a, b and c fill a 16 MiB quota and the tier goes quiet; then the
+    // quota is cut to 6 MiB while the job sleeps. The cut waits for the
+    // device once (uses went unrecorded) and moves two blocks out; that
+    // wait saw every launch before it finish, so the quiet ends there, and
+    // bringing a block back for its read afterwards needs no second wait.
+    let work = tempfile::tempdir().unwrap();
+    let shm = work.path().join("shm");
+    let log = work.path().join("calls.log");
+    let trace = work.path().join("trace-%p.json");
+    let (log_text, trace_text) = (log.to_string_lossy(), trace.to_string_lossy());
+    let mut env = moving_beside("16MiB", &[]);
+    env.extend([
+        ("FAKE_CUDA_LOG", &*log_text),
+        ("VRAMSHARE_TRACE", &*trace_text),
+    ]);
+    let steps = [
+        "malloc:a:4M",
+        "malloc:b:4M",
+        "malloc:c:4M",
+        "fill:a:1:1",
+        "fill:b:2:1",
+        "fill:c:3:1",
+        "repeat:4100:1",
+        "memset:a:1:1",
+        "sync",
+        "sleep:1500",
+        // Each copy's buffer is the client's until its stream is done.
+        "copyout:a:1",
+        "sync",
+        "copyout:b:1",
+        "sync",
+        "copyout:c:1",
+        "sync",
+        "peekvia:a:1",
+        "peekvia:b:1",
+        "peekvia:c:1",
+    ];
+    let mut child = client_command(&shm, &env, &steps).spawn().unwrap();
+    let pid = child.id();
+    // The quota is cut once the client has synchronized after its uses.
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("sync rc=") {
+        let mut line = String::new();
+        if stdout.read_line(&mut line).unwrap() == 0 {
+            panic!("the client ended early: {seen}");
+        }
+        seen.push_str(&line);
+    }
+    let registry = open_existing_mut::<RegistryFile>(&shm)
+        .ok()
+        .and_then(|map| Registry::new(map).ok())
+        .expect("the client's registry");
+    let counters = &registry.live_slot(pid).unwrap().devices()[0];
+    assert_eq!(counters.device_bytes.load(Acquire), 12 * MIB);
+    // What `vramshare quota set` writes.
+    counters.quota.store(6 * MIB, Release);
+    let cut = Instant::now();
+    while counters.device_bytes.load(Acquire) > 6 * MIB {
+        assert!(
+            cut.elapsed() < Duration::from_secs(1),
+            "held to the new quota"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Room again for the reads to bring their blocks back.
+    counters.quota.store(16 * MIB, Release);
+    stdout.read_to_string(&mut seen).unwrap();
+    let mut output = child.wait_with_output().unwrap();
+    output.stdout = seen.into_bytes();
+    let run = collect(output, work, &log);
+    run.assert_ok();
+    let moves = run.moves();
+    assert_eq!(moves["quiet_entered"], 1, "{moves:#}");
+    assert_eq!(moves["drains_quiet"], 1, "{moves:#}");
+    assert_eq!(moves["drains"], 1, "{moves:#}");
+    peeks_hold(&run, &[("a", "1"), ("b", "2"), ("c", "3")]);
 }

@@ -18,7 +18,7 @@ use crate::state::tier::Kept;
 use crate::state::State;
 
 use super::moves::{self, move_out, timed, Staged};
-use super::{ahead, backing, begin, drained, kept, limit, mover, quiet, uses, Timed};
+use super::{ahead, backing, begin, kept, limit, mover, quiet, uses, Timed};
 
 /// The share of the quota kept free for blocks coming in (1/8), so that a
 /// block's copy onto the device can start at once and the copies of the
@@ -279,7 +279,9 @@ pub fn evict_while(state: &State, device: Device, mut more: impl FnMut(u64) -> b
     };
     // Listed again behind the gate: a launch's move may have taken some.
     let candidates = state.ledger.tier_on_device(device);
-    if !drained(state, api) {
+    // Drained as any strict round is: every launch before the gate has
+    // finished, so uses unread or unrecorded till now need no second wait.
+    if !begin(state, api, true) {
         return 0;
     }
     let _timed = Timed(state, std::time::Instant::now());
