@@ -189,3 +189,39 @@ fn a_panic_after_the_real_call_never_makes_it_twice() {
     );
     assert!(run.stderr.contains("its answer 0 stands"), "{}", run.stderr);
 }
+
+#[test]
+#[cfg_attr(not(debug_assertions), ignore)]
+fn a_hook_that_fails_before_its_call_passes_it_on_and_the_next_move_waits_for_it() {
+    // a and b are blocks of the spill tier; the hook of a's memset panics
+    // before the real call, so the memset goes to CUDA unread (inside the
+    // tier's gate, so that no drain comes between). c then needs room: a
+    // block goes out only after the device is drained, with its bytes.
+    let env = moving_beside(
+        "4MiB",
+        &[("VRAMSHARE_TEST_PANIC", "before-real:cudaMemsetAsync")],
+    );
+    let steps = [
+        "malloc:a:2M",
+        "fill:a:1:1",
+        "memset:a:2:1",
+        "malloc:b:2M",
+        "fill:b:3:1",
+        "malloc:c:2M",
+        "fill:c:4:1",
+        "copyout:a:1",
+        "sync",
+        "hostbytes",
+    ];
+    let run = client(Runtime::Fake13, &env, &steps);
+    run.assert_ok();
+    assert_eq!(run.rc("memset a"), 0, "{}", run.stdout);
+    let said = run
+        .stderr
+        .matches("internal error in the cudaMemsetAsync hook")
+        .count();
+    assert_eq!(said, 1, "{}", run.stderr);
+    let moves = run.moves();
+    assert_eq!(moves["drains_unread"], 1, "{moves:#}");
+    copied_bytes_hold(&run, "2");
+}

@@ -152,8 +152,9 @@ fn invalid(
 }
 
 /// Whether a debug build panics on purpose at `point`, for the tests of the
-/// shim's panic walls (`VRAMSHARE_TEST_PANIC=after-real` or `exit`). A
-/// release build never reads the variable.
+/// shim's panic walls (`VRAMSHARE_TEST_PANIC=after-real`, `exit`, or
+/// `before-real:NAME`, before the first real call of the hook of NAME). A release
+/// build never reads the variable.
 pub fn panics_at(point: &str) -> bool {
     #[cfg(debug_assertions)]
     {

@@ -73,6 +73,13 @@ template <int N> static int launches(std::vector<double> &ns) {
 static int pairs(size_t bytes, std::vector<double> &ns) {
     cudaStream_t stream;
     if (cudaStreamCreate(&stream) != cudaSuccess) return 1;
+    // As PyTorch's backend:cudaMallocAsync sets it: the pool keeps its
+    // memory at each synchronize, so that no batch starts by mapping anew.
+    cudaMemPool_t pool;
+    cuuint64_t keep = ~0ull;
+    if (cudaDeviceGetDefaultMemPool(&pool, 0) != cudaSuccess ||
+        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess)
+        return 1;
     for (int b = 0; b < kBatches + 2; b++) {
         cudaStreamSynchronize(stream);
         double spent = 0;

@@ -150,6 +150,13 @@ macro_rules! real_fn {
         pub unsafe fn $name($($arg: $ty),*) -> cudaError_t {
             // Asked before the call: a library's twin runs inner hooks.
             let twin = $twin && is_twin(stringify!($name));
+            if twin && crate::config::panics_at(concat!("before-real:", stringify!($name))) {
+                // Once: the call then passed on unread is this one too.
+                static FIRED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+                if !FIRED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    panic!("a panic before the real {}, as the tests ask", stringify!($name));
+                }
+            }
             static FUNCTION: Function<unsafe extern "C" fn($($ty),*) -> cudaError_t> =
                 Function::new(
                     // SAFETY: the literal ends in its only NUL.

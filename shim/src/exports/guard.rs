@@ -65,8 +65,9 @@ pub fn wall<R>(
             Some(result) => result,
             None => {
                 error!("internal error in the {name} hook; the call goes to CUDA unchanged");
-                // Unread by the shim, the call may touch any block.
-                let _ = catch_unwind(crate::policy::unknown_call);
+                // Unread by the shim, the call may touch any block; no
+                // move begins until it is passed on.
+                let _inside = catch_unwind(crate::policy::unknown_call).ok().flatten();
                 passthrough()
             }
         },

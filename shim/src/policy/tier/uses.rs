@@ -94,12 +94,15 @@ pub fn touched(state: &State, api: Api, words: &[u64], overflowed: bool) -> Vec<
 
 /// Before a call the shim passes to CUDA unread (its hook failed): no move
 /// the mover thread was to make goes on under it, and the next move waits
-/// for the device.
-pub fn unknown_call() {
-    if let Some(state) = crate::state::started() {
-        unread(state);
-        super::mover::claim_all(state);
-    }
+/// for the device. The caller holds what this returns until the call is
+/// passed on: inside the gate, no drain can come between the mark and the
+/// call, and take the mark away before the call is queued.
+pub fn unknown_call() -> Option<crate::state::gate::Inside<'static>> {
+    let state = crate::state::started()?;
+    let inside = super::enter(state);
+    unread(state);
+    super::mover::claim_all(state);
+    inside
 }
 
 /// Before a launch whose uses are not all known (its parameters unread,

@@ -67,7 +67,8 @@ impl AddressSpan {
         if start < self.low.load(Relaxed) {
             self.low.fetch_min(start, Relaxed);
         }
-        let end = start.saturating_add(size);
+        // A block of no bytes still has its start inside.
+        let end = start.saturating_add(size.max(1));
         if end > self.high.load(Relaxed) {
             self.high.fetch_max(end, Relaxed);
         }
