@@ -422,8 +422,8 @@ pub fn library_call(
     let touched = tier::uses::touched(state, api, &words, false);
     tier::uses::order(state, api, &touched, stream);
     if let Some(on) = stream {
-        let _ =
-            ORDERED_ON.try_with(|ordered| *ordered.borrow_mut() = Some((api, on, touched.clone())));
+        let _ = ORDERED_ON
+            .try_with(|ordered| *ordered.borrow_mut() = Some((api, on, touched.to_vec())));
     }
     let _ = IN_LIBRARY.try_with(|inside| inside.set(Library::Inside(None)));
     let leave = Leave;

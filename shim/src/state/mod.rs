@@ -28,6 +28,7 @@ pub mod ledger;
 pub mod listed;
 pub mod outgoing;
 pub mod report;
+pub mod reused;
 mod shared;
 pub mod tier;
 pub mod trace;

@@ -24,6 +24,7 @@ use vramshare_common::trace_json::{MovesSample, MOVES_SAMPLES_MAX};
 use super::gate::Gate;
 use super::listed::Listed;
 use super::lock;
+use super::reused::Reused;
 use crate::cuda::host_costs;
 
 /// [`Backing::uses_on_device`] before a block's first move onto the device
@@ -409,22 +410,16 @@ impl Tier {
     }
 
     /// The starts of the live blocks that `addresses` fall in, in order,
-    /// each once.
-    pub fn holding(&self, addresses: &[u64]) -> Vec<usize> {
-        let spans = match self.spans.read() {
-            Ok(spans) => spans,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        let mut starts: Vec<usize> = addresses
-            .iter()
-            .filter_map(|address| {
-                let (start, size) = spans.range(..=*address as usize).next_back()?;
-                (*address < *start as u64 + size).then_some(*start)
-            })
-            .collect();
-        starts.sort_unstable();
-        starts.dedup();
-        starts
+    /// each once, in `starts`.
+    pub fn holding(&self, addresses: &[u64], starts: &mut Reused<usize>) {
+        let spans = self.spans.read().unwrap_or_else(|e| e.into_inner());
+        for address in addresses {
+            let found = spans.range(..=*address as usize).next_back();
+            if let Some((start, _)) = found.filter(|(s, n)| *address < **s as u64 + **n) {
+                starts.push(*start);
+            }
+        }
+        starts.sort_dedup();
     }
 
     /// Takes a sample of the moves' counters at `t_ns`, once the tier has
@@ -562,19 +557,26 @@ impl Backing {
 mod tests {
     use super::*;
 
+    thread_local!(static SPARE: std::cell::Cell<Vec<usize>> = Default::default());
+
     #[test]
     fn an_address_inside_a_live_block_finds_its_start_and_none_after_it_goes() {
         let tier = Tier::default();
         let backing = Backing::unplaced;
         tier.insert(0x4000_0000, backing(4 << 20));
         tier.insert(0x4080_0000, backing(2 << 20));
-        let one = |address| tier.holding(&[address]).first().copied();
+        let holding = |addresses: &[u64]| {
+            let mut starts = Reused::new(&SPARE);
+            tier.holding(addresses, &mut starts);
+            starts.to_vec()
+        };
+        let one = |address| holding(&[address]).first().copied();
         assert_eq!(one(0x4000_0000), Some(0x4000_0000));
         assert_eq!(one(0x4010_0008), Some(0x4000_0000), "inside");
         assert_eq!(one(0x4040_0000), None, "just past its end");
         assert_eq!(one(0x4090_0000), Some(0x4080_0000));
         assert_eq!(one(0x3fff_ffff), None, "before the first");
-        let both = tier.holding(&[0x4090_0000, 0x4000_0008, 0x4000_0010]);
+        let both = holding(&[0x4090_0000, 0x4000_0008, 0x4000_0010]);
         assert_eq!(both, [0x4000_0000, 0x4080_0000], "each once, in order");
         assert!(tier.remove(0x4000_0000).is_some());
         assert_eq!(one(0x4010_0008), None, "gone");

@@ -26,6 +26,7 @@
 //! operands (a cuBLASLt epilogue's bias, set in the matmul's descriptor),
 //! and pointers kept in device memory.
 
+use std::cell::Cell;
 use std::ffi::c_void;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -35,6 +36,7 @@ use vramshare_common::event::Api;
 use crate::config::{Device, Moves};
 use crate::cuda::backend::Backend;
 use crate::cuda::real;
+use crate::state::reused::Reused;
 use crate::state::tier::{Backing, Kept};
 use crate::state::{config, State};
 
@@ -68,9 +70,10 @@ pub fn unread(state: &State) {
 /// part of the graph: none is, and the next move drains instead. Nor is
 /// one while the tier is quiet ([`super::quiet`]). Called inside the gate,
 /// for work by `api`.
-pub fn touched(state: &State, api: Api, words: &[u64], overflowed: bool) -> Vec<usize> {
+pub fn touched(state: &State, api: Api, words: &[u64], overflowed: bool) -> Reused<usize> {
+    let mut starts = Reused::new(&SPARE_STARTS);
     if !tracking(state) {
-        return Vec::new();
+        return starts;
     }
     if overflowed || (!words.is_empty() && state.access.graphs.capturing_any()) {
         unread(state);
@@ -80,16 +83,22 @@ pub fn touched(state: &State, api: Api, words: &[u64], overflowed: bool) -> Vec<
         if !words.is_empty() {
             super::mover::claim_all(state);
         }
-        return Vec::new();
+        return starts;
     }
     if words.is_empty() {
-        return Vec::new();
+        return starts;
     }
     if super::quiet::unrecorded(state, api) {
         state.tier.unrecorded_uses.fetch_add(1, Relaxed);
-        return Vec::new();
+        return starts;
     }
-    state.tier.holding(words)
+    state.tier.holding(words, &mut starts);
+    starts
+}
+
+thread_local! {
+    /// A buffer for the next use's blocks, kept from the last.
+    static SPARE_STARTS: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
 }
 
 /// Before a call the shim passes to CUDA unread (its hook failed): no move

@@ -23,6 +23,7 @@ use index::{BlockIndex, Snapshot};
 use steps::Recurrence;
 
 use crate::state::ledger::Ledger;
+use crate::state::reused::Reused;
 use steps::Steps;
 
 /// Distinct blocks one launch can name (more are rare: a launch names its
@@ -91,42 +92,32 @@ impl Default for Named {
 /// A use's words that fall in the tier's addresses (at most
 /// [`MAX_WORDS`]), and whether there were more: the use may touch blocks
 /// beyond those.
-#[derive(Default)]
 struct Words {
-    kept: Vec<u64>,
+    kept: Reused<u64>,
     overflowed: bool,
 }
 
 thread_local! {
-    /// A buffer for the next use's words, kept from the last: most launches
-    /// collect a few, and a new vector's growth to hold them cost more
-    /// allocations a launch than the rest of the hook made.
+    /// A buffer for the next use's words, kept from the last.
     static SPARE_WORDS: Cell<Vec<u64>> = const { Cell::new(Vec::new()) };
 }
 
-impl Words {
-    /// Keeps `value`, in the thread's spare buffer once it has one.
-    #[inline]
-    fn keep(&mut self, value: u64) {
-        if self.kept.capacity() == 0 {
-            self.kept = SPARE_WORDS.try_with(Cell::take).unwrap_or_default();
-        }
-        if self.kept.len() < MAX_WORDS {
-            self.kept.push(value);
-        } else {
-            self.overflowed = true;
+impl Default for Words {
+    fn default() -> Self {
+        Words {
+            kept: Reused::new(&SPARE_WORDS),
+            overflowed: false,
         }
     }
 }
 
-impl Drop for Words {
-    /// The buffer, emptied, is kept for the thread's next use.
+impl Words {
     #[inline]
-    fn drop(&mut self) {
-        if self.kept.capacity() != 0 {
-            let mut kept = std::mem::take(&mut self.kept);
-            kept.clear();
-            let _ = SPARE_WORDS.try_with(|spare| spare.set(kept));
+    fn keep(&mut self, value: u64) {
+        if self.kept.len() < MAX_WORDS {
+            self.kept.push(value);
+        } else {
+            self.overflowed = true;
         }
     }
 }
