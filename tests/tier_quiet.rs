@@ -201,13 +201,9 @@ fn a_quota_cut_while_quiet_drains_once_and_ends_the_quiet() {
         ("FAKE_CUDA_LOG", &*log_text),
         ("VRAMSHARE_TRACE", &*trace_text),
     ]);
-    let steps = [
-        "malloc:a:4M",
-        "malloc:b:4M",
-        "malloc:c:4M",
-        "fill:a:1:1",
-        "fill:b:2:1",
-        "fill:c:3:1",
+    // The three blocks made and filled with 1, 2, 3 (all fit here).
+    let mut steps = THIRD_COMES_IN.to_vec();
+    steps.extend([
         "repeat:4100:1",
         "memset:a:1:1",
         "sync",
@@ -222,7 +218,7 @@ fn a_quota_cut_while_quiet_drains_once_and_ends_the_quiet() {
         "peekvia:a:1",
         "peekvia:b:1",
         "peekvia:c:1",
-    ];
+    ]);
     let mut child = client_command(&shm, &env, &steps).spawn().unwrap();
     let pid = child.id();
     // The quota is cut once the client has synchronized after its uses.
