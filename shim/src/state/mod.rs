@@ -30,6 +30,7 @@ pub mod outgoing;
 pub mod report;
 pub mod reused;
 mod shared;
+pub mod span;
 pub mod tier;
 pub mod trace;
 

@@ -25,6 +25,7 @@ use super::gate::Gate;
 use super::listed::Listed;
 use super::lock;
 use super::reused::Reused;
+use super::span::AddressSpan;
 use crate::cuda::host_costs;
 
 /// [`Backing::uses_on_device`] before a block's first move onto the device
@@ -106,10 +107,9 @@ pub struct Tier {
     /// The live blocks' starts and sizes, in order: the block an address
     /// falls in ([`Tier::holding`]).
     spans: RwLock<BTreeMap<usize, u64>>,
-    /// The lowest start and highest end of any block made: no address
-    /// outside is one of the tier's.
-    low: AtomicU64,
-    high: AtomicU64,
+    /// Where any block made has lain: no address outside is one of the
+    /// tier's.
+    span: AddressSpan,
     /// Set once the tier has made a block: from then on launches enter the
     /// gate (one load a launch, where asking the map would lock its shards).
     pub active: AtomicBool,
@@ -382,20 +382,16 @@ impl Tier {
 
     /// Adds a live block at `ptr`.
     pub fn insert(&self, ptr: usize, backing: Backing) {
-        let (start, end) = (ptr as u64, ptr as u64 + backing.size);
         match self.spans.write() {
             Ok(mut spans) => spans.insert(ptr, backing.size),
             Err(poisoned) => poisoned.into_inner().insert(ptr, backing.size),
         };
-        // 0: no block yet.
-        let _ = self.low.fetch_update(Relaxed, Relaxed, |low| {
-            (low == 0 || start < low).then_some(start)
-        });
-        let high = self.high.fetch_max(end, Relaxed).max(end);
+        self.span.widen(ptr as u64, backing.size);
         if super::config().moves == crate::config::Moves::Overlap {
             // Moves beside the kernels need every word that may point
             // into a block.
-            super::access::collect_within(self.low.load(Relaxed), high);
+            let (low, high) = self.span.get();
+            super::access::collect_within(low, high);
         }
         self.blocks.insert(ptr, backing);
     }

@@ -22,7 +22,7 @@ use crate::state::access::graphs::{EventHandle, Freed};
 use crate::state::tier::Backing;
 use crate::state::State;
 
-use super::kept::{give_back_event, per_thread, record};
+use super::kept::{give_back_event, record};
 use super::uses::Event;
 
 /// The tier block at `ptr` (`backing`), which the ledger has let go of,
@@ -90,7 +90,7 @@ fn follow(
 ) -> Option<EventHandle> {
     let runtime = Backend::of(api) == Backend::Runtime;
     if let Some((event, of_runtime)) = held {
-        if of_runtime == runtime && Event(event, runtime).record(stream, per_thread(api)) {
+        if of_runtime == runtime && Event(event, runtime).record(stream, api.is_per_thread()) {
             return held;
         }
         give_back_event(state, event, of_runtime);

@@ -22,7 +22,7 @@ use crate::state::grouped::{Freed, MemberFree, Planned};
 use crate::state::State;
 
 use super::backing::PAGE;
-use super::kept::{per_thread, record, stream_key};
+use super::kept::{record, stream_key};
 use super::uses::Event;
 
 /// How a step's allocations are grouped: blocks of whole pages living at
@@ -181,7 +181,7 @@ pub fn free(state: &State, api: Api, ptr: usize, stream: Option<usize>) -> Membe
                 if !held && !ordered {
                     let event = Event(free.event, free.runtime);
                     match stream {
-                        Some(stream) => event.order(stream, per_thread(api)),
+                        Some(stream) => event.order(stream, api.is_per_thread()),
                         None => {
                             event.wait();
                         }

@@ -33,18 +33,12 @@ use super::moves::timed;
 use super::uses::{new_event, Event};
 use super::{backing, spare};
 
-/// Whether `api` is a per-thread default stream form (`_ptsz`), whose
-/// stream 0 is the calling thread's own.
-pub(super) fn per_thread(api: Api) -> bool {
-    api.is_per_thread()
-}
-
 /// The key a stream has for reuse without waiting: its handle, 1 for the
 /// legacy default stream, 0 (none) for a per-thread default stream, which
 /// differs from one thread to the next.
 pub(super) fn stream_key(api: Api, stream: usize) -> usize {
     match stream {
-        0 if per_thread(api) => 0,
+        0 if api.is_per_thread() => 0,
         0 | 1 => 1,
         2 => 0,
         handle => handle,
@@ -97,7 +91,7 @@ pub fn keep(
         .filter(|b| key == 0 || b.used_on != key)
         .and_then(|b| Event::of(&b));
     if let Some(last_use) = last_use.filter(|e| !e.complete()) {
-        last_use.order(stream, per_thread(api));
+        last_use.order(stream, api.is_per_thread());
     }
     let Some((event, runtime_event)) = record(state, api, stream) else {
         debug!(
@@ -499,7 +493,7 @@ fn release(state: &State, kept: Kept) {
 pub(super) fn record(state: &State, api: Api, stream: usize) -> Option<(usize, bool)> {
     let runtime = Backend::of(api) == Backend::Runtime;
     let event = new_event(state, runtime)?;
-    if !event.record(stream, per_thread(api)) {
+    if !event.record(stream, api.is_per_thread()) {
         destroy(event.0, runtime);
         return None;
     }
@@ -546,7 +540,7 @@ pub(super) fn reached(kept: &Kept) -> bool {
 /// Makes `stream` (in the form `api` uses) wait for the free that kept
 /// `kept`; false if CUDA refused.
 fn wait_on_stream(api: Api, stream: usize, kept: &Kept) -> bool {
-    Event(kept.event, kept.runtime_event).wait_on(stream, per_thread(api))
+    Event(kept.event, kept.runtime_event).wait_on(stream, api.is_per_thread())
 }
 
 /// Destroys an event `record` made; CUDA releases it when its record

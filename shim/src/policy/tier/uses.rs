@@ -41,7 +41,7 @@ use crate::state::tier::{Backing, Kept};
 use crate::state::{config, State};
 
 use super::backing::{self, Direction};
-use super::kept::{give_back_event, per_thread, stream_key, take_event};
+use super::kept::{give_back_event, stream_key, take_event};
 use super::moves::timed;
 
 /// Whether moves overlap the job's kernels.
@@ -265,7 +265,7 @@ fn order_named(state: &State, api: Api, named: &[usize], stream: Option<usize>) 
                 continue;
             }
             match stream {
-                Some(stream) => event.order(stream, per_thread(api)),
+                Some(stream) => event.order(stream, api.is_per_thread()),
                 None => {
                     timed(&state.tier.uses_wait_ns, || event.wait());
                 }
@@ -301,7 +301,7 @@ fn record_uses(state: &State, api: Api, named: &[usize], stream: Option<usize>) 
         return;
     };
     let runtime = Backend::of(api) == Backend::Runtime;
-    let (key, per_thread) = (stream_key(api, stream), per_thread(api));
+    let (key, per_thread) = (stream_key(api, stream), api.is_per_thread());
     timed(&state.tier.uses_ns, || {
         for ptr in named {
             let Some(mut backing) = state.tier.blocks.get_mut(ptr) else {

@@ -1,7 +1,4 @@
-//! A block the shim handed out, as the ledger records it; and the span of
-//! addresses every block and mapping recorded has fallen in.
-
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+//! A block the shim handed out, as the ledger records it.
 
 use vramshare_common::event::{Api, Placement};
 
@@ -39,43 +36,5 @@ impl Block {
             Placement::Host => self.size - self.device_part.min(self.size),
             _ => 0,
         }
-    }
-}
-
-/// The lowest start and highest end of every block and mapping ever
-/// recorded (it only widens: a range freed stays inside). A launch's words
-/// outside it name no block, however stale the launches' index is, so they
-/// are passed over at one comparison each.
-pub struct AddressSpan {
-    low: AtomicU64,
-    high: AtomicU64,
-}
-
-impl Default for AddressSpan {
-    fn default() -> Self {
-        AddressSpan {
-            low: AtomicU64::new(u64::MAX),
-            high: AtomicU64::new(0),
-        }
-    }
-}
-
-impl AddressSpan {
-    /// Takes in `[start, start + size)`. Reads first: once the span has
-    /// settled, an allocation writes nothing here.
-    pub fn widen(&self, start: u64, size: u64) {
-        if start < self.low.load(Relaxed) {
-            self.low.fetch_min(start, Relaxed);
-        }
-        // A block of no bytes still has its start inside.
-        let end = start.saturating_add(size.max(1));
-        if end > self.high.load(Relaxed) {
-            self.high.fetch_max(end, Relaxed);
-        }
-    }
-
-    /// `[low, high)`; low above high while nothing was recorded.
-    pub fn get(&self) -> (u64, u64) {
-        (self.low.load(Relaxed), self.high.load(Relaxed))
     }
 }

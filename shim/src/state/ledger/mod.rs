@@ -24,8 +24,9 @@ use vramshare_common::registry::DeviceCounters;
 use vramshare_common::size::MAX_DEVICES;
 
 mod block;
-use block::AddressSpan;
 pub use block::Block;
+
+use super::span::AddressSpan;
 
 /// Physical memory by handle: the driver frees it once its handle is
 /// released *and* nothing maps it any more, so it counts until both.
