@@ -10,7 +10,15 @@
 //       tier where moves are on);
 //   hook_rate pair BYTES COLD_KIB     cudaMallocAsync + cudaFreeAsync of
 //       BYTES on a stream of the program's own, as PyTorch's
-//       backend:cudaMallocAsync allocates each tensor.
+//       backend:cudaMallocAsync allocates each tensor;
+//   hook_rate query NAME COLD_KIB     one of the CUDA calls the shim's
+//       hooks make of their own, alone (run bare: what the call costs the
+//       hook): get-device (cudaGetDevice), ctx-get-device (cuCtxGetDevice),
+//       mem-pool (cudaDeviceGetMemPool), cu-mem-pool (cuDeviceGetMemPool),
+//       default-pool (cudaDeviceGetDefaultMemPool), pool-reserve
+//       (cudaMemPoolGetAttribute, the reserve), event-record
+//       (cudaEventRecord on a stream of the program's own), event-query
+//       (cudaEventQuery of an event recorded and reached).
 // With COLD_KIB above 0, each call is preceded by a walk over that many
 // KiB of the program's own memory, as a framework's work between calls
 // evicts the caches. Each call is timed alone (two clock reads around it,
@@ -19,6 +27,7 @@
 // never fills. Prints the median and best batch in ns per call (a pair's
 // two calls together).
 #include <algorithm>
+#include <cuda.h>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -102,8 +111,53 @@ static int pairs(size_t bytes, std::vector<double> &ns) {
     return 0;
 }
 
+// One query of `name`, as the shim's hooks make it; false if CUDA refused
+// or the name is unknown.
+static bool query(const char *name, cudaStream_t stream, cudaEvent_t event, cudaMemPool_t pool) {
+    int device;
+    CUdevice cu_device;
+    cudaMemPool_t got;
+    CUmemoryPool cu_got;
+    cuuint64_t value;
+    if (!strcmp(name, "get-device")) return cudaGetDevice(&device) == cudaSuccess;
+    if (!strcmp(name, "ctx-get-device")) return cuCtxGetDevice(&cu_device) == CUDA_SUCCESS;
+    if (!strcmp(name, "mem-pool")) return cudaDeviceGetMemPool(&got, 0) == cudaSuccess;
+    if (!strcmp(name, "cu-mem-pool")) return cuDeviceGetMemPool(&cu_got, 0) == CUDA_SUCCESS;
+    if (!strcmp(name, "default-pool")) return cudaDeviceGetDefaultMemPool(&got, 0) == cudaSuccess;
+    if (!strcmp(name, "pool-reserve"))
+        return cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &value) == cudaSuccess;
+    if (!strcmp(name, "event-record")) return cudaEventRecord(event, stream) == cudaSuccess;
+    if (!strcmp(name, "event-query")) return cudaEventQuery(event) == cudaSuccess;
+    return false;
+}
+
+static int queries(const char *name, std::vector<double> &ns) {
+    cudaStream_t stream;
+    cudaEvent_t event;
+    cudaMemPool_t pool;
+    if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess ||
+        cudaDeviceGetDefaultMemPool(&pool, 0) != cudaSuccess || cudaEventRecord(event, stream) != cudaSuccess ||
+        cudaStreamSynchronize(stream) != cudaSuccess)
+        return 1;
+    for (int b = 0; b < kBatches + 2; b++) {
+        cudaStreamSynchronize(stream);
+        double spent = 0;
+        for (int i = 0; i < kBatch; i++) {
+            walk();
+            auto start = Clock::now();
+            bool ok = query(name, stream, event, pool);
+            spent += ns_since(start);
+            if (!ok) { fprintf(stderr, "hook_rate: query %s failed or is unknown\n", name); return 1; }
+        }
+        if (b >= 2) ns.push_back(spent / kBatch);
+    }
+    cudaStreamSynchronize(stream);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 4) { fprintf(stderr, "usage: hook_rate launch WORDS COLD_KIB | pair BYTES COLD_KIB\n"); return 2; }
+    if (argc != 4) { fprintf(stderr, "usage: hook_rate launch WORDS COLD_KIB | pair BYTES COLD_KIB | query NAME COLD_KIB\n"); return 2; }
     long what = atol(argv[2]);
     cold_bytes = (size_t)atol(argv[3]) << 10;
     cold = cold_bytes ? (volatile unsigned char *)calloc(cold_bytes, 1) : nullptr;
@@ -113,8 +167,10 @@ int main(int argc, char **argv) {
         failed = what == 160 ? launches<160>(ns) : launches<16>(ns);
     } else if (!strcmp(argv[1], "pair")) {
         failed = pairs((size_t)what, ns);
+    } else if (!strcmp(argv[1], "query")) {
+        failed = queries(argv[2], ns);
     } else {
-        fprintf(stderr, "hook_rate: '%s' is neither launch nor pair\n", argv[1]);
+        fprintf(stderr, "hook_rate: '%s' is not launch, pair or query\n", argv[1]);
         return 2;
     }
     if (failed) { fprintf(stderr, "hook_rate: a call failed\n"); return 1; }

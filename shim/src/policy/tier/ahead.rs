@@ -66,7 +66,11 @@ pub fn recording(state: &State) -> bool {
 pub(super) fn bring(state: &'static State, api: Api) {
     let replay = &state.access.replay;
     let in_host = state.tier.bytes_in_host.load(Relaxed);
-    out_for_peak(state, api, in_host);
+    // The calling thread's device and limits, asked of CUDA once for both.
+    let limits = device_limits(state, api);
+    if let Some((device, _, bound)) = limits {
+        out_for_peak(state, device, bound, in_host);
+    }
     if in_host == 0 {
         state.tier.ahead_coming.store(false, Relaxed);
         return;
@@ -81,7 +85,7 @@ pub(super) fn bring(state: &'static State, api: Api) {
     let Some(&(last, _)) = upcoming.last() else {
         return;
     };
-    let Some((device, quota, bound)) = device_limits(state, api) else {
+    let Some((device, quota, bound)) = limits else {
         return;
     };
     let Some(_closed) = state.tier.gate.close() else {
@@ -159,11 +163,8 @@ const PEAK_LOOK_EVERY: u64 = 16;
 /// ([`room::out_for_peak`]), every [`PEAK_LOOK_EVERY`]th use. What the live
 /// blocks require is noted after every use: a large block that lives for a
 /// few uses only (a model's logits) makes the step's peak.
-fn out_for_peak(state: &'static State, api: Api, in_host: u64) {
+fn out_for_peak(state: &'static State, device: Device, bound: u64, in_host: u64) {
     static USES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let Some((device, _, bound)) = device_limits(state, api) else {
-        return;
-    };
     // The bytes the live blocks require out of the device: those in host
     // memory, less the room that holds no live block (free, or held by
     // kept blocks, which give it back without a copy) beyond a margin. The
