@@ -148,11 +148,7 @@ pub(super) fn evict_ahead(
     if room >= budget {
         return staged;
     }
-    // Beside the job's kernels, only blocks idle now: this is ahead of need.
-    let candidates: Vec<(usize, u64)> = movable_blocks(state, device, keep, strict)
-        .into_iter()
-        .filter(|(ptr, _)| strict || uses::idle(state, *ptr))
-        .collect();
+    let candidates = movable_blocks(state, device, keep, strict);
     // Where blocks come ahead of need, those within what was looked at
     // stay: they were found on the device or brought there for their use.
     let horizon = if super::ahead::recording(state) {
@@ -160,13 +156,16 @@ pub(super) fn evict_ahead(
     } else {
         0
     };
-    // Blocks larger than the budget stay: moving one out would leave more
-    // free than the budget is for.
     for (next, size, ptr) in by_next_use(state, candidates) {
         if room >= budget || (horizon > 0 && next <= horizon) {
             break;
         }
-        if size > budget {
+        // Blocks larger than the budget stay: moving one out would leave
+        // more free than the budget is for. Beside the job's kernels, only
+        // blocks idle now go: this is ahead of need. That is asked of each
+        // block only as its turn comes: each answer is a call to CUDA, and
+        // a step's device holds hundreds of blocks.
+        if size > budget || !(strict || uses::idle(state, ptr)) {
             continue;
         }
         // Beside the kernels, the mover thread makes the move, while the
@@ -200,14 +199,15 @@ pub(super) fn out_for_peak(
     let budget = limit / MOVE_BUDGET_DIVISOR;
     let candidates: Vec<(usize, u64)> = movable_blocks(state, device, &[], false)
         .into_iter()
-        .filter(|(ptr, size)| *size <= budget && uses::idle(state, *ptr))
+        .filter(|(_, size)| *size <= budget)
         .collect();
     let mut sent = 0;
     for (next, size, ptr) in by_next_use(state, candidates) {
         if sent >= bytes || next <= beyond {
             break;
         }
-        if mover::send(state, ptr, size) {
+        // Whether it is idle, asked only now: each answer is a call to CUDA.
+        if uses::idle(state, ptr) && mover::send(state, ptr, size) {
             sent += size;
         }
     }
