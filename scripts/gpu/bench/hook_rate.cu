@@ -111,48 +111,62 @@ static int pairs(size_t bytes, std::vector<double> &ns) {
     return 0;
 }
 
-// One query of `name`, as the shim's hooks make it; false if CUDA refused
-// or the name is unknown.
-static bool query(const char *name, cudaStream_t stream, cudaEvent_t event, cudaMemPool_t pool) {
-    int device;
-    CUdevice cu_device;
-    cudaMemPool_t got;
-    CUmemoryPool cu_got;
-    cuuint64_t value;
-    if (!strcmp(name, "get-device")) return cudaGetDevice(&device) == cudaSuccess;
-    if (!strcmp(name, "ctx-get-device")) return cuCtxGetDevice(&cu_device) == CUDA_SUCCESS;
-    if (!strcmp(name, "mem-pool")) return cudaDeviceGetMemPool(&got, 0) == cudaSuccess;
-    if (!strcmp(name, "cu-mem-pool")) return cuDeviceGetMemPool(&cu_got, 0) == CUDA_SUCCESS;
-    if (!strcmp(name, "default-pool")) return cudaDeviceGetDefaultMemPool(&got, 0) == cudaSuccess;
-    if (!strcmp(name, "pool-reserve"))
-        return cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &value) == cudaSuccess;
-    if (!strcmp(name, "event-record")) return cudaEventRecord(event, stream) == cudaSuccess;
-    if (!strcmp(name, "event-query")) return cudaEventQuery(event) == cudaSuccess;
-    return false;
-}
-
-static int queries(const char *name, std::vector<double> &ns) {
+// What a query is given: a stream of the program's own, an event recorded
+// there and reached, and the device's default pool.
+struct Handles {
     cudaStream_t stream;
     cudaEvent_t event;
     cudaMemPool_t pool;
-    if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
-        cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess ||
-        cudaDeviceGetDefaultMemPool(&pool, 0) != cudaSuccess || cudaEventRecord(event, stream) != cudaSuccess ||
-        cudaStreamSynchronize(stream) != cudaSuccess)
+};
+using Query = bool (*)(const Handles &);
+
+static bool get_device(const Handles &) { int device; return cudaGetDevice(&device) == cudaSuccess; }
+static bool ctx_get_device(const Handles &) { CUdevice device; return cuCtxGetDevice(&device) == CUDA_SUCCESS; }
+static bool mem_pool(const Handles &) { cudaMemPool_t pool; return cudaDeviceGetMemPool(&pool, 0) == cudaSuccess; }
+static bool cu_mem_pool(const Handles &) { CUmemoryPool pool; return cuDeviceGetMemPool(&pool, 0) == CUDA_SUCCESS; }
+static bool default_pool(const Handles &) { cudaMemPool_t pool; return cudaDeviceGetDefaultMemPool(&pool, 0) == cudaSuccess; }
+static bool pool_reserve(const Handles &h) {
+    cuuint64_t value;
+    return cudaMemPoolGetAttribute(h.pool, cudaMemPoolAttrReservedMemCurrent, &value) == cudaSuccess;
+}
+static bool event_record(const Handles &h) { return cudaEventRecord(h.event, h.stream) == cudaSuccess; }
+static bool event_query(const Handles &h) { return cudaEventQuery(h.event) == cudaSuccess; }
+
+// The query of `name`, chosen once so that matching the name is in no
+// call's time; null if the name is unknown.
+static Query query_named(const char *name) {
+    static const struct { const char *name; Query query; } known[] = {
+        {"get-device", get_device}, {"ctx-get-device", ctx_get_device}, {"mem-pool", mem_pool},
+        {"cu-mem-pool", cu_mem_pool}, {"default-pool", default_pool}, {"pool-reserve", pool_reserve},
+        {"event-record", event_record}, {"event-query", event_query},
+    };
+    for (const auto &k : known)
+        if (!strcmp(k.name, name)) return k.query;
+    return nullptr;
+}
+
+static int queries(const char *name, std::vector<double> &ns) {
+    Query query = query_named(name);
+    if (!query) { fprintf(stderr, "hook_rate: no query named '%s'\n", name); return 1; }
+    Handles h;
+    if (cudaStreamCreateWithFlags(&h.stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&h.event, cudaEventDisableTiming) != cudaSuccess ||
+        cudaDeviceGetDefaultMemPool(&h.pool, 0) != cudaSuccess || cudaEventRecord(h.event, h.stream) != cudaSuccess ||
+        cudaStreamSynchronize(h.stream) != cudaSuccess)
         return 1;
     for (int b = 0; b < kBatches + 2; b++) {
-        cudaStreamSynchronize(stream);
+        cudaStreamSynchronize(h.stream);
         double spent = 0;
         for (int i = 0; i < kBatch; i++) {
             walk();
             auto start = Clock::now();
-            bool ok = query(name, stream, event, pool);
+            bool ok = query(h);
             spent += ns_since(start);
-            if (!ok) { fprintf(stderr, "hook_rate: query %s failed or is unknown\n", name); return 1; }
+            if (!ok) { fprintf(stderr, "hook_rate: query %s failed\n", name); return 1; }
         }
         if (b >= 2) ns.push_back(spent / kBatch);
     }
-    cudaStreamSynchronize(stream);
+    cudaStreamSynchronize(h.stream);
     return 0;
 }
 
